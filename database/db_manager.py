@@ -1,0 +1,82 @@
+"""Engine, sessions and migrations.
+
+One ``Database`` per app. Request handlers get a session from ``get_session()``
+(closed at request teardown); scripts and scheduler jobs use ``db.session()``
+as a context manager. Schema changes are applied only through Alembic.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict = {"future": True}
+        if url.startswith("sqlite"):
+            # Threads (waitress, the scheduler) share the file; WAL lets readers and a writer coexist.
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+                Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session that commits on success and rolls back on any error."""
+        session = self.Session()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply Alembic migrations up to ``revision``."""
+        from alembic import command
+
+        command.upgrade(alembic_config(self.url), revision)
+
+    def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def table_names(self) -> list[str]:
+        return inspect(self.engine).get_table_names()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()

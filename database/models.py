@@ -1,0 +1,262 @@
+"""SQLAlchemy 2.0 typed models: the study's data.
+
+Times are naive UTC ``datetime`` values taken from ``services.clock`` (never
+``datetime.now()`` directly), so tests and pilot runs can move time.
+Every schema change is an Alembic revision under ``database/migrations``.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class User(Base):
+    """A participant or an admin. Participants are known in exports only by ``participant_code``."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16), default="participant")  # participant | admin
+    participant_code: Mapped[str | None] = mapped_column(String(16), unique=True)
+    language: Mapped[str] = mapped_column(String(8), default="zh")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    consent_at: Mapped[datetime | None] = mapped_column(DateTime)
+    consent_version: Mapped[str | None] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | withdrawn
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime)
+    withdrawn_reason: Mapped[str | None] = mapped_column(Text)
+    last_active_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    @property
+    def memory_group(self) -> str | None:
+        return self.assignment.memory_group if self.assignment else None
+
+    # flask-login protocol
+    is_authenticated = True
+    is_anonymous = False
+
+    @property
+    def is_active(self) -> bool:
+        return True
+
+    def get_id(self) -> str:
+        return str(self.id)
+
+
+class Assignment(Base):
+    """A participant's memory condition, drawn once by permuted blocks and never re-drawn."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (UniqueConstraint("block_index", "slot_index", name="uq_assignment_slot"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), unique=True)
+    memory_group: Mapped[str] = mapped_column(String(8), index=True)
+    block_index: Mapped[int] = mapped_column(Integer)
+    slot_index: Mapped[int] = mapped_column(Integer)
+    block_sequence: Mapped[list[Any]] = mapped_column(JSON)  # the whole permuted block, for audit
+    seed: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+    user: Mapped[User] = relationship(back_populates="assignment")
+
+
+class AuditLog(Base):
+    """Who did what to whom: assignments, admin creation, resets, withdrawals, exports."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    actor_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    target_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class TaskSession(Base):
+    """One attempt at one task. A reset closes the attempt; a new one may then start."""
+
+    __tablename__ = "task_sessions"
+    __table_args__ = (UniqueConstraint("user_id", "task_id", "attempt", name="uq_task_attempt"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(8))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    # in_progress -> done; or reset / abandoned
+    status: Mapped[str] = mapped_column(String(16), default="in_progress")
+    phase: Mapped[str] = mapped_column(String(16), default="chat")  # chat | questionnaire | closed
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    last_activity_at: Mapped[datetime] = mapped_column(DateTime)
+    active_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # study seconds
+    idle_gap_count: Mapped[int] = mapped_column(Integer, default=0)
+    idle_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    chat_ended_at: Mapped[datetime | None] = mapped_column(DateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime)
+    end_reason: Mapped[str | None] = mapped_column(String(32))  # finished | time_up | abandoned | reset
+    reset_reason: Mapped[str | None] = mapped_column(Text)
+    consolidation_status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|running|done|failed|n/a
+
+
+class Message(Base):
+    """Every chat message. Assistant replies carry the exact context and prompt they were built from;
+    user messages carry the per-message memory fields filled at consolidation."""
+
+    __tablename__ = "messages"
+    __table_args__ = (Index("ix_messages_user_created", "user_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    task_session_id: Mapped[int] = mapped_column(ForeignKey("task_sessions.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(8))
+    role: Mapped[str] = mapped_column(String(16))  # user | assistant
+    content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    # -- assistant replies: reproducibility
+    memory_group: Mapped[str | None] = mapped_column(String(8))
+    memory_context: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    prompt: Mapped[list[Any] | None] = mapped_column(JSON)
+    provider: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(128))
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    attempts: Mapped[list[Any] | None] = mapped_column(JSON)  # every provider tried, with outcome
+    # -- user messages: memory fields (filled by consolidation)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary)  # float32, L2-normalised
+    embedding_model: Mapped[str | None] = mapped_column(String(128))
+    importance_score: Mapped[float | None] = mapped_column(Float)
+    emotional_intensity: Mapped[float | None] = mapped_column(Float)
+    self_disclosure: Mapped[float | None] = mapped_column(Float)
+    value_relevance: Mapped[float | None] = mapped_column(Float)
+    emotional_salience: Mapped[float | None] = mapped_column(Float)
+    consolidation_g: Mapped[float | None] = mapped_column(Float)
+    recall_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_recall_at: Mapped[datetime | None] = mapped_column(DateTime)
+    consolidated_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class ProfileVersion(Base):
+    """Every version of a participant's consolidated memory state; old versions are kept.
+
+    ``kind`` is ``gist`` (L3/L4 profile), ``s1_summary`` (S1 structured summary)
+    or ``r1_memory`` (R1 recursive memory)."""
+
+    __tablename__ = "profile_versions"
+    __table_args__ = (UniqueConstraint("user_id", "kind", "version", name="uq_profile_version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="gist")
+    version: Mapped[int] = mapped_column(Integer)
+    task_id: Mapped[str | None] = mapped_column(String(8))
+    content: Mapped[dict[str, Any]] = mapped_column(JSON)
+    rendered: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[str] = mapped_column(String(64))  # provider that produced it, e.g. offline
+    consolidation_run_id: Mapped[int | None] = mapped_column(ForeignKey("consolidation_runs.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class ConsolidationRun(Base):
+    """One consolidation of one task session; a succeeded run makes a rerun a no-op."""
+
+    __tablename__ = "consolidation_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    task_session_id: Mapped[int] = mapped_column(ForeignKey("task_sessions.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(8))
+    trigger: Mapped[str] = mapped_column(String(16))  # task_end | sweep | manual
+    status: Mapped[str] = mapped_column(String(16))  # running | succeeded | failed | skipped
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    steps: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    provider: Mapped[str | None] = mapped_column(String(64))
+
+
+class RecallEvent(Base):
+    """One candidate memory considered by forgetting-curve recall, recalled or not."""
+
+    __tablename__ = "recall_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    query_message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), index=True)
+    memory_message_id: Mapped[int] = mapped_column(ForeignKey("messages.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(8))
+    rank: Mapped[int] = mapped_column(Integer)
+    cosine: Mapped[float] = mapped_column(Float)  # raw embedder similarity
+    r: Mapped[float] = mapped_column(Float)  # relevance after calibration mapping, in [0, 1]
+    t: Mapped[float] = mapped_column(Float)  # elapsed, in the configured time unit
+    g_before: Mapped[float] = mapped_column(Float)
+    g_after: Mapped[float] = mapped_column(Float)
+    p: Mapped[float] = mapped_column(Float)  # forgetting-curve probability
+    p_final: Mapped[float] = mapped_column(Float)  # with salience bonus
+    salience: Mapped[float] = mapped_column(Float)
+    recalled: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class QuestionnaireResponse(Base):
+    """One answer to one questionnaire item (long form)."""
+
+    __tablename__ = "questionnaire_responses"
+    __table_args__ = (UniqueConstraint("task_session_id", "item_id", name="uq_response_item"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    task_session_id: Mapped[int] = mapped_column(ForeignKey("task_sessions.id"))
+    task_id: Mapped[str] = mapped_column(String(8))
+    instrument: Mapped[str] = mapped_column(String(64))
+    item_id: Mapped[str] = mapped_column(String(64))
+    value: Mapped[Any] = mapped_column(JSON)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class ProviderFailure(Base):
+    """A failed call to an LLM or embedding provider, for the admin's failure log."""
+
+    __tablename__ = "provider_failures"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(128))
+    purpose: Mapped[str] = mapped_column(String(32))  # reply | consolidation | embedding | ...
+    error_class: Mapped[str] = mapped_column(String(128))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    fallback_provider: Mapped[str | None] = mapped_column(String(64))

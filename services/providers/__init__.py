@@ -1,0 +1,30 @@
+"""Provider factory: one module per provider; adding one is one file plus one line here."""
+from __future__ import annotations
+
+import importlib
+
+CHAT_PROVIDERS = {
+    "offline": ("services.providers.offline", "OfflineChatProvider"),
+    "dashscope": ("services.providers.dashscope_provider", "DashScopeChatProvider"),
+    "openai_compatible": ("services.providers.openai_compatible", "OpenAICompatibleChatProvider"),
+}
+EMBEDDING_PROVIDERS = {
+    "offline": ("services.providers.offline", "OfflineEmbeddingProvider"),
+    "dashscope": ("services.providers.dashscope_provider", "DashScopeEmbeddingProvider"),
+    "openai_compatible": ("services.providers.openai_compatible", "OpenAICompatibleEmbeddingProvider"),
+}
+
+
+def _load(registry: dict, name: str, kind: str):
+    if name not in registry:
+        raise ValueError(f"unknown {kind} provider {name!r}; known: {', '.join(sorted(registry))}")
+    module_name, class_name = registry[name]
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def build_chat_provider(name: str, settings):
+    return _load(CHAT_PROVIDERS, name, "chat").from_settings(settings)
+
+
+def build_embedding_provider(name: str, settings):
+    return _load(EMBEDDING_PROVIDERS, name, "embedding").from_settings(settings)

