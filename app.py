@@ -1,0 +1,165 @@
+"""AI Memory Lab: the Flask app factory, and ``python app.py`` to serve it.
+
+``create_app(settings)`` builds the same app for the server, the ``flask`` CLI,
+the scheduler and the tests. ``python app.py`` applies migrations, creates the
+first admin (printing a generated password once) and serves on
+127.0.0.1:$PORT (8000) with waitress.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+from flask import Flask, jsonify, request
+from flask_login import LoginManager
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from werkzeug.exceptions import HTTPException
+
+from config import Settings
+from database.models import User
+from routes.access import close_db_session, db_session, limiter
+from services.clock import Clock
+from services.errors import StudyError
+from services.llm_service import LLMService
+from services.runtime import build_runtime
+
+log = logging.getLogger("memory_lab")
+csrf = CSRFProtect()
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None, llm: LLMService | None = None,
+               embedder=None) -> Flask:
+    settings = settings or Settings.from_env()
+    app = Flask(__name__, static_folder="static", static_url_path="/static")
+    app.config.update(
+        SECRET_KEY=settings.secret_key,
+        TESTING=settings.testing,
+        MAX_CONTENT_LENGTH=1024 * 1024,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        REMEMBER_COOKIE_SAMESITE="Lax",
+        WTF_CSRF_TIME_LIMIT=None,  # a participant's page stays open for a whole task
+        WTF_CSRF_HEADERS=["X-CSRFToken", "X-CSRF-Token"],
+        RATELIMIT_ENABLED=settings.rate_limits_enabled,
+        JSON_AS_ASCII=False,
+    )
+    app.json.ensure_ascii = False
+    runtime = build_runtime(settings, clock=clock, llm=llm)
+    if embedder is not None:
+        runtime.embedder = embedder
+    if settings.run_migrations_on_start and settings.database_url.startswith("sqlite"):
+        runtime.db.upgrade()
+    app.extensions["memory_lab"] = runtime
+
+    csrf.init_app(app)
+    limiter.init_app(app)
+    login = LoginManager(app)
+
+    @login.user_loader
+    def load_user(user_id: str):
+        return db_session().get(User, int(user_id))
+
+    app.teardown_appcontext(close_db_session)
+    _register_errors(app)
+    _register_blueprints(app)
+    _register_cli(app)
+    return app
+
+
+def _register_blueprints(app: Flask) -> None:
+    from routes import admin, auth, pages, participant
+
+    for module in (auth, participant, admin, pages):
+        app.register_blueprint(module.bp)
+
+
+def _error(code: str, message: str, status: int, details: dict | None = None):
+    body = {"error": code, "message": message}
+    if details:
+        body["details"] = details
+    return jsonify(body), status
+
+
+def _register_errors(app: Flask) -> None:
+    @app.errorhandler(StudyError)
+    def study_error(exc: StudyError):
+        db_session().rollback()
+        return _error(exc.code, exc.message, exc.status, exc.details)
+
+    @app.errorhandler(CSRFError)
+    def csrf_error(exc: CSRFError):
+        return _error("csrf_failed", exc.description or "missing or invalid CSRF token", 400)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        if not request.path.startswith("/api/"):
+            return exc
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
+        return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        db_session().rollback()
+        return _error("internal_error", "something went wrong on the server; it has been logged", 500)
+
+
+def _register_cli(app: Flask) -> None:
+    runtime = app.extensions["memory_lab"]
+
+    @app.cli.command("create-admin")
+    @click.argument("username")
+    def create_admin_command(username: str) -> None:
+        """Create an admin (password from ADMIN_PASSWORD, or prompted)."""
+        from services.account_service import create_admin
+
+        password = os.environ.get("ADMIN_PASSWORD") or click.prompt(
+            "Password", hide_input=True, confirmation_prompt=True)
+        with runtime.db.Session() as session:
+            user = create_admin(session, username, password, runtime.clock)
+        click.echo(f"admin {user.username} is ready")
+
+    @app.cli.command("db-upgrade")
+    @click.option("--revision", default="head")
+    def db_upgrade_command(revision: str) -> None:
+        """Apply database migrations (Alembic) up to REVISION."""
+        runtime.db.upgrade(revision)
+        click.echo(f"database at {runtime.db.current_revision()}")
+
+
+def bootstrap_admin_once(app: Flask) -> None:
+    """Print a generated admin password once, on the first start with no admin."""
+    from services.account_service import bootstrap_admin
+
+    runtime = app.extensions["memory_lab"]
+    with runtime.db.Session() as session:
+        created = bootstrap_admin(session, runtime.clock)
+    if created:
+        banner = "=" * 64
+        print(f"{banner}\nFirst start: created admin '{created[0]}' with password: {created[1]}\n"
+              f"It is shown only this once. Change it with: flask --app app create-admin admin\n{banner}",
+              flush=True)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app()
+    runtime = app.extensions["memory_lab"]
+    bootstrap_admin_once(app)
+    if runtime.settings.scheduler_enabled:
+        from services.scheduler import start_scheduler
+
+        start_scheduler(app)
+    port = int(os.environ.get("PORT", "8000"))
+    host = os.environ.get("HOST", "127.0.0.1")
+    mode = f"pilot mode, 1 study day = {runtime.settings.day_seconds:g} s" if runtime.settings.pilot_mode else "real time"
+    print(f"AI Memory Lab on http://{host}:{port}  ({mode}; reply chain: "
+          f"{','.join(runtime.settings.llm_providers)}; embedder: {runtime.settings.embedding_provider})", flush=True)
+    from waitress import serve
+
+    serve(app, host=host, port=port, threads=16, channel_timeout=300)
+
+
+if __name__ == "__main__":
+    main()

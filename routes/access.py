@@ -1,0 +1,89 @@
+"""Request plumbing shared by the blueprints: the runtime, the request's DB session, role checks.
+
+Role decorators answer API calls with JSON 401/403 and page requests with a
+redirect to the login page, so a participant never sees an admin page.
+"""
+from __future__ import annotations
+
+from functools import wraps
+from typing import Any
+
+from flask import current_app, g, jsonify, redirect, request
+from flask_limiter import Limiter
+from flask_login import current_user
+from sqlalchemy.orm import Session
+
+from database.models import User
+from services.errors import Forbidden, Unauthorised
+from services.runtime import Runtime
+
+
+def runtime() -> Runtime:
+    return current_app.extensions["memory_lab"]
+
+
+def db_session() -> Session:
+    if "db_session" not in g:
+        g.db_session = runtime().db.Session()
+    return g.db_session
+
+
+def close_db_session(_exc: BaseException | None = None) -> None:
+    session = g.pop("db_session", None)
+    if session is not None:
+        session.close()
+
+
+def current() -> User:
+    """The logged-in user, attached to this request's session."""
+    return db_session().get(User, int(current_user.get_id()))
+
+
+def _wants_json() -> bool:
+    return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
+
+
+def _guard(role: str | None):
+    def decorator(view):
+        @wraps(view)
+        def wrapped(*args: Any, **kwargs: Any):
+            if not current_user.is_authenticated:
+                if _wants_json():
+                    raise Unauthorised("please log in", code="login_required")
+                return redirect("/?next=" + request.path)
+            if role and current_user.role != role:
+                if _wants_json():
+                    raise Forbidden("this needs the admin role" if role == "admin" else "participants only",
+                                    code="forbidden")
+                return redirect("/")
+            return view(*args, **kwargs)
+        return wrapped
+    return decorator
+
+
+login_required = _guard(None)
+participant_required = _guard("participant")
+admin_required = _guard("admin")
+
+
+def json_body() -> dict[str, Any]:
+    data = request.get_json(silent=True)
+    if not isinstance(data, dict):
+        from services.errors import BadInput
+
+        raise BadInput("the request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def ok(payload: dict[str, Any], status: int = 200):
+    return jsonify(payload), status
+
+
+def _limit_identity() -> str:
+    if current_user.is_authenticated:
+        return f"user:{current_user.get_id()}"
+    return f"addr:{request.remote_addr}"
+
+
+# Rate limits (429): password guessing, registration floods, message floods.
+limiter = Limiter(key_func=_limit_identity, storage_uri="memory://", headers_enabled=True)

@@ -1,0 +1,77 @@
+"""Accounts API: CSRF token, register (with consent), login, logout, who am I."""
+from __future__ import annotations
+
+from flask import Blueprint, request
+from flask_login import current_user, login_user, logout_user
+from flask_wtf.csrf import generate_csrf
+
+from routes.access import current, db_session, json_body, limiter, login_required, ok, runtime
+from services import account_service
+
+bp = Blueprint("auth", __name__, url_prefix="/api/auth")
+
+
+def user_view(user) -> dict:
+    """What a user may see about themselves. The memory group is never included."""
+    return {"id": user.id, "username": user.username, "role": user.role, "language": user.language,
+            "participant_code": user.participant_code, "status": user.status}
+
+
+@bp.get("/csrf")
+def csrf():
+    return ok({"csrf_token": generate_csrf()})
+
+
+@bp.post("/register")
+@limiter.limit("60 per minute", key_func=lambda: f"register:{request.remote_addr}")
+def register():
+    data = json_body()
+    rt = runtime()
+    user = account_service.register(
+        db_session(), username=data.get("username"), password=data.get("password"), consent=data.get("consent"),
+        language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed,
+    )
+    login_user(user)
+    return ok({"user": user_view(user), "csrf_token": generate_csrf()}, 201)
+
+
+@bp.post("/login")
+@limiter.limit("10 per minute", key_func=lambda: limit_key())
+def login():
+    data = json_body()
+    user = account_service.authenticate(db_session(), data.get("username"), data.get("password"))
+    login_user(user)
+    return ok({"user": user_view(user), "csrf_token": generate_csrf()})
+
+
+@bp.post("/logout")
+def logout():
+    if current_user.is_authenticated:
+        logout_user()
+    return ok({"logged_out": True})
+
+
+@bp.get("/me")
+@login_required
+def me():
+    return ok({"user": user_view(current())})
+
+
+@bp.post("/language")
+@login_required
+def set_language():
+    language = json_body().get("language")
+    if language not in ("zh", "en"):
+        from services.errors import BadInput
+
+        raise BadInput("language must be zh or en", code="invalid_language")
+    user = current()
+    user.language = language
+    db_session().commit()
+    return ok({"user": user_view(user)})
+
+
+def limit_key() -> str:
+    """Login attempts are limited per client address and username."""
+    data = request.get_json(silent=True) or {}
+    return f"{request.remote_addr}:{str(data.get('username', ''))[:64].lower()}"

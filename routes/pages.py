@@ -1,0 +1,52 @@
+"""The pages (static HTML over the JSON API), the OpenAPI document and public study facts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flask import Blueprint, current_app, send_from_directory
+from sqlalchemy import text
+
+from routes.access import admin_required, db_session, ok, runtime
+
+bp = Blueprint("pages", __name__)
+OPENAPI = Path(__file__).resolve().parent.parent / "static" / "openapi.json"
+
+
+@bp.get("/")
+def participant_page():
+    return send_from_directory(current_app.static_folder, "index.html")
+
+
+@bp.get("/admin")
+@bp.get("/admin/")
+@admin_required
+def admin_page():
+    return send_from_directory(current_app.static_folder, "admin.html")
+
+
+@bp.get("/api/openapi.json")
+def openapi():
+    return ok(json.loads(OPENAPI.read_text(encoding="utf-8")))
+
+
+@bp.get("/api/study")
+def study_facts():
+    """What anyone may know before registering: consent text, tasks, languages. No conditions."""
+    study = runtime().study
+    return ok({
+        "name": study["name"],
+        "default_language": study["default_language"],
+        "languages": ["zh", "en"],
+        "consent": study["consent"],
+        "tasks": [{"id": t["id"], "title": t["title"], "unlock_offset_days": t["unlock_offset_days"]}
+                  for t in study["tasks"]],
+        "limits": {"max_message_chars": study["limits"]["max_message_chars"]},
+        "pilot_mode": runtime().settings.pilot_mode,
+    })
+
+
+@bp.get("/healthz")
+def health():
+    db_session().execute(text("SELECT 1"))
+    return ok({"ok": True})

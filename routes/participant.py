@@ -1,0 +1,176 @@
+"""Participant API: tasks, chat (JSON or SSE), finish, questionnaire.
+
+Views parse, authorise, call a service and serialise. A participant only ever
+reaches their own task sessions and messages: every lookup is by the logged-in
+user's id, and nothing here reveals the memory condition.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from flask import Blueprint, Response, request, stream_with_context
+from sqlalchemy import select
+
+from database.models import Message
+from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
+from services import chat_service
+from services.chat_service import serialise_message, task_service
+from services.questionnaire_service import items_for_task, store_answers, validate_answers
+from services.timer_service import localised
+
+bp = Blueprint("participant", __name__, url_prefix="/api")
+
+
+@bp.get("/tasks")
+@participant_required
+def list_tasks():
+    user = current()
+    rt = runtime()
+    tasks = task_service(db_session(), rt).overview(user)
+    definitions = {t["id"]: t for t in rt.study["tasks"]}
+    for task in tasks:
+        task["instructions"] = localised(definitions[task["id"]]["instructions"], user.language)
+    return ok({"tasks": tasks, "pilot_mode": rt.settings.pilot_mode, "now": _now_iso()})
+
+
+@bp.get("/tasks/<task_id>")
+@participant_required
+def task_detail(task_id: str):
+    """The task's status and, once started, its conversation so far (for resuming the page)."""
+    user = current()
+    session = db_session()
+    tasks = task_service(session, runtime())
+    status = tasks.status_of(user, task_id)
+    live = tasks.live_session(user.id, task_id)
+    messages = []
+    if live is not None and live.status in ("in_progress", "done"):
+        messages = [serialise_message(m, participant_view=True) for m in session.scalars(
+            select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
+    definition = tasks.task_definition(task_id)
+    status.update(instructions=localised(definition["instructions"], user.language), messages=messages)
+    return ok({"task": status})
+
+
+@bp.post("/tasks/<task_id>/start")
+@participant_required
+def start_task(task_id: str):
+    user = current()
+    session = db_session()
+    tasks = task_service(session, runtime())
+    ts = tasks.start(user, task_id)
+    session.commit()
+    return ok({"task": tasks.status_of(user, task_id), "task_session_id": ts.id}, 201)
+
+
+@bp.post("/tasks/<task_id>/heartbeat")
+@participant_required
+def heartbeat(task_id: str):
+    """The page is open and in use: credit active time (idle gaps are not credited)."""
+    user = current()
+    session = db_session()
+    rt = runtime()
+    tasks = task_service(session, rt)
+    ts = tasks.running_session(user, task_id, phase="chat")
+    tasks.touch(ts)
+    session.commit()
+    if ts.phase != "chat":
+        chat_service.on_chat_ended(rt, ts.id)
+    return ok({"task": tasks.status_of(user, task_id)})
+
+
+def _wants_stream() -> bool:
+    return request.args.get("stream") in ("1", "true") or "text/event-stream" in request.headers.get("Accept", "")
+
+
+@bp.post("/tasks/<task_id>/messages")
+@participant_required
+@limiter.limit("30 per minute")
+def post_message(task_id: str):
+    rt = runtime()
+    message = chat_service.accept_message(db_session(), rt, current(), task_id, json_body().get("content"))
+    return _reply(rt, message)
+
+
+@bp.post("/tasks/<task_id>/messages/<int:message_id>/reply")
+@participant_required
+def retry_reply(task_id: str, message_id: int):
+    """Ask again for the reply to a stored message whose reply failed; the message is not re-sent."""
+    rt = runtime()
+    session = db_session()
+    user = current()
+    task_service(session, rt).running_session(user, task_id, phase="chat")
+    message = chat_service.unanswered_message(session, user, task_id, message_id)
+    return _reply(rt, message)
+
+
+def _reply(rt, message: Message):
+    user_view = serialise_message(message, participant_view=True)
+    if _wants_stream():
+        return Response(stream_with_context(_sse(rt, message.id, user_view)), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    reply = chat_service.generate_reply(rt, message.id)
+    return ok({"message": user_view, "reply": serialise_message(reply, participant_view=True)}, 201)
+
+
+def _sse(rt, message_id: int, user_view: dict) -> Iterator[str]:
+    yield _event("message", user_view)
+    for event in chat_service.stream_reply(rt, message_id):
+        if "delta" in event:
+            yield _event("delta", {"text": event["delta"]})
+        elif "reset" in event:
+            yield _event("reset", {})
+        elif "reply" in event:
+            yield _event("reply", event["reply"])
+        elif "error" in event:
+            yield _event("error", event["error"])
+
+
+def _event(name: str, data: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+@bp.post("/tasks/<task_id>/finish")
+@participant_required
+def finish(task_id: str):
+    user = current()
+    session = db_session()
+    rt = runtime()
+    tasks = task_service(session, rt)
+    ts = tasks.running_session(user, task_id, phase="chat")
+    try:
+        tasks.finish_chat(ts)
+    finally:
+        session.commit()  # the activity credited by finish_chat is kept even when it is too early
+    chat_service.on_chat_ended(rt, ts.id)
+    return ok({"task": tasks.status_of(user, task_id)})
+
+
+@bp.get("/tasks/<task_id>/questionnaire")
+@participant_required
+def get_questionnaire(task_id: str):
+    user = current()
+    rt = runtime()
+    definition = task_service(db_session(), rt).task_definition(task_id)
+    return ok({"task_id": task_id, "items": items_for_task(rt.study, definition, user.language)})
+
+
+@bp.post("/tasks/<task_id>/questionnaire")
+@participant_required
+def post_questionnaire(task_id: str):
+    user = current()
+    session = db_session()
+    rt = runtime()
+    tasks = task_service(session, rt)
+    definition = tasks.task_definition(task_id)
+    ts = tasks.running_session(user, task_id, phase="questionnaire")
+    items = items_for_task(rt.study, definition, user.language)
+    cleaned = validate_answers(items, json_body().get("answers"), rt.study["limits"]["max_text_answer_chars"])
+    stored = store_answers(session, ts, items, cleaned, rt.clock)
+    tasks.complete(ts)
+    session.commit()
+    return ok({"stored": stored, "task": tasks.status_of(user, task_id)}, 201)
+
+
+def _now_iso() -> str:
+    return runtime().clock.now().isoformat(timespec="seconds") + "Z"

@@ -1,0 +1,111 @@
+"""Accounts: registration behind consent, login, admins. Passwords are salted scrypt hashes."""
+from __future__ import annotations
+
+import re
+import secrets
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from database.models import AuditLog, User
+from services.assignment_service import assign
+from services.clock import Clock
+from services.errors import BadInput, Conflict, Unauthorised
+
+USERNAME = re.compile(r"^[\w.\-]{3,32}$")
+MIN_PASSWORD = 8
+# Compared against when the username does not exist, so a wrong name costs as long as a wrong password.
+_DUMMY_HASH = generate_password_hash("not-a-real-password")
+
+
+def hash_password(password: str) -> str:
+    return generate_password_hash(password)
+
+
+def _check_credentials_shape(username: object, password: object) -> tuple[str, str]:
+    if not isinstance(username, str) or not USERNAME.match(username.strip()):
+        raise BadInput("username must be 3-32 letters, digits, '.', '-' or '_'", code="invalid_username")
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD:
+        raise BadInput(f"password must have at least {MIN_PASSWORD} characters", code="invalid_password")
+    return username.strip(), password
+
+
+def new_participant_code(session: Session) -> str:
+    while True:
+        code = "P" + secrets.token_hex(4).upper()
+        if not session.scalar(select(User.id).where(User.participant_code == code)):
+            return code
+
+
+def register(session: Session, *, username: object, password: object, consent: object, language: object,
+             study: dict, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
+    """Create a participant and draw their condition, in one transaction; commits."""
+    if consent is not True:
+        raise BadInput("consent is required to take part", code="consent_required")
+    username, password = _check_credentials_shape(username, password)
+    lang = language if language in ("zh", "en") else study["default_language"]
+    if session.scalar(select(User.id).where(func.lower(User.username) == username.lower())):
+        raise Conflict("this username is taken", code="username_taken")
+    for _ in range(attempts):
+        now = clock.now()
+        user = User(username=username, password_hash=hash_password(password), role="participant",
+                    participant_code=new_participant_code(session), language=lang, created_at=now,
+                    consent_at=now, consent_version=study["consent"]["version"], status="active")
+        session.add(user)
+        try:
+            session.flush()
+            assign(session, user, study, clock, seed=seed)
+            session.commit()
+            return user
+        except IntegrityError as exc:
+            session.rollback()
+            # the username went to a concurrent registration, or it took our block slot: retry the slot
+            if session.scalar(select(User.id).where(func.lower(User.username) == username.lower())):
+                raise Conflict("this username is taken", code="username_taken") from exc
+    raise Conflict("registration is busy, please try again", code="assignment_busy")
+
+
+def authenticate(session: Session, username: object, password: object) -> User:
+    if not isinstance(username, str) or not isinstance(password, str):
+        raise BadInput("username and password are required", code="invalid_credentials_format")
+    user = session.scalar(select(User).where(func.lower(User.username) == username.strip().lower()))
+    if user is None:
+        check_password_hash(_DUMMY_HASH, password)
+        raise Unauthorised("wrong username or password", code="invalid_credentials")
+    if not check_password_hash(user.password_hash, password):
+        raise Unauthorised("wrong username or password", code="invalid_credentials")
+    return user
+
+
+def create_admin(session: Session, username: str, password: str, clock: Clock) -> User:
+    """Create an admin, or reset an existing admin's password. Commits."""
+    username, password = _check_credentials_shape(username, password)
+    user = session.scalar(select(User).where(func.lower(User.username) == username.lower()))
+    if user is not None and user.role != "admin":
+        raise Conflict(f"{username} is a participant account", code="username_taken")
+    now = clock.now()
+    if user is None:
+        user = User(username=username, password_hash=hash_password(password), role="admin", language="zh",
+                    created_at=now, status="active")
+        session.add(user)
+        action = "admin_created"
+    else:
+        user.password_hash = hash_password(password)
+        action = "admin_password_reset"
+    session.flush()
+    session.add(AuditLog(at=now, action=action, target_user_id=user.id, details={"username": username}))
+    session.commit()
+    return user
+
+
+def bootstrap_admin(session: Session, clock: Clock) -> tuple[str, str] | None:
+    """On the very first start with no admin, create ``admin`` with a generated password.
+
+    Returns (username, password) for the caller to print once; None when an admin exists."""
+    if session.scalar(select(User.id).where(User.role == "admin")):
+        return None
+    password = secrets.token_urlsafe(12)
+    create_admin(session, "admin", password, clock)
+    return "admin", password

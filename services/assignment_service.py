@@ -1,0 +1,66 @@
+"""Balanced, server-side assignment to memory conditions by permuted blocks.
+
+Each block holds every enabled condition ``block_multiple`` times in a random
+order; participants fill blocks in registration order, so group sizes never
+differ by more than one block. The draw is written once (unique per user and
+per block slot) with an audit row and never re-drawn, also not on withdrawal.
+With a seed the block order is reproducible; without one it comes from the OS
+and each row stores its whole block so the sequence can be audited.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from database.models import Assignment, AuditLog, User
+from services.clock import Clock
+
+
+def permuted_block(conditions: list[str], multiple: int, seed: int | None, block_index: int) -> list[str]:
+    block = [c for c in conditions for _ in range(multiple)]
+    rng = random.Random(f"{seed}:{block_index}") if seed is not None else secrets.SystemRandom()
+    rng.shuffle(block)
+    return block
+
+
+def assign(session: Session, user: User, study: dict, clock: Clock, seed: int | None = None) -> Assignment:
+    """Assign ``user`` to the next slot. The caller commits; a concurrent registration that took
+    the same slot makes the commit fail on the unique constraint, and the caller retries."""
+    existing = session.scalar(select(Assignment).where(Assignment.user_id == user.id))
+    if existing:
+        return existing
+    conditions = list(study["enabled_conditions"])
+    multiple = int(study["assignment"].get("block_multiple", 1))
+    if seed is None:
+        seed = study["assignment"].get("seed")
+    block_size = len(conditions) * multiple
+    taken = session.scalar(select(func.count(Assignment.id))) or 0
+    block_index, slot_index = divmod(taken, block_size)
+    if slot_index == 0:
+        block = permuted_block(conditions, multiple, seed, block_index)
+    else:
+        first = session.scalar(
+            select(Assignment).where(Assignment.block_index == block_index).order_by(Assignment.slot_index)
+        )
+        block = list(first.block_sequence) if first else permuted_block(conditions, multiple, seed, block_index)
+    now = clock.now()
+    assignment = Assignment(
+        user_id=user.id, memory_group=block[slot_index], block_index=block_index, slot_index=slot_index,
+        block_sequence=block, seed=seed, created_at=now,
+    )
+    session.add(assignment)
+    session.add(AuditLog(
+        at=now, actor_user_id=None, action="assignment", target_user_id=user.id,
+        details={"memory_group": assignment.memory_group, "block_index": block_index,
+                 "slot_index": slot_index, "block_size": block_size, "seeded": seed is not None},
+    ))
+    session.flush()
+    return assignment
+
+
+def group_counts(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Assignment.memory_group, func.count()).group_by(Assignment.memory_group))
+    return {group: count for group, count in rows}

@@ -1,0 +1,228 @@
+"""Chat: store the participant's message first, then build the reply from memory.
+
+Order matters for a study whose data are irreplaceable:
+1. the participant's message is validated and committed before any model call;
+2. the memory context, the prompt and the reply are built and stored in one
+   transaction, so a failed reply changes nothing but the failure log (recall
+   updates of a failed reply roll back with it);
+3. when every provider fails the caller gets ``Unavailable`` (503) and the
+   message stays stored; ``reply_to`` answers it later without re-sending.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from database.models import Message, TaskSession, User
+from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
+from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
+from services.memory_engine import MemoryContext, MemoryEngine
+from services.runtime import Runtime
+from services.timer_service import TaskService
+
+log = logging.getLogger(__name__)
+
+WITHIN_TASK_TURNS = {"L1": 0, "L2": 7, "L3": 3, "L4": 3, "S1": 3, "R1": 0}
+
+
+@dataclass
+class PreparedReply:
+    """Everything the model is given for one reply, built inside the reply's transaction."""
+
+    context: MemoryContext
+    request: ChatRequest
+    user_message: Message
+    memory_group: str
+
+
+def task_service(session: Session, runtime: Runtime) -> TaskService:
+    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale, clock=runtime.clock)
+
+
+def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any) -> Message:
+    """Validate and commit the participant's message. Nothing is stored if it is refused."""
+    if not isinstance(content, str) or not content.strip():
+        raise BadInput("the message is empty", code="empty_message")
+    limit = runtime.study["limits"]["max_message_chars"]
+    if len(content) > limit:
+        raise TooLarge(f"the message is longer than {limit} characters", code="message_too_long",
+                       details={"limit": limit})
+    tasks = task_service(session, runtime)
+    ts = tasks.running_session(user, task_id, phase="chat")
+    tasks.touch(ts)
+    if ts.phase != "chat":
+        session.commit()  # keep the closed timer; the message itself is not part of the task
+        on_chat_ended(runtime, ts.id)
+        raise Conflict("the time for this task is up", code="time_up")
+    message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
+                      content=content.strip(), created_at=runtime.clock.now())
+    session.add(message)
+    user.last_active_at = message.created_at
+    session.commit()
+    return message
+
+
+def unanswered_message(session: Session, user: User, task_id: str, message_id: int) -> Message:
+    """A participant's own message in a running task that has no reply yet (for a retry)."""
+    message = session.get(Message, message_id)
+    if message is None or message.user_id != user.id or message.task_id != task_id or message.role != "user":
+        raise NotFound("no such message", code="unknown_message")
+    answered = session.scalar(select(Message.id).where(Message.reply_to_id == message.id))
+    if answered:
+        raise Conflict("this message already has a reply", code="already_answered")
+    return message
+
+
+def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> PreparedReply:
+    message = session.get(Message, user_message_id)
+    user = session.get(User, message.user_id)
+    ts = session.get(TaskSession, message.task_session_id)
+    group = user.memory_group
+    language = user.language
+    engine = MemoryEngine(session, runtime.study, embedder=runtime.embedder, clock=runtime.clock,
+                          settings=runtime.settings)
+    context = engine.build_context(user_id=user.id, memory_group=group, task_session=ts, query=message,
+                                   language=language)
+    history = _task_history(session, ts, before_id=message.id, group=group, study=runtime.study)
+    messages = [{"role": "system", "content": system_prompt(runtime.study, group, language, context)}]
+    messages += history
+    messages.append({"role": "user", "content": message.content})
+    request = ChatRequest(
+        messages=messages, temperature=runtime.settings.llm_temperature, max_tokens=runtime.settings.llm_max_tokens,
+        purpose="reply", language=language, memory_context=context.to_dict(), user_id=user.id,
+    )
+    return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
+
+
+def system_prompt(study: dict[str, Any], group: str, language: str, context: MemoryContext) -> str:
+    prompts = study["system_prompts"]
+    lang = language if language in ("zh", "en") else study["default_language"]
+    return "\n\n".join([prompts["base"][lang], prompts[group][lang], context.render()])
+
+
+def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
+                  study: dict[str, Any]) -> list[dict[str, str]]:
+    """The task in progress as ordinary chat history (the same for every condition by default)."""
+    rows = session.scalars(
+        select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
+    ).all()
+    history = [{"role": m.role, "content": m.content} for m in rows]
+    if study.get("within_task_window_manipulated"):
+        turns = WITHIN_TASK_TURNS.get(group, 0)
+        user_positions = [i for i, m in enumerate(history) if m["role"] == "user"]
+        history = history[user_positions[-turns]:] if turns and len(user_positions) >= turns else (
+            history if turns else [])
+    return history
+
+
+def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult) -> Message:
+    message = prepared.user_message
+    reply = Message(
+        user_id=message.user_id, task_session_id=message.task_session_id, task_id=message.task_id,
+        role="assistant", content=result.text, created_at=runtime.clock.now(), reply_to_id=message.id,
+        memory_group=prepared.memory_group, memory_context=prepared.context.to_dict(),
+        prompt=prepared.request.messages, provider=result.provider, model=result.model,
+        params={"temperature": prepared.request.temperature, "max_tokens": prepared.request.max_tokens,
+                **result.params},
+        prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+        latency_ms=result.latency_ms, attempts=result.attempts,
+    )
+    session.add(reply)
+    session.commit()
+    after_reply(runtime, reply.id)
+    return reply
+
+
+def generate_reply(runtime: Runtime, user_message_id: int) -> Message:
+    """Build context and prompt, ask the provider chain, store the reply. 503 if every provider fails."""
+    with runtime.db.Session() as session:
+        prepared = _prepare(session, runtime, user_message_id)
+        try:
+            result = runtime.llm.complete(prepared.request)
+        except AllProvidersFailed as exc:
+            session.rollback()
+            raise Unavailable("the assistant cannot answer right now; your message is saved",
+                              code="provider_unavailable",
+                              details={"message_id": user_message_id, "attempts": len(exc.attempts)}) from exc
+        return _store_reply(session, runtime, prepared, result)
+
+
+def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, Any]]:
+    """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``."""
+    with runtime.db.Session() as session:
+        prepared = _prepare(session, runtime, user_message_id)
+        try:
+            for event in stream_with_fallback(runtime.llm, prepared.request):
+                if "result" in event:
+                    reply = _store_reply(session, runtime, prepared, event["result"])
+                    yield {"reply": serialise_message(reply, participant_view=True)}
+                else:
+                    yield event
+        except AllProvidersFailed:
+            session.rollback()
+            yield {"error": {"error": "provider_unavailable",
+                             "message": "the assistant cannot answer right now; your message is saved",
+                             "message_id": user_message_id}}
+
+
+def after_reply(runtime: Runtime, reply_id: int) -> None:
+    """Per-turn memory upkeep off the request path (S1 rewrites its summary after every turn)."""
+    with runtime.db.Session() as session:
+        reply = session.get(Message, reply_id)
+        if reply.memory_group != "S1":
+            return
+    runtime.background.submit(_update_s1_summary, runtime, reply_id)
+
+
+def _update_s1_summary(runtime: Runtime, reply_id: int) -> None:
+    from services import structured_summary
+
+    with runtime.db.session() as session:
+        reply = session.get(Message, reply_id)
+        structured_summary.update_after_turn(
+            session, llm=runtime.llm, user=session.get(User, reply.user_id),
+            task_session=session.get(TaskSession, reply.task_session_id),
+            user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=runtime.clock,
+            study=runtime.study,
+        )
+
+
+def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
+    """A task's chat closed (finished, time up, or abandoned): consolidate it off the request path."""
+    runtime.background.submit(consolidate_session, runtime, task_session_id, "task_end")
+
+
+def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
+    from services.consolidation_service import ConsolidationService
+
+    service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.llm, embedder=runtime.embedder,
+                                   clock=runtime.clock)
+    service.consolidate_task_session(task_session_id, trigger=trigger)
+
+
+def serialise_message(message: Message, *, participant_view: bool) -> dict[str, Any]:
+    data = {
+        "id": message.id,
+        "task_id": message.task_id,
+        "role": message.role,
+        "content": message.content,
+        "created_at": message.created_at.isoformat(timespec="seconds") + "Z",
+        "reply_to_id": message.reply_to_id,
+    }
+    if not participant_view:
+        data.update(
+            memory_group=message.memory_group, memory_context=message.memory_context, prompt=message.prompt,
+            provider=message.provider, model=message.model, params=message.params,
+            prompt_tokens=message.prompt_tokens, completion_tokens=message.completion_tokens,
+            latency_ms=message.latency_ms, attempts=message.attempts,
+            emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
+            recall_count=message.recall_count,
+            last_recall_at=message.last_recall_at.isoformat(timespec="seconds") + "Z" if message.last_recall_at
+            else None,
+        )
+    return data

@@ -1,0 +1,95 @@
+"""Questionnaires: items per task from the study definition, validated on the server."""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from database.models import QuestionnaireResponse, TaskSession
+from services.clock import Clock
+from services.errors import BadInput
+from services.timer_service import localised
+
+ITEM_TYPES = {"likert", "ios", "choice", "text"}
+
+
+def items_for_task(study: dict[str, Any], task: dict[str, Any], language: str) -> list[dict[str, Any]]:
+    """The task's items, flattened from its instruments, in the participant's language."""
+    items = []
+    for name in task.get("questionnaire", []):
+        instrument = study["instruments"][name]
+        for item in instrument["items"]:
+            kind = item.get("type", "likert")
+            items.append({
+                "id": item["id"],
+                "instrument": name,
+                "instrument_title": localised(instrument.get("title"), language),
+                "type": kind,
+                "required": item.get("required", kind != "text"),
+                "min": item.get("min"),
+                "max": item.get("max"),
+                "options": [
+                    {"value": o["value"], "label": localised(o.get("label"), language)} for o in item.get("options", [])
+                ] or None,
+                "text": localised(item["text"], language),
+            })
+    return items
+
+
+def validate_answers(items: list[dict[str, Any]], answers: Any, max_text_chars: int) -> dict[str, Any]:
+    """Return cleaned answers or raise BadInput naming every bad item."""
+    if not isinstance(answers, dict):
+        raise BadInput("answers must be an object of item id -> value", code="invalid_answers")
+    by_id = {item["id"]: item for item in items}
+    problems: dict[str, str] = {}
+    for key in answers:
+        if key not in by_id:
+            problems[str(key)] = "unknown item"
+    cleaned: dict[str, Any] = {}
+    for item_id, item in by_id.items():
+        value = answers.get(item_id)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if item["required"]:
+                problems[item_id] = "required"
+            continue
+        problem = _check(item, value, max_text_chars)
+        if problem:
+            problems[item_id] = problem
+        else:
+            cleaned[item_id] = value.strip() if isinstance(value, str) else value
+    if problems:
+        raise BadInput("invalid answers: " + ", ".join(sorted(problems)), code="invalid_answers",
+                       details={"items": problems})
+    return cleaned
+
+
+def _check(item: dict[str, Any], value: Any, max_text_chars: int) -> str | None:
+    kind = item["type"]
+    if kind in ("likert", "ios"):
+        # bool is an int in Python; a checkbox value is not a scale answer
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be a whole number"
+        if not item["min"] <= value <= item["max"]:
+            return f"must be between {item['min']} and {item['max']}"
+    elif kind == "choice":
+        allowed = [o["value"] for o in item["options"] or []]
+        if value not in allowed:
+            return "must be one of the options"
+    elif kind == "text":
+        if not isinstance(value, str):
+            return "must be text"
+        if len(value) > (item.get("max") or max_text_chars):
+            return "too long"
+    return None
+
+
+def store_answers(session: Session, ts: TaskSession, items: list[dict[str, Any]], cleaned: dict[str, Any],
+                  clock: Clock) -> int:
+    now = clock.now()
+    instruments = {item["id"]: item["instrument"] for item in items}
+    for item_id, value in cleaned.items():
+        session.add(QuestionnaireResponse(
+            user_id=ts.user_id, task_session_id=ts.id, task_id=ts.task_id, instrument=instruments[item_id],
+            item_id=item_id, value=value, submitted_at=now,
+        ))
+    return len(cleaned)

@@ -1,0 +1,236 @@
+"""Task flow and the server-side task timer.
+
+Tasks run strictly in order and once each. T1 is available at registration;
+task k unlocks ``unlock_offset_days`` after T1 was completed, once task k-1 is
+done. A task session moves chat -> questionnaire -> done.
+
+Durations in the study definition are *study* seconds. In pilot mode
+(``PILOT_DAY_SECONDS=N``) one study day lasts N real seconds, so every study
+duration is multiplied by ``time_scale = N / 86400`` before it is compared with
+the wall clock. The idle-gap threshold is the exception: it measures a person's
+pause between actions, which pilot mode does not make shorter, so it stays in
+real seconds; active time is credited at the compressed rate.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from database.models import AuditLog, TaskSession, User
+from services.clock import Clock
+from services.errors import Conflict, Forbidden, NotFound
+
+
+class TaskService:
+    def __init__(self, session: Session, study: dict[str, Any], *, time_scale: float, clock: Clock) -> None:
+        self.session = session
+        self.study = study
+        self.time_scale = time_scale
+        self.clock = clock
+        self.timing = study["timing"]
+        self.task_ids = [t["id"] for t in study["tasks"]]
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def task_definition(self, task_id: str) -> dict[str, Any]:
+        for task in self.study["tasks"]:
+            if task["id"] == task_id:
+                return task
+        raise NotFound(f"unknown task {task_id!r}", code="unknown_task")
+
+    def sessions_of(self, user_id: int) -> list[TaskSession]:
+        return list(self.session.scalars(
+            select(TaskSession).where(TaskSession.user_id == user_id).order_by(TaskSession.id)
+        ))
+
+    def live_session(self, user_id: int, task_id: str) -> TaskSession | None:
+        """The attempt that counts: the latest one not reset."""
+        return self.session.scalar(
+            select(TaskSession)
+            .where(TaskSession.user_id == user_id, TaskSession.task_id == task_id, TaskSession.status != "reset")
+            .order_by(TaskSession.attempt.desc())
+        )
+
+    def real_delta(self, study_seconds: float) -> timedelta:
+        return timedelta(seconds=study_seconds * self.time_scale)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def overview(self, user: User) -> list[dict[str, Any]]:
+        """Every task with its status, unlock time and (when running) its timer."""
+        now = self.clock.now()
+        live = {t: self.live_session(user.id, t) for t in self.task_ids}
+        t1 = live.get(self.task_ids[0])
+        t1_done_at = t1.completed_at if t1 and t1.status == "done" else None
+        result = []
+        previous_done = True
+        for task in self.study["tasks"]:
+            ts = live[task["id"]]
+            available_at = self._available_at(user, task, t1_done_at)
+            entry: dict[str, Any] = {
+                "id": task["id"],
+                "title": localised(task["title"], user.language),
+                "available_at": _iso(available_at),
+                "overdue": False,
+            }
+            if ts and ts.status == "done":
+                entry.update(status="done", completed_at=_iso(ts.completed_at))
+            elif ts and ts.status == "in_progress":
+                entry.update(status="in_progress", phase=ts.phase, started_at=_iso(ts.started_at),
+                             timer=self.timer(ts, now))
+            elif previous_done and available_at is not None and now >= available_at:
+                overdue_at = available_at + timedelta(days=self.timing["overdue_after_days"] * self.time_scale)
+                entry.update(status="available", overdue=now >= overdue_at)
+            else:
+                entry.update(status="locked")
+            if user.status == "withdrawn" and entry["status"] != "done":
+                entry["status"] = "locked"
+            previous_done = entry["status"] == "done"
+            result.append(entry)
+        return result
+
+    def _available_at(self, user: User, task: dict[str, Any], t1_done_at: datetime | None) -> datetime | None:
+        if task["id"] == self.task_ids[0]:
+            return user.consent_at or user.created_at
+        if t1_done_at is None:
+            return None
+        return t1_done_at + timedelta(days=task["unlock_offset_days"] * self.time_scale)
+
+    def status_of(self, user: User, task_id: str) -> dict[str, Any]:
+        self.task_definition(task_id)
+        return next(t for t in self.overview(user) if t["id"] == task_id)
+
+    # -- timer -----------------------------------------------------------------------------------
+
+    def timer(self, ts: TaskSession, now: datetime | None = None) -> dict[str, Any]:
+        now = now or self.clock.now()
+        limit = self.timing["task_active_seconds"]
+        remaining = max(0.0, limit - ts.active_seconds)
+        return {
+            "active_seconds": round(ts.active_seconds, 3),
+            "limit_seconds": limit,
+            "remaining_seconds": round(remaining, 3),
+            # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
+            "remaining_real_seconds": round(remaining * self.time_scale, 3),
+            "min_active_seconds": self.timing["min_active_seconds"],
+            "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing["min_active_seconds"],
+            "time_up": remaining <= 0,
+            "idle_gap_real_seconds": self.timing["idle_gap_seconds"],
+        }
+
+    def touch(self, ts: TaskSession) -> None:
+        """Credit the time since the last action as active, unless it was an idle gap."""
+        now = self.clock.now()
+        gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
+        if gap_real <= self.timing["idle_gap_seconds"]:
+            ts.active_seconds += gap_real / self.time_scale
+        else:
+            ts.idle_gap_count += 1
+            ts.idle_seconds += gap_real
+        ts.last_activity_at = now
+        if ts.phase == "chat" and ts.active_seconds >= self.timing["task_active_seconds"]:
+            ts.active_seconds = float(self.timing["task_active_seconds"])
+            self._end_chat(ts, "time_up", now)
+
+    # -- transitions -----------------------------------------------------------------------------
+
+    def start(self, user: User, task_id: str) -> TaskSession:
+        self._require_active(user)
+        status = self.status_of(user, task_id)
+        if status["status"] == "in_progress":
+            return self.live_session(user.id, task_id)  # reopening the page resumes the attempt
+        if status["status"] != "available":
+            raise Conflict(f"task {task_id} is {status['status']}", code=f"task_{status['status']}")
+        now = self.clock.now()
+        attempts = self.session.scalars(
+            select(TaskSession.attempt).where(TaskSession.user_id == user.id, TaskSession.task_id == task_id)
+        ).all()
+        ts = TaskSession(user_id=user.id, task_id=task_id, attempt=max(attempts, default=0) + 1,
+                         status="in_progress", phase="chat", started_at=now, last_activity_at=now,
+                         active_seconds=0.0, consolidation_status="pending")
+        self.session.add(ts)
+        self.session.flush()
+        return ts
+
+    def running_session(self, user: User, task_id: str, *, phase: str) -> TaskSession:
+        """The in-progress attempt in ``phase``, or the right error for why there is none."""
+        self._require_active(user)
+        self.task_definition(task_id)
+        ts = self.live_session(user.id, task_id)
+        if ts is None or ts.status != "in_progress":
+            status = self.status_of(user, task_id)["status"]
+            raise Conflict(f"task {task_id} is {status}", code=f"task_{status}")
+        self.expire_if_abandoned(ts)
+        if ts.phase != phase:
+            raise Conflict(f"task {task_id} is in its {ts.phase} phase", code=f"task_phase_{ts.phase}")
+        return ts
+
+    def finish_chat(self, ts: TaskSession) -> None:
+        self.touch(ts)
+        if ts.phase != "chat":
+            return  # time ran out at this very touch; the chat is already closed
+        if ts.active_seconds < self.timing["min_active_seconds"]:
+            raise Conflict("the minimum task time has not been reached yet", code="too_early",
+                           details={"timer": self.timer(ts)})
+        self._end_chat(ts, "finished", self.clock.now())
+
+    def complete(self, ts: TaskSession) -> None:
+        ts.status = "done"
+        ts.phase = "closed"
+        ts.completed_at = self.clock.now()
+
+    def expire_if_abandoned(self, ts: TaskSession) -> bool:
+        """Close the chat of an attempt open longer than the maximum wall time."""
+        now = self.clock.now()
+        if ts.phase == "chat" and now - ts.started_at >= self.real_delta(self.timing["max_wall_seconds"]):
+            self._end_chat(ts, "abandoned", now)
+            return True
+        return False
+
+    def close_abandoned(self) -> list[TaskSession]:
+        """Scheduler sweep: close every chat past the maximum wall time."""
+        closed = []
+        for ts in self.session.scalars(
+            select(TaskSession).where(TaskSession.status == "in_progress", TaskSession.phase == "chat")
+        ):
+            if self.expire_if_abandoned(ts):
+                closed.append(ts)
+        return closed
+
+    def reset(self, ts: TaskSession, *, admin: User, reason: str) -> None:
+        """Admin: void a stuck attempt (kept, marked reset) so the participant can start again."""
+        if not reason.strip():
+            raise Conflict("a reason is required to reset a task", code="reason_required")
+        if ts.status == "done":
+            raise Conflict("a completed task cannot be reset", code="task_done")
+        ts.status = "reset"
+        ts.phase = "closed"
+        ts.reset_reason = reason
+        ts.end_reason = ts.end_reason or "reset"
+        ts.consolidation_status = "n/a"
+        self.session.add(AuditLog(at=self.clock.now(), actor_user_id=admin.id, action="task_reset",
+                                  target_user_id=ts.user_id,
+                                  details={"task_id": ts.task_id, "attempt": ts.attempt, "reason": reason}))
+
+    def _end_chat(self, ts: TaskSession, reason: str, now: datetime) -> None:
+        ts.phase = "questionnaire"
+        ts.chat_ended_at = now
+        ts.end_reason = reason
+
+    @staticmethod
+    def _require_active(user: User) -> None:
+        if user.status == "withdrawn":
+            raise Forbidden("this participant has withdrawn from the study", code="withdrawn")
+
+
+def localised(value: Any, language: str) -> str:
+    if isinstance(value, dict):
+        return value.get(language) or value.get("zh") or next(iter(value.values()), "")
+    return value or ""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") + "Z" if value else None
