@@ -59,7 +59,7 @@ def start_task(task_id: str):
     session = db_session()
     tasks = task_service(session, runtime())
     ts = tasks.start(user, task_id)
-    session.commit()
+    tasks.commit()
     return ok({"task": tasks.status_of(user, task_id), "task_session_id": ts.id}, 201)
 
 
@@ -73,9 +73,7 @@ def heartbeat(task_id: str):
     tasks = task_service(session, rt)
     ts = tasks.running_session(user, task_id, phase="chat")
     tasks.touch(ts)
-    session.commit()
-    if ts.phase != "chat":
-        chat_service.on_chat_ended(rt, ts.id)
+    tasks.commit()
     return ok({"task": tasks.status_of(user, task_id)})
 
 
@@ -141,8 +139,7 @@ def finish(task_id: str):
     try:
         tasks.finish_chat(ts)
     finally:
-        session.commit()  # the activity credited by finish_chat is kept even when it is too early
-    chat_service.on_chat_ended(rt, ts.id)
+        tasks.commit()  # the activity credited by finish_chat is kept even when it is too early
     return ok({"task": tasks.status_of(user, task_id)})
 
 
@@ -168,7 +165,7 @@ def post_questionnaire(task_id: str):
     cleaned = validate_answers(items, json_body().get("answers"), rt.study["limits"]["max_text_answer_chars"])
     stored = store_answers(session, ts, items, cleaned, rt.clock)
     tasks.complete(ts)
-    session.commit()
+    tasks.commit()
     return ok({"stored": stored, "task": tasks.status_of(user, task_id)}, 201)
 
 

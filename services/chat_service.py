@@ -41,7 +41,8 @@ class PreparedReply:
 
 
 def task_service(session: Session, runtime: Runtime) -> TaskService:
-    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale, clock=runtime.clock)
+    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale, clock=runtime.clock,
+                       on_chat_ended=lambda task_session_id: on_chat_ended(runtime, task_session_id))
 
 
 def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any) -> Message:
@@ -56,8 +57,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     ts = tasks.running_session(user, task_id, phase="chat")
     tasks.touch(ts)
     if ts.phase != "chat":
-        session.commit()  # keep the closed timer; the message itself is not part of the task
-        on_chat_ended(runtime, ts.id)
+        tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
     message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
                       content=content.strip(), created_at=runtime.clock.now())

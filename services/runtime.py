@@ -3,6 +3,7 @@ the clock, the providers and the background runner, so routes, the CLI, the sche
 and tests all build the same objects."""
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,8 @@ from database.db_manager import Database
 from services.background import BackgroundRunner
 from services.clock import Clock
 from services.llm_service import LLMService, build_llm_service
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,9 +46,14 @@ class Runtime:
         self._embedder = value
 
     def record_failure(self, attempt: dict[str, Any]) -> None:
-        from services.failure_log import make_failure_recorder
+        """Write a failed provider attempt to the admin's failure log. A failure to log must not
+        stop the fallback chain from answering the participant, so it is itself only logged."""
+        try:
+            from services.failure_log import make_failure_recorder
 
-        make_failure_recorder(self.db, self.clock)(attempt)
+            make_failure_recorder(self.db, self.clock)(attempt)
+        except Exception:
+            log.exception("could not record provider failure %s", attempt.get("error_class"))
 
 
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,

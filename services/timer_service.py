@@ -13,6 +13,7 @@ real seconds; active time is credited at the compressed rate.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,8 +26,11 @@ from services.errors import Conflict, Forbidden, NotFound
 
 
 class TaskService:
-    def __init__(self, session: Session, study: dict[str, Any], *, time_scale: float, clock: Clock) -> None:
+    def __init__(self, session: Session, study: dict[str, Any], *, time_scale: float, clock: Clock,
+                 on_chat_ended: Callable[[int], None] | None = None) -> None:
         self.session = session
+        self.on_chat_ended = on_chat_ended
+        self._ended: list[int] = []
         self.study = study
         self.time_scale = time_scale
         self.clock = clock
@@ -163,7 +167,8 @@ class TaskService:
         if ts is None or ts.status != "in_progress":
             status = self.status_of(user, task_id)["status"]
             raise Conflict(f"task {task_id} is {status}", code=f"task_{status}")
-        self.expire_if_abandoned(ts)
+        if self.expire_if_abandoned(ts):
+            self.commit()  # the closing stands even though this request is refused
         if ts.phase != phase:
             raise Conflict(f"task {task_id} is in its {ts.phase} phase", code=f"task_phase_{ts.phase}")
         return ts
@@ -219,6 +224,15 @@ class TaskService:
         ts.phase = "questionnaire"
         ts.chat_ended_at = now
         ts.end_reason = reason
+        self._ended.append(ts.id)
+
+    def commit(self) -> None:
+        """Commit, then tell ``on_chat_ended`` about every chat this service closed (consolidation)."""
+        self.session.commit()
+        ended, self._ended = self._ended, []
+        if self.on_chat_ended:
+            for task_session_id in ended:
+                self.on_chat_ended(task_session_id)
 
     @staticmethod
     def _require_active(user: User) -> None:

@@ -7,6 +7,7 @@ Set ``TEST_DATABASE_URL`` to a PostgreSQL URL to run the suite against PostgreSQ
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import datetime
 
 import pytest
@@ -31,12 +32,25 @@ def database_url(tmp_path):
     return os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'test.db'}"
 
 
-@pytest.fixture
-def database(database_url):
-    db = Database(database_url)
-    if not database_url.startswith("sqlite"):
-        _reset_schema(db)
+@pytest.fixture(scope="session")
+def migrated_sqlite_template(tmp_path_factory):
+    """One SQLite file migrated to head per test run; each test gets a copy (migrating is the slow part)."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    db = Database(f"sqlite:///{path}")
     db.upgrade()
+    db.dispose()
+    return path
+
+
+@pytest.fixture
+def database(database_url, migrated_sqlite_template):
+    if database_url.startswith("sqlite:///"):
+        shutil.copyfile(migrated_sqlite_template, database_url.removeprefix("sqlite:///"))
+        db = Database(database_url)
+    else:
+        db = Database(database_url)
+        _reset_schema(db)
+        db.upgrade()
     yield db
     db.dispose()
 
@@ -52,6 +66,7 @@ def settings(database_url, tmp_path):
         assignment_seed=1234,
         llm_providers=["offline"],
         embedding_provider="offline",
+        rate_limits_enabled=False,
     )
 
 
@@ -67,3 +82,106 @@ def _reset_schema(db: Database) -> None:
     with db.engine.begin() as conn:
         conn.execute(text("DROP SCHEMA public CASCADE"))
         conn.execute(text("CREATE SCHEMA public"))
+
+
+# ---------------------------------------------------------------------------
+# App-level fixtures
+# ---------------------------------------------------------------------------
+
+
+class ApiClient:
+    """A Flask test client that fetches a CSRF token and sends it with every POST, like the pages do."""
+
+    def __init__(self, flask_client) -> None:
+        self.raw = flask_client
+        self.token: str | None = None
+
+    def csrf(self) -> str:
+        if self.token is None:
+            self.token = self.raw.get("/api/auth/csrf").get_json()["csrf_token"]
+        return self.token
+
+    def get(self, path: str, **kwargs):
+        return self.raw.get(path, **kwargs)
+
+    def post(self, path: str, json=None, **kwargs):
+        headers = {"X-CSRFToken": self.csrf(), **kwargs.pop("headers", {})}
+        response = self.raw.post(path, json=json, headers=headers, **kwargs)
+        body = response.get_json(silent=True) or {}
+        if isinstance(body, dict) and body.get("csrf_token"):
+            self.token = body["csrf_token"]
+        return response
+
+    def register(self, username: str, password: str = "correct-horse-1", **extra):
+        return self.post("/api/auth/register",
+                         json={"username": username, "password": password, "consent": True, **extra})
+
+    def login(self, username: str, password: str):
+        return self.post("/api/auth/login", json={"username": username, "password": password})
+
+
+@pytest.fixture
+def app(settings, clock, database):
+    from app import create_app
+
+    flask_app = create_app(settings, clock=clock)
+    yield flask_app
+    runtime = flask_app.extensions["memory_lab"]
+    runtime.background.shutdown()
+    runtime.db.dispose()
+
+
+@pytest.fixture
+def client(app):
+    return ApiClient(app.test_client())
+
+
+@pytest.fixture
+def make_participant(app):
+    """make_participant("name") -> a logged-in ApiClient for a new participant."""
+    counter = {"n": 0}
+
+    def factory(username: str | None = None, **extra) -> ApiClient:
+        counter["n"] += 1
+        api = ApiClient(app.test_client())
+        response = api.register(username or f"participant{counter['n']:03d}", **extra)
+        assert response.status_code == 201, response.get_json()
+        return api
+
+    return factory
+
+
+ADMIN_PASSWORD = "admin-password-1"
+
+
+@pytest.fixture
+def admin_client(app):
+    from services.account_service import create_admin
+
+    runtime = app.extensions["memory_lab"]
+    with runtime.db.Session() as session:
+        create_admin(session, "labadmin", ADMIN_PASSWORD, runtime.clock)
+    api = ApiClient(app.test_client())
+    assert api.login("labadmin", ADMIN_PASSWORD).status_code == 200
+    return api
+
+
+def walk_task(api: ApiClient, clock, task_id: str, messages: list[str], *, study) -> dict:
+    """Do one task through the API: start, chat, wait the minimum time, finish, answer the questionnaire."""
+    assert api.post(f"/api/tasks/{task_id}/start").status_code == 201
+    step = study["timing"]["min_active_seconds"] / max(len(messages), 1) + 1
+    for text in messages:
+        clock.advance(min(step, study["timing"]["idle_gap_seconds"]))
+        response = api.post(f"/api/tasks/{task_id}/messages", json={"content": text})
+        assert response.status_code == 201, response.get_json()
+    while True:
+        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        response = api.post(f"/api/tasks/{task_id}/finish")
+        if response.status_code == 200:
+            break
+        assert response.get_json()["error"] == "too_early"
+    items = api.get(f"/api/tasks/{task_id}/questionnaire").get_json()["items"]
+    answers = {i["id"]: (i["min"] if i["type"] in ("likert", "ios") else "fine") for i in items}
+    response = api.post(f"/api/tasks/{task_id}/questionnaire", json={"answers": answers})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()

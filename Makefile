@@ -1,0 +1,42 @@
+# Two commands: `make run` and `make test`. Everything either needs is installed from here.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+export PORT
+
+.PHONY: run test venv dev system-test-deps lint bench clean-venv
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: requirements.txt $(VENV)/bin/python
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.installed
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+dev: $(VENV)/.dev-installed
+
+## make run: set up .venv, migrate the SQLite database under data/, serve on 127.0.0.1:$(PORT) (offline providers)
+run: venv
+	$(PY) scripts/migrate.py
+	$(PY) app.py
+
+## make test: dev requirements, headless Chromium and PostgreSQL (Debian packages), then the whole suite
+test: dev system-test-deps
+	bash scripts/run_tests.sh
+
+system-test-deps:
+	bash scripts/install_test_deps.sh
+
+lint: dev
+	$(VENV)/bin/ruff check .
+
+bench: dev
+	$(PY) scripts/bench_recall.py

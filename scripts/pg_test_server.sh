@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL server on 127.0.0.1 for the test suite.
+#   scripts/pg_test_server.sh start   -> prints TEST_POSTGRES_URL=... (server running)
+#   scripts/pg_test_server.sh stop
+set -euo pipefail
+DIR=${PG_TEST_DIR:-/tmp/memory-lab-pg}
+PORT=${PG_TEST_PORT:-55432}
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -n "$BIN" ] || { echo "pg_test_server: PostgreSQL is not installed" >&2; exit 1; }
+# PostgreSQL refuses to run as root: run it as the 'postgres' system user the package creates.
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+case "${1:-start}" in
+  start)
+    if [ "$(id -u)" -eq 0 ]; then mkdir -p "$DIR"; chown postgres "$DIR"; else mkdir -p "$DIR"; fi
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1 && as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null
+    rm -rf "$DIR/data"
+    as_pg "$BIN/initdb" -D "$DIR/data" -U memlab --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
+      -o "-h 127.0.0.1 -p $PORT -k $DIR -c fsync=off -c full_page_writes=off" start >/dev/null
+    as_pg "$BIN/createdb" -h 127.0.0.1 -p "$PORT" -U memlab memlab_test
+    echo "TEST_POSTGRES_URL=postgresql+psycopg://memlab@127.0.0.1:$PORT/memlab_test"
+    ;;
+  stop)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null 2>&1 || true
+    ;;
+esac

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole suite: everything on SQLite, then the tests marked `postgres` again on a real PostgreSQL server.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+status=0
+$PY -m pytest -p no:cacheprovider "$@" || status=$?
+if out=$(bash scripts/pg_test_server.sh start); then
+  export $out
+  echo "== PostgreSQL: tests marked postgres against $TEST_POSTGRES_URL"
+  TEST_DATABASE_URL=$TEST_POSTGRES_URL $PY -m pytest -p no:cacheprovider -m postgres "$@" || status=$?
+  bash scripts/pg_test_server.sh stop
+else
+  echo "PostgreSQL test server could not start" >&2
+  status=1
+fi
+exit $status
