@@ -27,9 +27,6 @@ from services.timer_service import TaskService
 
 log = logging.getLogger(__name__)
 
-WITHIN_TASK_TURNS = {"L1": 0, "L2": 7, "L3": 3, "L4": 3, "S1": 3, "R1": 0}
-
-
 @dataclass
 class PreparedReply:
     """Everything the model is given for one reply, built inside the reply's transaction."""
@@ -112,12 +109,14 @@ def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: s
         select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
     ).all()
     history = [{"role": m.role, "content": m.content} for m in rows]
-    if study.get("within_task_window_manipulated"):
-        turns = WITHIN_TASK_TURNS.get(group, 0)
-        user_positions = [i for i, m in enumerate(history) if m["role"] == "user"]
-        history = history[user_positions[-turns]:] if turns and len(user_positions) >= turns else (
-            history if turns else [])
-    return history
+    if not study.get("within_task_window_manipulated"):
+        return history
+    # the switch makes the task in progress part of the manipulation: keep the condition's window only
+    turns = study["conditions"][group]["recent_turns"]
+    if turns <= 0:
+        return []
+    turn_starts = [i for i, m in enumerate(history) if m["role"] == "user"]
+    return history[turn_starts[-turns]:] if len(turn_starts) > turns else history
 
 
 def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult) -> Message:

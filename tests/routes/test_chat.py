@@ -170,3 +170,20 @@ def test_l1_and_l2_context_from_earlier_tasks(app, clock, make_participant, stud
     assert len(turns) == expected
     assert [t["user"] for t in turns] == lines[len(lines) - expected:] if expected else turns == []
     assert all(t["task_id"] == "T1" for t in turns)
+
+
+@pytest.mark.parametrize("group,kept_turns", [("L1", 0), ("L2", 7), ("L3", 3)])
+def test_within_task_window_switch_truncates_the_task_in_progress(app, clock, make_participant, group, kept_turns):
+    study = app.extensions["memory_lab"].study
+    study["enabled_conditions"] = [group]
+    study["within_task_window_manipulated"] = True
+    api = make_participant(f"win{group}")
+    api.post("/api/tasks/T1/start")
+    for i in range(9):
+        clock.advance(5)
+        reply = api.post("/api/tasks/T1/messages", json={"content": f"message {i}"}).get_json()["reply"]
+    with app.extensions["memory_lab"].db.Session() as session:
+        prompt = session.get(Message, reply["id"]).prompt
+    history_users = [m["content"] for m in prompt[1:-1] if m["role"] == "user"]
+    assert history_users == [f"message {i}" for i in range(8 - kept_turns, 8)]
+    assert prompt[-1]["content"] == "message 8"

@@ -1,0 +1,102 @@
+"""`python app.py` (what `make run` starts) comes up offline, prints the first admin password once,
+and serves a participant end to end over real HTTP."""
+import http.cookiejar
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Browserless:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.token = None
+
+    def call(self, method: str, path: str, body=None):
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["X-CSRFToken"] = self.token
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with self.opener.open(request, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+
+@pytest.mark.slow
+def test_server_starts_offline_and_serves_a_participant(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(PORT=str(port), DATABASE_URL=f"sqlite:///{tmp_path / 'run.db'}", PILOT_DAY_SECONDS="60",
+               SECRET_KEY="server-start-test", SCHEDULER_ENABLED="1", LLM_PROVIDERS="offline",
+               EMBEDDING_PROVIDER="offline", PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        api = Browserless(f"http://127.0.0.1:{port}")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if api.call("GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            log.seek(0)
+            pytest.fail("server did not come up:\n" + log.read())
+        log.seek(0)
+        output = log.read()
+        assert "First start: created admin 'admin' with password:" in output
+        assert "pilot mode" in output
+        status, body = api.call("GET", "/api/auth/csrf")
+        api.token = body["csrf_token"]
+        status, body = api.call("POST", "/api/auth/register",
+                                {"username": "live01", "password": "password-123", "consent": True})
+        assert status == 201, body
+        api.token = body["csrf_token"]
+        assert api.call("POST", "/api/tasks/T1/start")[0] == 201
+        status, body = api.call("POST", "/api/tasks/T1/messages", {"content": "你好，我叫小周。"})
+        assert status == 201, body
+        assert body["reply"]["content"]
+        time.sleep(0.3)  # 300 study seconds are 0.21 real seconds at 60 s per study day
+        status, body = api.call("POST", "/api/tasks/T1/finish")
+        assert status == 200, body
+        assert body["task"]["phase"] == "questionnaire"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    # a second start on the same database does not print a new password
+    log2 = open(tmp_path / "server2.log", "w+")
+    env["PORT"] = str(free_port())
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log2, stderr=subprocess.STDOUT)
+    try:
+        api = Browserless(f"http://127.0.0.1:{env['PORT']}")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if api.call("GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    log2.seek(0)
+    assert "password" not in log2.read()
