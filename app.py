@@ -153,7 +153,8 @@ def main() -> None:
         start_scheduler(app)
     port = int(os.environ.get("PORT", "8000"))
     host = os.environ.get("HOST", "127.0.0.1")
-    mode = f"pilot mode, 1 study day = {runtime.settings.day_seconds:g} s" if runtime.settings.pilot_mode else "real time"
+    settings = runtime.settings
+    mode = f"pilot mode, 1 study day = {settings.day_seconds:g} s" if settings.pilot_mode else "real time"
     print(f"AI Memory Lab on http://{host}:{port}  ({mode}; reply chain: "
           f"{','.join(runtime.settings.llm_providers)}; embedder: {runtime.settings.embedding_provider})", flush=True)
     from waitress import serve

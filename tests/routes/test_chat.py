@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProviderFailure, User
-from services.llm_service import ChatResult, LLMService, ProviderError
+from services.llm_service import LLMService, ProviderError
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import ApiClient, walk_task
 
