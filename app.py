@@ -22,7 +22,7 @@ from routes.access import close_db_session, db_session, limiter
 from services.clock import Clock
 from services.errors import StudyError
 from services.llm_service import LLMService
-from services.runtime import build_runtime
+from services.runtime import build_runtime, check_embedder
 
 log = logging.getLogger("memory_lab")
 csrf = CSRFProtect()
@@ -68,9 +68,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, auth, pages, participant
+    from routes import admin, admin_tools, auth, pages, participant
 
-    for module in (auth, participant, admin, pages):
+    for module in (auth, participant, admin, admin_tools, pages):
         app.register_blueprint(module.bp)
 
 
@@ -127,6 +127,31 @@ def _register_cli(app: Flask) -> None:
         runtime.db.upgrade(revision)
         click.echo(f"database at {runtime.db.current_revision()}")
 
+    @app.cli.command("export")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="zip file to write")
+    @click.option("--bom", is_flag=True, help="UTF-8 with byte-order mark (Excel)")
+    @click.option("--exclude-pii", is_flag=True, help="leave out usernames and free-text columns")
+    def export_command(out: str, bom: bool, exclude_pii: bool) -> None:
+        """Export the study data (CSV long and wide, codebook, study config) as a zip."""
+        from services.export_service import ExportOptions, write_export
+
+        result = write_export(runtime, out, options=ExportOptions(bom=bom, exclude_pii=exclude_pii))
+        click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
+
+    @app.cli.command("run-jobs")
+    @click.option("--reminders", is_flag=True, help="also send reminder e-mails (needs REMINDERS_ENABLED=1)")
+    def run_jobs_command(reminders: bool) -> None:
+        """Run the scheduler's jobs once: consolidation sweep, overdue marking (e.g. from cron)."""
+        from services.scheduler import run_jobs_once
+
+        result = run_jobs_once(runtime, reminders=reminders)
+        runs = result["sweep"]["runs"]
+        click.echo(f"closed {len(result['sweep']['closed'])} abandoned chat(s); {len(runs)} consolidation run(s)"
+                   f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); "
+                   f"{len(result['overdue'])} newly overdue")
+        if reminders:
+            click.echo(f"reminders sent: {len(result['reminders']['sent'])}")
+
 
 def bootstrap_admin_once(app: Flask) -> None:
     """Print a generated admin password once, on the first start with no admin."""
@@ -146,6 +171,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app()
     runtime = app.extensions["memory_lab"]
+    check_embedder(runtime)
     bootstrap_admin_once(app)
     if runtime.settings.scheduler_enabled:
         from services.scheduler import start_scheduler

