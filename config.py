@@ -304,7 +304,7 @@ DEFAULT_STUDY: dict[str, Any] = {
             "presets": {
                 # The seed as written: raw cosine as r, t in days. Recalls nothing at a 2-day gap.
                 "seed_literal": {
-                    "threshold": 0.86, "salience_bonus": 0.05, "g0_base": 1.0, "g0_salience": 0.5,
+                    "top_k": 5, "threshold": 0.86, "salience_bonus": 0.05, "g0_base": 1.0, "g0_salience": 0.5,
                     "g_update_salience": 0.5, "time_unit": "days", "time_scale": 1.0,
                     "relevance": {"method": "raw"},
                 },

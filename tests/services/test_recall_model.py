@@ -1,0 +1,235 @@
+"""The forgetting-curve maths against hand-computed values, and its properties."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from config import load_study
+from services import recall_model as rm
+
+# Hand-computed: (1 - e^-1) = 0.6321205588; p(r, t, g) = (1 - exp(-r e^{-t/g})) / 0.6321205588.
+HAND_P = [
+    # r, t, g, p
+    (1.0, 0.0, 1.0, 1.0),
+    (0.5, 0.0, 1.0, 0.6224593312),   # (1 - e^-0.5) / 0.63212 = 0.3934693403 / 0.6321205588
+    (1.0, 2.0, 1.0, 0.2002418364),   # e^-2 = 0.1353352832; 1 - exp(-0.1353352832) = 0.1265776655
+    (0.8, 1.0, 2.0, 0.6081767528),   # 0.8 e^-0.5 = 0.4852245277; 1 - exp(-0.4852245277) = 0.3844420384
+    (0.0, 0.0, 1.0, 0.0),
+    (1.0, 16.0, 1.0, 1.780280e-07),  # the seed's T4 gap in days: e^-16 / 0.632 - nothing is left
+]
+
+
+@pytest.mark.parametrize(("r", "t", "g", "expected"), HAND_P)
+def test_recall_probability_matches_hand_values(r, t, g, expected):
+    assert rm.recall_probability(r, t, g) == pytest.approx(expected, abs=1e-8)
+
+
+def test_recall_probability_is_vectorised_and_returns_float_for_scalars():
+    assert isinstance(rm.recall_probability(0.5, 0.0, 1.0), float)
+    values = rm.recall_probability(np.array([1.0, 0.5, 1.0]), np.array([0.0, 0.0, 2.0]), 1.0)
+    assert isinstance(values, np.ndarray)
+    np.testing.assert_allclose(values, [1.0, 0.6224593312, 0.2002418364], atol=1e-8)
+
+
+def test_recall_probability_clips_inputs_to_their_domain():
+    assert rm.recall_probability(1.7, 0.0, 1.0) == 1.0   # r above 1 counts as 1
+    assert rm.recall_probability(-0.3, 0.0, 1.0) == 0.0  # negative cosine counts as 0
+    assert rm.recall_probability(0.5, -5.0, 1.0) == pytest.approx(0.6224593312)  # clock skew: t = 0
+
+
+def test_spacing_gain_matches_hand_values():
+    assert rm.spacing_gain(0.0) == 0.0
+    assert rm.spacing_gain(1.0) == pytest.approx(0.4621171573)  # (1 - e^-1) / (1 + e^-1)
+    assert rm.spacing_gain(2.0) == pytest.approx(0.7615941560)  # (1 - e^-2) / (1 + e^-2)
+    assert rm.spacing_gain(50.0) == pytest.approx(1.0)
+
+
+def test_g_update_and_initial_g_match_hand_values():
+    # g = 1.2, t = 2, e = 0.4: 1.2 + 0.7615941560 * (1 + 0.5 * 0.4) = 2.1139129872
+    assert rm.updated_g(1.2, 2.0, 0.4, 0.5) == pytest.approx(2.1139129872)
+    assert rm.updated_g(1.2, 0.0, 1.0, 0.5) == pytest.approx(1.2)  # recalled again at once: no gain
+    assert rm.initial_g(0.6, 1.0, 0.5) == pytest.approx(1.3)
+    assert rm.initial_g(0.0) == 1.0
+
+
+def test_salience_bonus_adds_and_caps_at_one():
+    assert rm.final_probability(0.80, 0.5, 0.05) == pytest.approx(0.825)
+    assert rm.final_probability(0.97, 1.0, 0.05) == 1.0
+    np.testing.assert_allclose(rm.final_probability(np.array([0.2, 0.99]), np.array([1.0, 1.0]), 0.05), [0.25, 1.0])
+
+
+def test_salience_weights_are_04_04_02():
+    assert rm.emotional_salience(1.0, 0.0, 0.0) == pytest.approx(0.4)
+    assert rm.emotional_salience(0.0, 1.0, 0.0) == pytest.approx(0.4)
+    assert rm.emotional_salience(0.0, 0.0, 1.0) == pytest.approx(0.2)
+    assert rm.emotional_salience(0.5, 0.25, 0.8) == pytest.approx(0.2 + 0.1 + 0.16)
+
+
+def test_salience_clamps_out_of_range_and_defaults_missing_scores():
+    assert rm.emotional_salience(1.5, -0.2, float("nan")) == pytest.approx(0.4)
+    assert rm.emotional_salience(None, "high", 0.5) == pytest.approx(0.1)  # missing / unparsable -> 0
+    assert rm.emotional_salience(None, None, None) == rm.MISSING_SCORE_DEFAULT == 0.0
+    assert rm.emotional_salience(None, None, None, missing=0.5) == pytest.approx(0.5)
+    assert rm.emotional_salience("0.9", 1e9, -1e9) == pytest.approx(0.36 + 0.4)
+    assert rm.clamp_score(float("inf")) == 1.0
+
+
+def test_salience_array_matches_scalar_version():
+    intensity = np.array([1.5, np.nan, 0.5])
+    disclosure = np.array([-0.2, 0.3, 0.25])
+    value = np.array([np.nan, 1.0, 0.8])
+    expected = [rm.emotional_salience(i, d, v) for i, d, v in zip(intensity, disclosure, value, strict=True)]
+    np.testing.assert_allclose(rm.emotional_salience_array(intensity, disclosure, value), expected)
+
+
+def test_required_relevance_is_where_p_final_reaches_the_threshold():
+    # threshold 0.86, no bonus: x* = -ln(1 - 0.86 * 0.6321205588) = -ln(0.4563763194) = 0.7844375480
+    assert rm.required_relevance(0.0, 1.0, 0.0, 0.86, 0.05) == pytest.approx(0.7844375480, abs=1e-9)
+    for t, g, e in [(0.0, 1.0, 0.0), (0.2, 1.3, 0.6), (0.05, 2.0, 1.0)]:
+        r_star = rm.required_relevance(t, g, e, 0.86, 0.05)
+        p_final = rm.final_probability(rm.recall_probability(r_star, t, g), e, 0.05)
+        assert p_final == pytest.approx(0.86, abs=1e-9)
+    assert rm.required_relevance(2.0, 1.0, 0.0, 0.86, 0.05) > 1.0  # the seed's 2-day gap: impossible
+
+
+def test_linear_relevance_mapping_and_raw():
+    assert rm.relevance(0.89, 0.87, 0.91) == pytest.approx(0.5)
+    assert rm.relevance(0.85, 0.87, 0.91) == 0.0
+    assert rm.relevance(0.95, 0.87, 0.91) == 1.0
+    mapping = rm.RelevanceMapping("linear", 0.87, 0.91, {"en": (0.80, 0.84)})
+    assert mapping.to_r(0.82, "en") == pytest.approx(0.5)
+    assert mapping.to_r(0.82, "zh") == 0.0
+    assert mapping.to_r(0.89, None) == pytest.approx(0.5)  # unknown language: the default bounds
+    assert rm.RelevanceMapping("raw").to_r(0.93) == pytest.approx(0.93)
+    assert rm.RelevanceMapping("raw").to_r(-0.1) == 0.0
+
+
+def test_text_language():
+    assert rm.text_language("我对海鲜过敏") == "zh"
+    assert rm.text_language("I am allergic to seafood") == "en"
+    assert rm.text_language("我用 Python 写代码") == "zh"
+    assert rm.text_language("🙂 123") is None
+
+
+def test_elapsed_time_units_scale_and_pilot_days():
+    two_days = 2 * 86400
+    assert rm.elapsed_time(two_days, unit="days", time_scale=1.0, day_seconds=86400) == pytest.approx(2.0)
+    assert rm.elapsed_time(two_days, unit="days", time_scale=1 / 30, day_seconds=86400) == pytest.approx(2 / 30)
+    assert rm.elapsed_time(two_days, unit="hours", time_scale=1.0, day_seconds=86400) == pytest.approx(48.0)
+    # pilot mode: a study day lasts 60 real seconds, so 120 real seconds are 2 study days
+    assert rm.elapsed_time(120, unit="days", time_scale=1.0, day_seconds=60) == pytest.approx(2.0)
+    assert rm.elapsed_time(0, unit="turns", time_scale=0.5, day_seconds=86400, turns=6) == pytest.approx(3.0)
+    assert rm.elapsed_time(-30, unit="days", time_scale=1.0, day_seconds=86400) == 0.0
+    with pytest.raises(ValueError):
+        rm.elapsed_time(10, unit="turns", time_scale=1.0, day_seconds=86400)
+    with pytest.raises(ValueError):
+        rm.elapsed_time(10, unit="weeks", time_scale=1.0, day_seconds=86400)
+
+
+def test_default_study_resolves_to_the_calibrated_preset():
+    params = rm.resolve_recall_params(load_study())
+    assert params.preset == "calibrated"
+    assert (params.top_k, params.threshold, params.salience_bonus) == (5, 0.86, 0.05)
+    assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
+    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 30)
+    assert params.relevance.method == "linear"
+    assert params.relevance.bounds("zh") == (0.87, 0.91)
+    assert params.relevance.bounds("en") == (0.80, 0.84)
+
+
+def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
+    study = load_study()
+    study["memory"]["recall"]["threshold"] = 0.5  # a study-wide change does not alter the literal preset
+    params = rm.resolve_recall_params(study, preset="seed_literal")
+    assert params.relevance.method == "raw"
+    assert (params.time_unit, params.time_scale, params.threshold) == ("days", 1.0, 0.86)
+    assert rm.resolve_recall_params(study).threshold == 0.5  # ... but does reach the calibrated one
+
+
+def test_overrides_layer_on_top_of_the_preset():
+    study = load_study()
+    study["memory"]["recall"]["overrides"] = {"time_scale": 0.1, "relevance": {"floor": 0.85}}
+    params = rm.resolve_recall_params(study, overrides={"top_k": 3})
+    assert params.time_scale == pytest.approx(0.1)
+    assert params.relevance.bounds("zh") == (0.85, 0.91)  # nested keys merge; the ceiling stays
+    assert params.top_k == 3
+    assert params.to_dict()["relevance"]["by_language"]["en"] == {"floor": 0.80, "ceiling": 0.84}
+
+
+@pytest.mark.parametrize("override", [
+    {"time_unit": "weeks"}, {"time_scale": 0}, {"threshold": 1.5}, {"top_k": 0},
+    {"relevance": {"floor": 0.9, "ceiling": 0.9}}, {"relevance": {"method": "cosine"}},
+])
+def test_invalid_parameters_fail_clearly(override):
+    with pytest.raises(ValueError):
+        rm.resolve_recall_params(load_study(), overrides=override)
+
+
+def test_unknown_preset_fails_clearly():
+    with pytest.raises(ValueError, match="unknown recall preset"):
+        rm.resolve_recall_params(load_study(), preset="nope")
+
+
+def test_top_k_indices_orders_by_cosine_breaks_ties_by_index_and_excludes():
+    cosines = np.array([0.5, 0.9, 0.7, 0.9, 0.1, 0.7])
+    assert rm.top_k_indices(cosines, 3).tolist() == [1, 3, 2]
+    assert rm.top_k_indices(cosines, 10).tolist() == [1, 3, 2, 5, 0, 4]
+    exclude = np.array([False, True, False, False, False, False])
+    assert rm.top_k_indices(cosines, 2, exclude=exclude).tolist() == [3, 2]
+    assert rm.top_k_indices(cosines, 3, exclude=np.ones(6, dtype=bool)).tolist() == []
+    assert rm.top_k_indices(np.zeros(0), 5).tolist() == []
+
+
+def test_score_candidates_applies_threshold_bonus_and_g_update_only_to_recalled():
+    params = rm.resolve_recall_params(load_study(), overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
+    # r = 0.99 at t = 0.1, g = 1: p = 0.9329; r = 0.7: p = 0.7463 (+0.05 bonus for e = 1 -> 0.7963)
+    scores = rm.score_candidates([0.99, 0.7], [0.1, 0.1], [1.0, 1.0], [0.0, 1.0], params)
+    assert scores.recalled.tolist() == [True, False]
+    assert scores.p[0] == pytest.approx((1 - math.exp(-0.99 * math.exp(-0.1))) / (1 - math.exp(-1)))
+    assert scores.p_final[1] == pytest.approx(scores.p[1] + 0.05)
+    assert scores.g_after[0] == pytest.approx(1.0 + math.tanh(0.05))
+    assert scores.g_after[1] == 1.0
+
+
+# -- properties ----------------------------------------------------------------
+
+unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+times = st.floats(min_value=0.0, max_value=1e4, allow_nan=False)
+gs = st.floats(min_value=1e-3, max_value=100.0, allow_nan=False)
+
+
+@given(r=st.floats(-2.0, 2.0, allow_nan=False), t=st.floats(-10.0, 1e6, allow_nan=False), g=gs, e=unit)
+def test_probabilities_stay_in_unit_interval(r, t, g, e):
+    p = rm.recall_probability(r, t, g)
+    assert 0.0 <= p <= 1.0
+    assert 0.0 <= rm.final_probability(p, e, 0.05) <= 1.0
+
+
+@given(r1=unit, r2=unit, t=times, g=gs)
+def test_probability_is_monotone_non_decreasing_in_relevance(r1, r2, t, g):
+    low, high = sorted((r1, r2))
+    assert rm.recall_probability(low, t, g) <= rm.recall_probability(high, t, g) + 1e-12
+
+
+@given(r=unit, t1=times, t2=times, g=gs)
+def test_probability_is_non_increasing_in_elapsed_time(r, t1, t2, g):
+    early, late = sorted((t1, t2))
+    assert rm.recall_probability(r, late, g) <= rm.recall_probability(r, early, g) + 1e-12
+
+
+@given(g=gs, t=st.floats(-10.0, 1e6, allow_nan=False), e=st.floats(-1.0, 2.0, allow_nan=False),
+       k=st.floats(0.0, 5.0, allow_nan=False))
+def test_g_never_decreases(g, t, e, k):
+    assert rm.updated_g(g, t, rm.clamp_score(e), k) >= g
+    assert rm.updated_g(g, t, e, k) >= g  # even with an unclamped salience
+
+
+@given(i=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+       d=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+       v=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+def test_salience_always_in_unit_interval(i, d, v):
+    assert 0.0 <= rm.emotional_salience(i, d, v) <= 1.0
