@@ -120,6 +120,27 @@ def _register_cli(app: Flask) -> None:
             user = create_admin(session, username, password, runtime.clock)
         click.echo(f"admin {user.username} is ready")
 
+    @app.cli.command("consolidate")
+    @click.option("--user", help="a participant's username or id: consolidate their pending tasks")
+    @click.option("--all-pending", is_flag=True, help="every finished task not yet consolidated")
+    @click.option("--dry-run", is_flag=True, help="print what would change; write nothing")
+    def consolidate_command(user: str | None, all_pending: bool, dry_run: bool) -> None:
+        """Consolidate finished tasks by hand (same as scripts/manual_consolidation.py)."""
+        from services.consolidation_service import ConsolidationService, describe, manual_consolidation
+
+        service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.llm, embedder=runtime.embedder,
+                                       clock=runtime.clock)
+        try:
+            summaries = manual_consolidation(service, user=user, all_pending=all_pending, dry_run=dry_run)
+        except (LookupError, ValueError) as exc:
+            raise click.UsageError(str(exc)) from exc
+        for summary in summaries:
+            click.echo(describe(summary))
+        if not summaries:
+            click.echo("nothing to consolidate")
+        if any(s.status == "failed" for s in summaries):
+            raise SystemExit(1)
+
     @app.cli.command("db-upgrade")
     @click.option("--revision", default="head")
     def db_upgrade_command(revision: str) -> None:

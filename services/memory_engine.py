@@ -15,7 +15,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from database.models import Message, TaskSession
+from config import SECONDS_PER_DAY
+from database.models import Message, ProfileVersion, TaskSession
+from services.clock import Clock
+from services.profile import render_profile
 
 SECTION_TITLES = {
     "profile": {"zh": "用户画像", "en": "User profile"},
@@ -40,6 +43,9 @@ class MemoryContext:
     fragments: list[dict[str, Any]] = field(default_factory=list)
     r1_memory: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # L4 audit: every top-k candidate considered (recalled or not) and the parameters used.
+    recall_candidates: list[dict[str, Any]] = field(default_factory=list)
+    recall_params: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +114,11 @@ class MemoryEngine:
     """Routes to the builder of the participant's memory condition."""
 
     def __init__(self, session: Session, study: dict[str, Any], *, embedder=None, clock=None,
-                 settings=None) -> None:
+                 settings=None, defer_recall_writes: bool = False) -> None:
+        # defer_recall_writes: L4 computes its recall without writing it; the caller applies
+        # context.recall_candidates with VectorStore.apply when the reply is stored.
         self.session = session
+        self.defer_recall_writes = defer_recall_writes
         self.study = study
         self.embedder = embedder
         self.clock = clock
@@ -144,18 +153,66 @@ class MemoryEngine:
         n = self.study["memory"]["recent_turns_L2"]
         context.recent_turns = self._recent(user_id, task_session, n)
 
-    # L3, L4, S1 and R1 are built by the memory issue; until then they give only recent turns and
-    # say so in the context's notes, so no stored reply can be mistaken for a real gist/recall.
     def _gist(self, context: MemoryContext, *, user_id: int, task_session: TaskSession, **_: Any) -> None:
+        """L3: the consolidated profile (gist) + the last N turns (default 3) before this task."""
+        context.profile = self._profile(context, user_id)
         context.recent_turns = self._recent(user_id, task_session, self.study["memory"]["recent_turns_gist"])
-        context.notes.append("profile not yet implemented")
 
-    def _hybrid(self, context: MemoryContext, *, user_id: int, task_session: TaskSession, **_: Any) -> None:
-        context.recent_turns = self._recent(user_id, task_session, self.study["memory"]["recent_turns_gist"])
-        context.notes.append("profile and forgetting-curve recall not yet implemented")
+    def _hybrid(self, context: MemoryContext, *, user_id: int, task_session: TaskSession, query: Message | None,
+                **_: Any) -> None:
+        """L4: L3's profile and turns + memories recalled by the forgetting curve (SPEC §2)."""
+        self._gist(context, user_id=user_id, task_session=task_session)
+        if query is None:
+            context.notes.append("no query message: forgetting-curve recall skipped")
+            return
+        if self.embedder is None:
+            context.notes.append("no embedder configured: forgetting-curve recall skipped")
+            return
+        from database.vector_store import VectorStore
 
-    def _structured_summary(self, context: MemoryContext, **_: Any) -> None:
-        context.notes.append("S1 not yet implemented")
+        store = VectorStore(self.session, self.study, clock=self.clock or Clock(), day_seconds=self._day_seconds(),
+                            embedder=self.embedder)
+        candidates = store.recall(user_id=user_id, query_message=query, task_id=task_session.task_id,
+                                  apply=not self.defer_recall_writes)
+        context.recall_candidates = [c.to_dict() for c in candidates]
+        context.recalled = [c.to_dict() for c in candidates if c.recalled]
+        params = store.params
+        context.recall_params = {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
+                                 "time_unit": params.time_unit, "time_scale": params.time_scale,
+                                 "relevance": params.relevance.to_dict()}
 
-    def _recursive_summary(self, context: MemoryContext, **_: Any) -> None:
-        context.notes.append("R1 not yet implemented")
+    def _profile(self, context: MemoryContext, user_id: int) -> dict[str, Any] | None:
+        """The newest gist profile version, rendered in the participant's language and capped."""
+        version = self.session.scalar(
+            select(ProfileVersion).where(ProfileVersion.user_id == user_id, ProfileVersion.kind == "gist")
+            .order_by(ProfileVersion.version.desc()).limit(1))
+        if version is None:
+            context.notes.append("no consolidated profile yet")
+            return None
+        text = render_profile(version.content, language=context.language,
+                              max_chars=int(self.study["memory"]["gist_max_chars"]))
+        return {"version": version.version, "text": text, "content": version.content, "task_id": version.task_id,
+                "source": version.source, "profile_version_id": version.id}
+
+    def _day_seconds(self) -> float:
+        return float(self.settings.day_seconds) if self.settings is not None else float(SECONDS_PER_DAY)
+
+    def _structured_summary(self, context: MemoryContext, *, user_id: int, task_session: TaskSession,
+                            query: Message | None, **_: Any) -> None:
+        """S1: the structured summary of earlier tasks + fuzzy recall of history fragments."""
+        from config import SECONDS_PER_DAY
+        from services import structured_summary  # imported here: it imports this module
+        from services.clock import Clock
+
+        day_seconds = self.settings.day_seconds if self.settings is not None else SECONDS_PER_DAY
+        structured_summary.build_context(
+            self.session, context=context, user_id=user_id, task_session=task_session, query=query,
+            embedder=self.embedder, clock=self.clock or Clock(), study=self.study, day_seconds=day_seconds)
+
+    def _recursive_summary(self, context: MemoryContext, *, user_id: int, task_session: TaskSession,
+                           query: Message | None, **_: Any) -> None:
+        """R1: the latest recursively updated memory (summary items + verbatim entries)."""
+        from services import recursive_memory  # imported here: it imports this module
+
+        recursive_memory.build_context(self.session, context=context, user_id=user_id, task_session=task_session,
+                                       query=query, study=self.study)

@@ -50,3 +50,25 @@ def test_first_start_prints_a_generated_admin_password_once(app, capsys):
 def test_db_upgrade_command(app):
     result = app.test_cli_runner().invoke(args=["db-upgrade"])
     assert result.exit_code == 0 and "database at 0001" in result.output
+
+
+def test_consolidate_command_runs_pending_sessions_once(app, make_participant, clock, study):
+    from database.models import ConsolidationRun
+    from tests.conftest import walk_task
+
+    runtime = app.extensions["memory_lab"]
+    runtime.background.inline = False  # leave the finished task pending, as if the server had stopped
+    runtime.background.submit = lambda *args, **kwargs: None
+    api = make_participant("cli_consolidate")
+    walk_task(api, clock, "T1", ["我叫王芳，我对花生过敏。"], study=study)
+    runner = app.test_cli_runner()
+    dry = runner.invoke(args=["consolidate", "--all-pending", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    with runtime.db.Session() as session:
+        assert session.scalar(select(ConsolidationRun).where(ConsolidationRun.status == "succeeded")) is None
+    result = runner.invoke(args=["consolidate", "--user", "cli_consolidate"])
+    assert result.exit_code == 0, result.output
+    assert "succeeded" in result.output
+    again = runner.invoke(args=["consolidate", "--all-pending"])
+    assert again.exit_code == 0 and "nothing to consolidate" in again.output
+    assert runner.invoke(args=["consolidate"]).exit_code != 0  # says which option is missing

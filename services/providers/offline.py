@@ -29,7 +29,7 @@ TEMPLATES = {
         "greet": ["谢谢你和我分享这些。", "我在认真听。", "嗯，我明白你的意思。"],
         "follow": ["能再多说一点吗？", "你现在感觉怎么样？", "这件事对你来说意味着什么？"],
         "no_memory": "说实话，我不记得我们以前聊过什么。你愿意再跟我说说吗？",
-        "remember": "我记得这些：",
+        "remember": "我记得：",
         "related": "这让我想起你说过：",
         "fallback": "我对你以前说过的事情没有印象了。",
     },
@@ -37,7 +37,7 @@ TEMPLATES = {
         "greet": ["Thank you for sharing that.", "I'm listening.", "I see what you mean."],
         "follow": ["Could you tell me a bit more?", "How do you feel about it now?", "What does it mean to you?"],
         "no_memory": "Honestly, I don't remember what we talked about before. Would you tell me again?",
-        "remember": "Here is what I remember:",
+        "remember": "Here is what I remember: ",
         "related": "That reminds me, you told me:",
         "fallback": "I don't have any memory of what you told me before.",
     },
@@ -49,18 +49,49 @@ def _pick(options: list[str], seed: str) -> str:
     return options[digest % len(options)]
 
 
-def memory_facts(context: dict[str, Any] | None) -> list[str]:
+# How a profile item is said back to the participant, per dimension.
+FACT_PHRASES = {
+    "zh": {"preferences": "你{}", "constraints": "你{}", "goals": "你的目标：{}", "personality": "你性格{}",
+           "social": "你{}", "emotional_needs": "你{}", "core_values": "你{}", "significant_events": "你说过：{}"},
+    "en": {"preferences": "{}", "constraints": "{}", "goals": "goal: {}", "personality": "{}", "social": "{}",
+           "emotional_needs": "{}", "core_values": "{}", "significant_events": "you mentioned: {}"},
+}
+BASIC_INFO_PHRASES = {
+    "zh": {"name": "你叫{}", "age": "你{}", "occupation": "你是{}", "study": "你{}", "location": "你住在{}",
+           "hometown": "你来自{}"},
+    "en": {"name": "your name is {}", "age": "you are {}", "occupation": "you are a {}", "study": "{}",
+           "location": "you live in {}", "hometown": "you are from {}"},
+}
+_TAG = re.compile(r"\s*\[T[^\]]*\]\s*$")
+
+
+def _untagged(text: str) -> str:
+    return _TAG.sub("", text).strip()
+
+
+def _profile_facts(profile: dict[str, Any], lang: str) -> list[str]:
+    """Profile items said back naturally ("你对海鲜过敏"), without their task tags."""
+    content = profile.get("content")
+    if not isinstance(content, dict):
+        return [_untagged(line) for line in (profile.get("text") or "").splitlines()
+                if line.strip() and not line.startswith("[")]
+    facts = []
+    for key, value in (content.get("basic_info") or {}).items():
+        facts.append(BASIC_INFO_PHRASES[lang].get(key, key + ": {}").format(_untagged(value)))
+    for dimension, phrase in FACT_PHRASES[lang].items():
+        facts.extend(phrase.format(_untagged(item)) for item in content.get(dimension) or [])
+    return facts
+
+
+def memory_facts(context: dict[str, Any] | None, language: str | None = None) -> list[str]:
     """Plain-language facts the memory context holds: profile items, recalled and recent user turns."""
     if not context:
         return []
-    facts: list[str] = []
-    profile = context.get("profile") or {}
-    for line in (profile.get("text") or "").splitlines():
-        line = line.strip()
-        if line and not line.startswith("["):
-            facts.append(line)
+    lang = "en" if (language or context.get("language")) == "en" else "zh"
+    quote = "你说过：“{}”" if lang == "zh" else 'you told me: "{}"'
+    facts: list[str] = _profile_facts(context.get("profile") or {}, lang)
     for memory in context.get("recalled") or []:
-        facts.append(memory["text"])
+        facts.append(quote.format(memory["text"]))
     for fragment in context.get("fragments") or []:
         facts.append(fragment["text"])
     for key in ("summary", "r1_memory"):
@@ -113,14 +144,20 @@ class OfflineChatProvider:
         lang = "en" if request.language == "en" else "zh"
         t = TEMPLATES[lang]
         user_text = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
-        facts = memory_facts(request.memory_context)
+        facts = memory_facts(request.memory_context, lang)
         seed = user_text + str(len(request.messages))
         opening = _pick(t["greet"], seed)
+        space = " " if lang == "en" else ""
         if ASKS_MEMORY.search(user_text):
             if not facts:
                 return t["no_memory"]
             listed = ("；" if lang == "zh" else "; ").join(facts[:8])
-            return f"{opening}{' ' if lang == 'en' else ''}{t['remember']} {listed}"
+            return f"{opening}{space}{t['remember']}{listed}{'。' if lang == 'zh' else '.'}"
+        recalled = (request.memory_context or {}).get("recalled") or []
+        if recalled:
+            # A memory the forgetting curve brought back is what this reply should pick up.
+            quoted = f"“{recalled[0]['text']}”" if lang == "zh" else f' "{recalled[0]["text"]}"'
+            return f"{opening}{space}{t['related']}{quoted} {_pick(t['follow'], seed)}"
         related = max(facts, key=lambda f: _overlap(user_text, f), default=None)
         if related and _overlap(user_text, related) >= 2:
             return f"{opening}{' ' if lang == 'en' else ''}{t['related']} {related} {_pick(t['follow'], seed)}"

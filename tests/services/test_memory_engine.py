@@ -1,0 +1,187 @@
+"""MemoryEngine per condition, on the issue's scenario: what the context of a T2 reply shows in L1-L4.
+
+T1 (ten turns, Chinese): name, seafood allergy, a cat and PhD-application anxiety in the first four
+turns, then small talk. T1 is consolidated with the offline providers, the clock moves two days,
+and in T2 the participant asks what the assistant remembers.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from database.models import RecallEvent, User
+from services.consolidation_service import ConsolidationService
+from services.llm_service import ChatRequest, LLMService
+from services.memory_engine import MemoryEngine
+from services.providers.offline import OfflineChatProvider
+from tests.memory_factories import EMBEDDER, T1_ZH, add_message, add_task, make_participant
+
+DISCLOSURES = ("李明", "海鲜", "猫", "博士")
+
+
+def scenario(database, settings, clock, group, *, question="你还记得我对什么过敏吗？"):
+    """Returns (engine session, context) for the T2 message ``question`` of a participant in ``group``."""
+    with database.session() as session:
+        user = make_participant(session, clock, username=f"p-{group}", group=group)
+        t1 = add_task(session, clock, user, "T1", T1_ZH)
+        user_id, t1_id = user.id, t1.id
+    summary = ConsolidationService(database, settings, llm=LLMService([OfflineChatProvider()]), embedder=EMBEDDER,
+                                   clock=clock).consolidate_task_session(t1_id)
+    assert summary.status == "succeeded"
+    clock.advance(days=2)
+    session = database.Session()
+    user = session.get(User, user_id)
+    t2 = add_task(session, clock, user, "T2", [], status="in_progress", phase="chat")
+    query = add_message(session, clock, t2, "user", question)
+    engine = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings)
+    context = engine.build_context(user_id=user_id, memory_group=group, task_session=t2, query=query,
+                                   language="zh")
+    session.commit()  # as the chat service does after storing the reply; frees SQLite's write lock
+    return session, context
+
+
+@pytest.fixture
+def run_scenario(database, settings, clock):
+    sessions = []
+
+    def run(group, **kwargs):
+        session, context = scenario(database, settings, clock, group, **kwargs)
+        sessions.append(session)
+        return session, context
+
+    yield run
+    for session in sessions:
+        session.rollback()
+        session.close()
+
+
+def stored(context) -> str:
+    """The context as it is stored with the reply (JSON), for 'does it mention X' checks."""
+    return json.dumps(context.to_dict(), ensure_ascii=False)
+
+
+def test_l1_remembers_nothing(run_scenario):
+    _, context = run_scenario("L1")
+    assert context.profile is None and context.recent_turns == [] and context.recalled == []
+    assert not any(word in stored(context) for word in DISCLOSURES)
+    assert context.render() == "（没有任何以前的记忆）"
+
+
+def test_l2_keeps_only_the_last_seven_turns_of_t1(run_scenario):
+    _, context = run_scenario("L2")
+    assert [t["user"] for t in context.recent_turns] == [u for u, _ in T1_ZH[3:]]
+    assert context.profile is None and context.recalled == []
+    text = stored(context)
+    assert "博士" in text  # the fourth turn is still inside the window
+    assert not any(word in text for word in ("李明", "海鲜", "猫"))  # the first three fell out
+    assert "我周末喜欢去爬山。" in context.render()
+
+
+def test_l3_shows_the_profile_with_task_tags_and_three_turns(run_scenario):
+    _, context = run_scenario("L3")
+    assert context.profile["version"] == 1 and context.profile["task_id"] == "T1"
+    text = context.profile["text"]
+    assert "姓名：李明 [T1]" in text and "对海鲜过敏 [T1]" in text
+    assert "养了一只猫 [T1]" in text and "申请博士 [T1]" in text
+    assert any("焦虑" in line and "[T1]" in line for line in text.splitlines())
+    assert len(text) <= 500
+    assert [t["user"] for t in context.recent_turns] == [u for u, _ in T1_ZH[-3:]]
+    assert context.recalled == [] and context.recall_candidates == []
+    assert context.notes == []
+    rendered = context.render()
+    assert rendered.startswith("[用户画像]\n基本信息：姓名：李明 [T1]")
+
+
+def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario, settings):
+    session, context = run_scenario("L4")
+    assert "对海鲜过敏 [T1]" in context.profile["text"]
+    assert len(context.recent_turns) == 3
+    [memory] = context.recalled
+    assert memory["text"] == "我对海鲜过敏，吃饭得特别注意。" and memory["task_id"] == "T1"
+    threshold = settings.study["memory"]["recall"]["threshold"]
+    assert memory["recalled"] and memory["p_final"] >= threshold
+    assert 0.0 < memory["p"] <= memory["p_final"] <= 1.0
+    assert memory["t"] == pytest.approx(2 / 30, abs=0.01)  # two days on the calibrated 30-day scale
+    assert memory["g_after"] > memory["g_before"] >= 1.0
+    assert 0.0 <= memory["r"] <= 1.0 and memory["cosine"] > 0.85
+    # Every candidate considered is kept for audit, recalled or not, and matches a RecallEvent row.
+    assert len(context.recall_candidates) == settings.study["memory"]["recall"]["top_k"]
+    assert sum(c["recalled"] for c in context.recall_candidates) == 1
+    assert all(c["p_final"] < threshold for c in context.recall_candidates if not c["recalled"])
+    events = session.scalars(select(RecallEvent).order_by(RecallEvent.rank)).all()
+    assert [e.memory_message_id for e in events] == [c["message_id"] for c in context.recall_candidates]
+    assert context.recall_params["preset"] == "calibrated"
+    assert "[想起的往事]\n[T1] 我对海鲜过敏，吃饭得特别注意。" in context.render()
+
+
+def test_l4_recall_follows_the_topic(run_scenario):
+    _, context = run_scenario("L4", question="我的博士申请还是让我很焦虑。")
+    assert [m["text"] for m in context.recalled] == ["最近在申请博士，压力很大，很焦虑。"]
+
+
+def test_gist_groups_without_a_profile_say_so(database, settings, clock):
+    with database.session() as session:
+        user = make_participant(session, clock, username="new", group="L3")
+        ts = add_task(session, clock, user, "T1", [], status="in_progress", phase="chat")
+        query = add_message(session, clock, ts, "user", "你好")
+        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock,
+                               settings=settings).build_context(user_id=user.id, memory_group="L3",
+                                                                task_session=ts, query=query)
+    assert context.profile is None and context.notes == ["no consolidated profile yet"]
+
+
+def test_the_newest_profile_version_is_used(database, settings, clock):
+    with database.session() as session:
+        user = make_participant(session, clock, username="p", group="L3")
+        t1 = add_task(session, clock, user, "T1", T1_ZH[:3]).id
+        user_id = user.id
+    svc = ConsolidationService(database, settings, llm=LLMService([OfflineChatProvider()]), embedder=EMBEDDER,
+                               clock=clock)
+    svc.consolidate_task_session(t1)
+    with database.session() as session:
+        t2 = add_task(session, clock, session.get(User, user_id), "T2", [("我现在不养猫了。", "好的。")]).id
+    svc.consolidate_task_session(t2)
+    with database.session() as session:
+        t3 = add_task(session, clock, session.get(User, user_id), "T3", [], status="in_progress", phase="chat")
+        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings) \
+            .build_context(user_id=user_id, memory_group="L3", task_session=t3, query=None)
+    assert context.profile["version"] == 2
+    assert "现在不养猫了 [T2]" in context.profile["text"] and "养了一只猫" not in context.profile["text"]
+
+
+def offline_reply(context, text: str) -> str:
+    request = ChatRequest(messages=[{"role": "user", "content": text}], language=context.language,
+                          memory_context=context.to_dict())
+    return OfflineChatProvider().complete(request).text
+
+
+def test_offline_replies_say_back_what_each_condition_remembers(run_scenario):
+    question = "你还记得我吗？"
+    _, l1 = run_scenario("L1", question=question)
+    assert "不记得" in offline_reply(l1, question)
+    _, l3 = run_scenario("L3", question=question)
+    reply = offline_reply(l3, question)
+    assert "你叫李明" in reply and "你对海鲜过敏" in reply and "[T1]" not in reply
+    _, l4 = run_scenario("L4")
+    reply = offline_reply(l4, "最近吃饭有点麻烦。")
+    assert "“我对海鲜过敏，吃饭得特别注意。”" in reply
+
+
+def test_offline_replies_in_english_use_the_english_profile(database, settings, clock):
+    from tests.memory_factories import T1_EN
+
+    with database.session() as session:
+        user = make_participant(session, clock, username="anna", group="L3", language="en")
+        t1 = add_task(session, clock, user, "T1", T1_EN).id
+        user_id = user.id
+    ConsolidationService(database, settings, llm=LLMService([OfflineChatProvider()]), embedder=EMBEDDER,
+                         clock=clock).consolidate_task_session(t1)
+    with database.session() as session:
+        t2 = add_task(session, clock, session.get(User, user_id), "T2", [], status="in_progress", phase="chat")
+        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings) \
+            .build_context(user_id=user_id, memory_group="L3", task_session=t2, query=None, language="en")
+    reply = offline_reply(context, "Do you remember me?")
+    assert "your name is Anna" in reply and "allergic to shellfish" in reply
+    assert not any("\u4e00" <= c <= "\u9fff" for c in reply)
