@@ -82,7 +82,7 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     group = user.memory_group
     language = user.language
     engine = MemoryEngine(session, runtime.study, embedder=runtime.embedder, clock=runtime.clock,
-                          settings=runtime.settings)
+                          settings=runtime.settings, defer_recall_writes=True)
     context = engine.build_context(user_id=user.id, memory_group=group, task_session=ts, query=message,
                                    language=language)
     history = _task_history(session, ts, before_id=message.id, group=group, study=runtime.study)
@@ -94,6 +94,9 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
         purpose="reply", language=language, memory_context=context.to_dict(), user_id=user.id,
         message_id=message.id,
     )
+    # Commit what building the context wrote (S1's embedding cache) so no write lock is held while the
+    # model answers; L4's recall is deferred and written with the reply in _store_reply.
+    session.commit()
     return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
 
 
@@ -122,6 +125,13 @@ def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: s
 
 def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult) -> Message:
     message = prepared.user_message
+    if prepared.context.recall_candidates:
+        from database.vector_store import RecallCandidate, VectorStore
+
+        store = VectorStore(session, runtime.study, clock=runtime.clock, day_seconds=runtime.settings.day_seconds,
+                            embedder=runtime.embedder)
+        store.apply([RecallCandidate.from_dict(c) for c in prepared.context.recall_candidates],
+                    user_id=message.user_id, query_message_id=message.id, task_id=message.task_id)
     reply = Message(
         user_id=message.user_id, task_session_id=message.task_session_id, task_id=message.task_id,
         role="assistant", content=result.text, created_at=runtime.clock.now(), reply_to_id=message.id,

@@ -189,3 +189,42 @@ def test_within_task_window_switch_truncates_the_task_in_progress(app, clock, ma
     history_users = [m["content"] for m in prompt[1:-1] if m["role"] == "user"]
     assert history_users == [f"message {i}" for i in range(8 - kept_turns, 8)]
     assert prompt[-1]["content"] == "message 8"
+
+
+def test_l4_recall_is_written_with_the_reply_and_not_when_the_reply_fails(app, clock, make_participant, study):
+    from database.models import RecallEvent
+
+    runtime = app.extensions["memory_lab"]
+    runtime.study["enabled_conditions"] = ["L4"]
+    api = make_participant("recall01")
+    walk_task(api, clock, "T1", ["我叫林晓。", "我对海鲜过敏，吃了会起疹子。", "我养了一只猫。"], study=study)
+    clock.advance(days=2)
+    api.post("/api/tasks/T2/start")
+    clock.advance(5)
+    with runtime.db.Session() as session:
+        before = {m.id: (m.consolidation_g, m.recall_count) for m in session.scalars(
+            select(Message).where(Message.role == "user", Message.task_id == "T1"))}
+    assert all(g is not None for g, _ in before.values())  # T1 was consolidated when its chat closed
+    working = runtime.llm
+    runtime.llm = LLMService([UnreachableProvider()])
+    failed = api.post("/api/tasks/T2/messages", json={"content": "你还记得我对什么过敏吗？"})
+    assert failed.status_code == 503
+    assert count(app, RecallEvent) == 0
+    with runtime.db.Session() as session:
+        assert {m.id: (m.consolidation_g, m.recall_count) for m in session.scalars(
+            select(Message).where(Message.role == "user", Message.task_id == "T1"))} == before
+    runtime.llm = working
+    retry = api.post(f"/api/tasks/T2/messages/{failed.get_json()['details']['message_id']}/reply")
+    assert retry.status_code == 201
+    with runtime.db.Session() as session:
+        reply = session.get(Message, retry.get_json()["reply"]["id"])
+        events = session.scalars(select(RecallEvent)).all()
+        recalled = [e for e in events if e.recalled]
+        assert len(events) == len(reply.memory_context["recall_candidates"]) > 0
+        assert [e["message_id"] for e in reply.memory_context["recalled"]] == [e.memory_message_id for e in recalled]
+        assert any("海鲜" in m["text"] for m in reply.memory_context["recalled"])
+        for event in recalled:
+            memory = session.get(Message, event.memory_message_id)
+            assert memory.recall_count == before[memory.id][1] + 1
+            assert memory.consolidation_g == pytest.approx(event.g_after) and event.g_after > event.g_before
+            assert memory.last_recall_at == event.created_at
