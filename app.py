@@ -128,8 +128,8 @@ def _register_cli(app: Flask) -> None:
         """Consolidate finished tasks by hand (same as scripts/manual_consolidation.py)."""
         from services.consolidation_service import ConsolidationService, describe, manual_consolidation
 
-        service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.llm, embedder=runtime.embedder,
-                                       clock=runtime.clock)
+        service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
+                                       embedder=runtime.embedder, clock=runtime.clock)
         try:
             summaries = manual_consolidation(service, user=user, all_pending=all_pending, dry_run=dry_run)
         except (LookupError, ValueError) as exc:

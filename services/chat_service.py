@@ -195,7 +195,7 @@ def _update_s1_summary(runtime: Runtime, reply_id: int) -> None:
     with runtime.db.session() as session:
         reply = session.get(Message, reply_id)
         structured_summary.update_after_turn(
-            session, llm=runtime.llm, user=session.get(User, reply.user_id),
+            session, llm=runtime.consolidation_llm, user=session.get(User, reply.user_id),
             task_session=session.get(TaskSession, reply.task_session_id),
             user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=runtime.clock,
             study=runtime.study,
@@ -210,8 +210,8 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
     from services.consolidation_service import ConsolidationService
 
-    service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.llm, embedder=runtime.embedder,
-                                   clock=runtime.clock)
+    service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
+                                   embedder=runtime.embedder, clock=runtime.clock)
     service.consolidate_task_session(task_session_id, trigger=trigger)
 
 

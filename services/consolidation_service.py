@@ -131,10 +131,11 @@ class ConsolidationService:
 
     @property
     def llm(self) -> LLMService:
-        """The consolidation chain: CONSOLIDATION_PROVIDERS if set, else the given chain, else LLM_PROVIDERS."""
+        """The given chain (the app passes its consolidation chain), else CONSOLIDATION_PROVIDERS,
+        else LLM_PROVIDERS."""
         if not self._llm_resolved:
             chain = getattr(self.settings, "consolidation_providers", None)
-            if self._llm is None or chain:
+            if self._llm is None:
                 from services.llm_service import build_llm_service
 
                 self._llm = build_llm_service(self.settings, chain or self.settings.llm_providers)

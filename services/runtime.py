@@ -22,6 +22,7 @@ class Runtime:
     clock: Clock
     background: BackgroundRunner
     llm: LLMService | None = None
+    consolidation_llm: LLMService | None = None  # CONSOLIDATION_PROVIDERS, else the reply chain
     record_failure: Callable[[dict[str, Any]], None] | None = None
     _embedder: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -56,6 +57,9 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
     runtime = Runtime(settings=settings, db=db, clock=clock,
                       background=BackgroundRunner(inline=settings.consolidate_inline), record_failure=recorder)
     runtime.llm = llm or build_llm_service(settings, on_failure=recorder)
+    runtime.consolidation_llm = (
+        build_llm_service(settings, chain=settings.consolidation_providers, on_failure=recorder)
+        if settings.consolidation_providers and llm is None else runtime.llm)
     return runtime
 
 

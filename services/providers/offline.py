@@ -132,8 +132,12 @@ class OfflineChatProvider:
             text=text, provider=self.name, model=self.model,
             prompt_tokens=prompt_chars, completion_tokens=len(text),
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
-            params={"kind": "template", "is_llm": False, "token_unit": "characters"},
+            params=self.request_params(request),
         )
+
+    def request_params(self, request: ChatRequest) -> dict[str, Any]:
+        """Stored with every reply, streamed or not: this component is not a language model."""
+        return {"kind": "template", "is_llm": False, "token_unit": "characters"}
 
     def stream(self, request: ChatRequest) -> Iterator[str]:
         text = self.complete(request).text

@@ -462,12 +462,15 @@ def test_llm_salience_scores_are_clamped_and_missing_ones_filled(database, setti
         assert 0.0 <= message.emotional_salience <= 1.0
 
 
-def test_a_settings_consolidation_chain_is_used(database, settings, clock):
+def test_without_a_given_chain_the_settings_consolidation_chain_is_used(database, settings, clock):
+    # the app passes its consolidation chain (Runtime.consolidation_llm); scripts pass none
     settings.consolidation_providers = ["offline"]
+    settings.llm_providers = ["openai_compatible"]
+    settings.openai_base_url = "http://127.0.0.1:9/v1"  # would fail if it were asked
     user_id, ts_id = seed(database, clock)
-    bad = ScriptedModel("never asked")
-    summary = service(database, settings, clock, llm=chain(bad)).consolidate_task_session(ts_id)
-    assert summary.status == "succeeded" and bad.requests == []
+    built = ConsolidationService(database, settings, embedder=EMBEDDER, clock=clock)
+    assert [p.name for p in built.llm.providers] == ["offline"]
+    assert built.consolidate_task_session(ts_id).status == "succeeded"
     assert profiles(database, user_id)[0].source == OFFLINE_RULES
 
 
