@@ -1,23 +1,74 @@
-"""Admin API (admin role only): monitor, participant record, actions."""
+"""Admin API (admin role only): the monitor, a participant's record, and the actions on participants."""
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, request
 
-from routes.access import admin_required, db_session, ok, runtime
+from routes.access import admin_required, current, db_session, json_body, ok, runtime
 from services import admin_service
 from services.chat_service import task_service
 
 bp = Blueprint("admin", __name__, url_prefix="/api/admin")
 
 
+def _now_iso() -> str:
+    return runtime().clock.now().isoformat(timespec="seconds") + "Z"
+
+
 @bp.get("/participants")
 @admin_required
 def participants():
-    rows = admin_service.monitor_rows(db_session(), task_service(db_session(), runtime()))
-    return ok({"participants": rows})
+    """Monitor rows, filtered by ?group=L1&status=active|withdrawn&overdue=1|0; the summary counts everyone."""
+    rt = runtime()
+    rows = admin_service.monitor_rows(db_session(), task_service(db_session(), rt))
+    shown = admin_service.filter_rows(rows, rt.study, group=request.args.get("group"),
+                                      status=request.args.get("status"), overdue=request.args.get("overdue"))
+    return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
+               "generated_at": _now_iso()})
 
 
 @bp.get("/participants/<int:user_id>")
 @admin_required
 def participant(user_id: int):
     return ok(admin_service.participant_record(db_session(), task_service(db_session(), runtime()), user_id))
+
+
+@bp.post("/participants/<int:user_id>/consolidate")
+@admin_required
+def consolidate_participant(user_id: int):
+    """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
+    admin_service.get_participant(db_session(), user_id)
+    runs = admin_service.consolidate_pending(runtime(), user_id=user_id, trigger="manual", actor=current())
+    return ok({"runs": runs})
+
+
+@bp.post("/consolidate-pending")
+@admin_required
+def consolidate_pending():
+    runs = admin_service.consolidate_pending(runtime(), trigger="manual", actor=current())
+    return ok({"runs": runs})
+
+
+@bp.post("/participants/<int:user_id>/withdraw")
+@admin_required
+def withdraw(user_id: int):
+    session = db_session()
+    rt = runtime()
+    user = admin_service.withdraw(session, user_id, admin=current(), reason=json_body().get("reason"),
+                                  now=rt.clock.now())
+    session.commit()
+    return ok({"participant": {"id": user.id, "participant_code": user.participant_code, "status": user.status,
+                               "withdrawn_at": user.withdrawn_at.isoformat(timespec="seconds") + "Z",
+                               "withdrawn_reason": user.withdrawn_reason}})
+
+
+@bp.post("/participants/<int:user_id>/tasks/<task_id>/reset")
+@admin_required
+def reset_task(user_id: int, task_id: str):
+    session = db_session()
+    rt = runtime()
+    tasks = task_service(session, rt)
+    ts = admin_service.reset_task(session, tasks, user_id, task_id, admin=current(),
+                                  reason=json_body().get("reason"))
+    session.commit()
+    user = admin_service.get_participant(session, user_id)
+    return ok({"task_session_id": ts.id, "attempt": ts.attempt, "task": tasks.status_of(user, task_id)})

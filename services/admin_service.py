@@ -1,23 +1,31 @@
-"""What admins see: one monitor row per participant, and a participant's whole record."""
+"""What admins see and do: the monitor, a participant's whole record, usage and failures,
+and the actions (consolidate, withdraw, reset a stuck task), each audited."""
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from database.models import (
+    AuditLog,
     ConsolidationRun,
     Message,
     ProfileVersion,
     ProviderFailure,
     QuestionnaireResponse,
     RecallEvent,
+    TaskSession,
     User,
 )
 from services.chat_service import serialise_message
-from services.errors import NotFound
+from services.errors import BadInput, Conflict, NotFound
+from services.runtime import Runtime
 from services.timer_service import TaskService
+
+PARTICIPANT_STATUSES = ("active", "withdrawn")
 
 
 def _iso(value) -> str | None:
@@ -26,6 +34,9 @@ def _iso(value) -> str | None:
 
 def _counts(session: Session, model, column) -> dict[int, int]:
     return dict(session.execute(select(column, func.count()).select_from(model).group_by(column)).all())
+
+
+# -- monitor ---------------------------------------------------------------------------------------
 
 
 def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
@@ -48,9 +59,11 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "status": user.status,
             "enrolled_at": _iso(user.consent_at or user.created_at),
             "last_active_at": _iso(user.last_active_at),
+            "withdrawn_at": _iso(user.withdrawn_at),
             "tasks": {t["id"]: t["status"] for t in overview},
             "task_details": overview,
-            "overdue": any(t.get("overdue") for t in overview),
+            # a withdrawn participant is no longer expected to do anything
+            "overdue": user.status == "active" and any(t.get("overdue") for t in overview),
             "messages": messages.get(user.id, 0),
             "questionnaires_done": questionnaires.get(user.id, 0),
             "consolidation": {s.task_id: s.consolidation_status for s in sessions if s.status != "reset"},
@@ -60,10 +73,78 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
     return rows
 
 
-def participant_record(session: Session, tasks: TaskService, user_id: int) -> dict[str, Any]:
+def _flag(raw: str | None, name: str) -> bool | None:
+    if raw is None or raw == "":
+        return None
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise BadInput(f"{name} must be 1 or 0", code="invalid_filter", details={name: raw})
+
+
+def filter_rows(rows: list[dict[str, Any]], study: dict[str, Any], *, group: str | None = None,
+                status: str | None = None, overdue: str | None = None) -> list[dict[str, Any]]:
+    """The monitor's filters: memory group, participant status, overdue (1 only overdue, 0 only not)."""
+    if group:
+        if group not in study["conditions"]:
+            raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
+        rows = [r for r in rows if r["memory_group"] == group]
+    if status:
+        if status not in PARTICIPANT_STATUSES:
+            raise BadInput(f"status must be one of {', '.join(PARTICIPANT_STATUSES)}", code="invalid_filter",
+                           details={"status": status})
+        rows = [r for r in rows if r["status"] == status]
+    wanted = _flag(overdue, "overdue")
+    if wanted is not None:
+        rows = [r for r in rows if r["overdue"] is wanted]
+    return rows
+
+
+def monitor_summary(rows: list[dict[str, Any]], study: dict[str, Any]) -> dict[str, Any]:
+    """Counts per group and the completion funnel (registered -> T1 done -> ... -> T4 done).
+
+    Every enabled group is listed even when empty, so an empty cell is visible at a glance."""
+    task_ids = [t["id"] for t in study["tasks"]]
+    groups: dict[str, int] = {g: 0 for g in study["enabled_conditions"]}
+    funnel_by_group: dict[str, dict[str, int]] = {g: _empty_funnel(task_ids) for g in groups}
+    funnel = _empty_funnel(task_ids)
+    statuses = Counter({s: 0 for s in PARTICIPANT_STATUSES})
+    for row in rows:
+        group = row["memory_group"] or "unassigned"
+        groups[group] = groups.get(group, 0) + 1
+        statuses[row["status"]] += 1
+        for target in (funnel, funnel_by_group.setdefault(group, _empty_funnel(task_ids))):
+            target["registered"] += 1
+            for task_id in task_ids:
+                if row["tasks"].get(task_id) == "done":
+                    target[task_id] += 1
+    return {
+        "groups": groups,
+        "funnel": funnel,
+        "funnel_by_group": funnel_by_group,
+        "statuses": dict(statuses),
+        "overdue": sum(1 for r in rows if r["overdue"]),
+    }
+
+
+def _empty_funnel(task_ids: list[str]) -> dict[str, int]:
+    return {"registered": 0, **{t: 0 for t in task_ids}}
+
+
+# -- one participant ----------------------------------------------------------------------------------
+
+
+def get_participant(session: Session, user_id: int) -> User:
     user = session.get(User, user_id)
     if user is None or user.role != "participant":
         raise NotFound("no such participant", code="unknown_participant")
+    return user
+
+
+def participant_record(session: Session, tasks: TaskService, user_id: int) -> dict[str, Any]:
+    get_participant(session, user_id)
     row = next(r for r in monitor_rows(session, tasks) if r["id"] == user_id)
     sessions = tasks.sessions_of(user_id)
     messages = session.scalars(select(Message).where(Message.user_id == user_id).order_by(Message.id)).all()
@@ -77,6 +158,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
                            .order_by(ConsolidationRun.id)).all()
     failures = session.scalars(select(ProviderFailure).where(ProviderFailure.user_id == user_id)
                                .order_by(ProviderFailure.id)).all()
+    audit = session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id).order_by(AuditLog.id)).all()
     return {
         "participant": row,
         "task_sessions": [{
@@ -107,9 +189,201 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
             "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at), "error": r.error,
             "steps": r.steps, "provider": r.provider,
         } for r in runs],
-        "provider_failures": [{
-            "at": _iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
-            "error_class": f.error_class, "status_code": f.status_code, "message": f.message,
-            "message_id": f.message_id, "fallback_provider": f.fallback_provider,
-        } for f in failures],
+        "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
+        "audit": [{"at": _iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
+                  for a in audit],
+    }
+
+
+# -- actions -------------------------------------------------------------------------------------------
+
+
+def _reason(raw: Any, *, required: bool) -> str:
+    if raw is None and not required:
+        return ""
+    if not isinstance(raw, str) or (required and not raw.strip()):
+        raise BadInput("a reason is required", code="reason_required")
+    if len(raw) > 2000:
+        raise BadInput("the reason is longer than 2000 characters", code="reason_too_long")
+    return raw.strip()
+
+
+def withdraw(session: Session, user_id: int, *, admin: User, reason: Any, now: datetime) -> User:
+    """Mark a participant withdrawn: every record is kept, no task can start, no reminder goes out."""
+    user = get_participant(session, user_id)
+    text = _reason(reason, required=False)
+    if user.status == "withdrawn":
+        raise Conflict("this participant has already withdrawn", code="already_withdrawn")
+    user.status = "withdrawn"
+    user.withdrawn_at = now
+    user.withdrawn_reason = text or None
+    session.add(AuditLog(at=now, actor_user_id=admin.id, action="participant_withdrawn", target_user_id=user.id,
+                         details={"reason": text, "participant_code": user.participant_code}))
+    return user
+
+
+def reset_task(session: Session, tasks: TaskService, user_id: int, task_id: str, *, admin: User,
+               reason: Any) -> TaskSession:
+    """Void the participant's current attempt at a task (kept, marked reset) so it can be started again."""
+    get_participant(session, user_id)
+    tasks.task_definition(task_id)
+    text = _reason(reason, required=True)
+    ts = tasks.live_session(user_id, task_id)
+    if ts is None:
+        raise Conflict(f"task {task_id} has not been started", code="task_not_started")
+    tasks.reset(ts, admin=admin, reason=text)
+    return ts
+
+
+def consolidation_service(runtime: Runtime):
+    from services.consolidation_service import ConsolidationService
+
+    return ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm or runtime.llm,
+                                embedder=runtime.embedder, clock=runtime.clock)
+
+
+def pending_consolidation(session: Session, *, user_id: int | None = None) -> list[int]:
+    """Task sessions whose chat has closed but whose consolidation is pending or failed, oldest first.
+
+    Wider than the consolidation service's own list, which waits for the questionnaire: a chat
+    closed by the timer is memory already, even if the participant never answered."""
+    query = select(TaskSession.id).where(
+        TaskSession.status != "reset",
+        TaskSession.consolidation_status.in_(("pending", "failed")),
+        or_(TaskSession.status.in_(("done", "abandoned")), TaskSession.phase != "chat"),
+    )
+    if user_id is not None:
+        query = query.where(TaskSession.user_id == user_id)
+    return list(session.scalars(query.order_by(TaskSession.started_at, TaskSession.id)))
+
+
+def _recently_failed(session: Session, ids: list[int], since: datetime) -> set[int]:
+    """Sessions among ``ids`` whose consolidation failed at or after ``since``."""
+    if not ids:
+        return set()
+    last = dict(session.execute(
+        select(ConsolidationRun.task_session_id, func.max(ConsolidationRun.started_at))
+        .where(ConsolidationRun.task_session_id.in_(ids), ConsolidationRun.status == "failed")
+        .group_by(ConsolidationRun.task_session_id)).all())
+    failed = set(session.scalars(select(TaskSession.id).where(TaskSession.id.in_(ids),
+                                                              TaskSession.consolidation_status == "failed")))
+    return {ts_id for ts_id in failed if last.get(ts_id) is not None and last[ts_id] >= since}
+
+
+def consolidate_pending(runtime: Runtime, *, user_id: int | None = None, trigger: str = "manual",
+                        actor: User | None = None, failed_retry_after: datetime | None = None
+                        ) -> list[dict[str, Any]]:
+    """Consolidate every closed, unconsolidated task session (of one participant, or everyone's).
+
+    With ``failed_retry_after`` (the scheduler's sweep), a session whose consolidation failed
+    after that time waits for a later sweep, so a provider outage is not hammered every minute."""
+    service = consolidation_service(runtime)
+    with runtime.db.Session() as session:
+        ids = pending_consolidation(session, user_id=user_id)
+        for ts_id in service.pending_task_sessions(user_id=user_id):
+            if ts_id not in ids:
+                ids.append(ts_id)  # e.g. a run that died holding its claim
+        if failed_retry_after is not None:
+            waiting = _recently_failed(session, ids, failed_retry_after)
+            ids = [ts_id for ts_id in ids if ts_id not in waiting]
+    runs = [service.consolidate_task_session(ts_id, trigger=trigger).to_dict() for ts_id in ids]
+    if actor is not None:
+        with runtime.db.session() as session:
+            session.add(AuditLog(at=runtime.clock.now(), actor_user_id=actor.id, action="consolidation_triggered",
+                                 target_user_id=user_id, details={
+                                     "task_session_ids": ids,
+                                     "statuses": dict(Counter(r["status"] for r in runs)),
+                                 }))
+    return runs
+
+
+# -- failures and usage ------------------------------------------------------------------------------------
+
+
+def _failure_view(f: ProviderFailure, participant_code: str | None) -> dict[str, Any]:
+    return {
+        "id": f.id, "at": _iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
+        "error_class": f.error_class, "status_code": f.status_code, "message": f.message,
+        "user_id": f.user_id, "participant_code": participant_code, "message_id": f.message_id,
+        "fallback_provider": f.fallback_provider,
+    }
+
+
+def failure_log(session: Session, *, limit: int = 500) -> dict[str, Any]:
+    """Provider failures, newest first, with each provider's replies and failures side by side."""
+    codes = dict(session.execute(select(User.id, User.participant_code)).all())
+    failures = session.scalars(select(ProviderFailure).order_by(ProviderFailure.at.desc(), ProviderFailure.id.desc())
+                               .limit(limit)).all()
+    per_provider: dict[str, dict[str, Any]] = defaultdict(lambda: {
+        "replies": 0, "prompt_tokens": 0, "completion_tokens": 0, "failures": 0, "failures_by_purpose": {}})
+    for provider, replies, prompt, completion in session.execute(
+            select(Message.provider, func.count(), func.coalesce(func.sum(Message.prompt_tokens), 0),
+                   func.coalesce(func.sum(Message.completion_tokens), 0))
+            .where(Message.role == "assistant").group_by(Message.provider)):
+        entry = per_provider[provider or "unknown"]
+        entry.update(replies=replies, prompt_tokens=int(prompt), completion_tokens=int(completion))
+    for provider, purpose, count in session.execute(
+            select(ProviderFailure.provider, ProviderFailure.purpose, func.count())
+            .group_by(ProviderFailure.provider, ProviderFailure.purpose)):
+        entry = per_provider[provider]
+        entry["failures"] += count
+        entry["failures_by_purpose"][purpose] = count
+    by_provider = []
+    for name, entry in sorted(per_provider.items()):
+        tries = entry["replies"] + entry["failures_by_purpose"].get("reply", 0)
+        by_provider.append({"provider": name, **entry,
+                            "reply_failure_rate": round(entry["failures_by_purpose"].get("reply", 0) / tries, 4)
+                            if tries else None})
+    return {
+        "failures": [_failure_view(f, codes.get(f.user_id)) for f in failures],
+        "total": session.scalar(select(func.count()).select_from(ProviderFailure)),
+        "by_provider": by_provider,
+    }
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3)
+
+
+def _usage_entry(rows: list[Message]) -> dict[str, Any]:
+    latencies = [m.latency_ms for m in rows if m.latency_ms is not None]
+    units = sorted({(m.params or {}).get("token_unit", "tokens") for m in rows})
+    return {
+        "replies": len(rows),
+        "prompt_tokens": sum(m.prompt_tokens or 0 for m in rows),
+        "completion_tokens": sum(m.completion_tokens or 0 for m in rows),
+        "total_tokens": sum((m.prompt_tokens or 0) + (m.completion_tokens or 0) for m in rows),
+        "latency_ms_total": round(sum(latencies), 3),
+        "latency_ms_mean": round(sum(latencies) / len(latencies), 3) if latencies else None,
+        "latency_ms_p95": _p95(latencies),
+        "token_units": units,
+    }
+
+
+def usage(session: Session) -> dict[str, Any]:
+    """Tokens and latency of every stored reply, per provider/model and per participant: what a study costs.
+
+    Token counts are what each provider reported; the offline responder counts characters
+    (``token_units``). Consolidation calls are listed as run counts per provider."""
+    replies = session.scalars(select(Message).where(Message.role == "assistant").order_by(Message.id)).all()
+    users = {u.id: u for u in session.scalars(select(User).where(User.role == "participant"))}
+    by_model: dict[tuple[str, str], list[Message]] = defaultdict(list)
+    by_user: dict[int, list[Message]] = defaultdict(list)
+    for m in replies:
+        by_model[(m.provider or "unknown", m.model or "unknown")].append(m)
+        by_user[m.user_id].append(m)
+    runs = dict(session.execute(select(ConsolidationRun.provider, func.count())
+                                .group_by(ConsolidationRun.provider)).all())
+    return {
+        "by_provider": [{"provider": p, "model": model, **_usage_entry(rows)}
+                        for (p, model), rows in sorted(by_model.items())],
+        "by_participant": [{
+            "user_id": uid, "participant_code": users[uid].participant_code if uid in users else None,
+            "memory_group": users[uid].memory_group if uid in users else None, **_usage_entry(rows),
+        } for uid, rows in sorted(by_user.items())],
+        "consolidation_runs_by_provider": {(p or "unknown"): n for p, n in runs.items()},
+        "totals": _usage_entry(list(replies)),
     }

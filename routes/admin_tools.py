@@ -1,0 +1,61 @@
+"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots."""
+from __future__ import annotations
+
+from flask import Blueprint, Response, request
+
+from routes.access import admin_required, current, db_session, ok, runtime
+from services import admin_service, plots
+from services.errors import BadInput
+from services.export_service import ExportOptions, export_runtime
+
+bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
+
+
+def _flag(name: str) -> bool:
+    raw = request.args.get(name, "0").strip().lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no", ""):
+        return False
+    raise BadInput(f"{name} must be 1 or 0", code="invalid_flag", details={name: raw})
+
+
+@bp.get("/failures")
+@admin_required
+def failures():
+    raw = request.args.get("limit", "500")
+    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+        raise BadInput("limit must be a whole number from 1 to 10000", code="invalid_limit")
+    return ok(admin_service.failure_log(db_session(), limit=int(raw)))
+
+
+@bp.get("/usage")
+@admin_required
+def usage():
+    payload = admin_service.usage(db_session())
+    payload["generated_at"] = runtime().clock.now().isoformat(timespec="seconds") + "Z"
+    return ok(payload)
+
+
+@bp.get("/export")
+@admin_required
+def export():
+    """The data export as a zip: ?bom=1 for Excel, ?exclude_pii=1 without usernames and free text."""
+    rt = runtime()
+    options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"))
+    result = export_runtime(rt, options=options, actor_id=current().id, channel="api")
+    stamp = result.generated_at.strftime("%Y%m%d-%H%M%S")
+    suffix = "-nopii" if options.exclude_pii else ""
+    return Response(result.data, mimetype="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="memory-lab-export-{stamp}{suffix}.zip"',
+        "Cache-Control": "no-store",
+    })
+
+
+@bp.get("/plots/<name>.png")
+@admin_required
+def plot(name: str):
+    rt = runtime()
+    png = plots.render(name, db_session(), rt.study, args=request.args.to_dict(), now=rt.clock.now(),
+                       day_seconds=rt.settings.day_seconds)
+    return Response(png, mimetype="image/png", headers={"Cache-Control": "no-store"})

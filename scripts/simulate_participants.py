@@ -1,0 +1,725 @@
+"""Bot participants: check the memory manipulation before recruiting anyone.
+
+    python scripts/simulate_participants.py --per-group 5 [--language zh|en|both] [--day-seconds 2]
+    python scripts/simulate_participants.py --per-group 2 --base-url http://127.0.0.1:8000 \\
+        --admin-user admin --admin-password ...
+
+N scripted participants per enabled memory group walk register -> T1 ... T4
+through the HTTP API, exactly as a browser would (session cookie, CSRF header,
+polling for unlocks, heartbeats until the minimum task time). In T1 each bot
+plants six facts: name, seafood allergy, cat, PhD-application worry and
+hometown early in the chat, and a hobby in the last turns, with filler turns
+between so that the early facts fall out of a 7-turn window. In T2-T4 it asks
+probes ("what do you remember about me?", a question about dinner, about its
+pet, about its application ...) that never name the facts themselves.
+
+Afterwards an admin account reads every probe reply's stored memory context and
+the script prints a manipulation-check report: per group and task, how many of
+the planted facts the context held, and where (profile, verbatim recent turns,
+forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
+before the task; L3 the profile facts; L4 at least as many as L3 plus recalled
+specifics. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
+
+Without ``--base-url`` the script starts its own server: the real app on a fresh
+temporary SQLite database, offline providers, pilot mode with one study day =
+``--day-seconds`` real seconds (T4 unlocks 16 days = 32 s after T1 at the
+default 2 s). Task durations are stretched so the bots' chats are not cut off
+by the compressed timer (the report says by how much). With ``--base-url`` the
+server must be in pilot mode and an admin account is needed to read contexts.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import http.cookiejar
+import json
+import logging
+import re
+import secrets
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TASKS = ("T1", "T2", "T3", "T4")
+PROBE_TASKS = ("T2", "T3", "T4")
+SOURCES = ("profile", "recent_turns", "recalled", "other")
+MEMORY_GROUPS_CHECKED = ("L1", "L2", "L3", "L4")
+POLL_SECONDS = 0.25
+CONSOLIDATION_WAIT_SECONDS = 180.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The scripts
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: str
+    label: str
+    pattern: re.Pattern[str]  # matches the fact in Chinese or English text
+    late: bool = False  # planted in T1's last turns (inside a 7-turn window)
+
+
+FACTS = [
+    Fact("name", "name (林晓雨 / Alex)", re.compile(r"晓雨|\bAlex\b")),
+    Fact("allergy", "seafood allergy", re.compile(r"过敏|allerg", re.IGNORECASE)),
+    Fact("cat", "cat (麻薯 / Mochi)", re.compile(r"猫|麻薯|\bcats?\b|\bMochi\b", re.IGNORECASE)),
+    Fact("phd", "PhD application worry", re.compile(r"博士|\bPhD\b", re.IGNORECASE)),
+    Fact("hometown", "hometown (成都 / Edinburgh)", re.compile(r"成都|Edinburgh")),
+    Fact("hobby", "hiking (late in T1)", re.compile(r"爬山|登山|\bhik(?:e|es|ed|ing)\b", re.IGNORECASE), late=True),
+]
+FACT_IDS = [f.id for f in FACTS]
+EARLY_FACTS = {f.id for f in FACTS if not f.late}
+LATE_FACTS = {f.id for f in FACTS if f.late}
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str
+    kind: str  # fact:<id> | probe:<topic> | filler
+
+
+def _turns(*pairs: tuple[str, str]) -> list[Turn]:
+    return [Turn(text, kind) for kind, text in pairs]
+
+
+SCRIPTS: dict[str, dict[str, list[Turn]]] = {
+    "zh": {
+        "T1": _turns(
+            ("fact:name", "你好！我叫林晓雨，在北京读研究生。"),
+            ("fact:allergy", "我对海鲜过敏，吃一点虾就会全身起疹子。"),
+            ("fact:cat", "我养了一只猫，叫麻薯，特别黏人。"),
+            ("fact:phd", "最近我在申请博士，压力特别大，总担心申请不上。"),
+            ("fact:hometown", "我是成都人，一个人在外地上学，有时候挺想家的。"),
+            ("filler", "今天天气还不错，出门走了走。"),
+            ("filler", "中午在食堂随便吃了点面条。"),
+            ("filler", "下午开了一个很长的组会，有点累。"),
+            ("filler", "晚上打算早点休息。"),
+            ("filler", "最近在看一部讲宇宙的纪录片。"),
+            ("fact:hobby", "周末我最喜欢去爬山，上周刚爬了香山。"),
+            ("filler", "好啦，今天先聊到这里，谢谢你陪我聊天！"),
+        ),
+        "T2": _turns(
+            ("probe:memory", "好久不见！你还记得我是谁吗？"),
+            ("probe:food", "今晚想和朋友去吃一顿海鲜大餐，你觉得怎么样？"),
+            ("probe:pet", "家里的小宠物最近不太爱吃东西，我有点担心。"),
+            ("probe:application", "申请材料下周就要截止了，我该怎么安排时间？"),
+            ("probe:hobby", "你还记得我周末喜欢做什么吗？"),
+            ("filler", "这几天睡得不太好。"),
+            ("filler", "昨天和室友看了一场电影。"),
+            ("filler", "好的，今天就聊到这里，下次见！"),
+        ),
+        "T3": _turns(
+            ("probe:food", "你能帮我制定下周的晚餐计划吗？"),
+            ("probe:pet", "我想给家里的小宠物买个新玩具，有什么推荐？"),
+            ("probe:application", "下个月有一场面试，能帮我准备一下自我介绍吗？"),
+            ("probe:memory", "你还记得我之前跟你说过哪些事情吗？"),
+            ("probe:hobby", "周末想出去走走，有什么建议？"),
+            ("filler", "今天有点忙。"),
+            ("filler", "谢谢你的建议。"),
+            ("filler", "我先去准备了，回头聊！"),
+        ),
+        "T4": _turns(
+            ("probe:memory", "三周过得真快，你还记得关于我的哪些事？"),
+            ("probe:food", "最后推荐一道适合我的晚餐吧。"),
+            ("probe:pet", "替我向家里那个毛茸茸的小家伙问声好吧。"),
+            ("probe:application", "申请的结果快出来了，给我打打气吧。"),
+            ("probe:self", "你觉得我是一个怎样的人？"),
+            ("filler", "谢谢你这几周的陪伴。"),
+            ("filler", "我会想念和你聊天的。"),
+            ("filler", "再见啦！"),
+        ),
+    },
+    "en": {
+        "T1": _turns(
+            ("fact:name", "Hi! My name is Alex Chen and I'm a graduate student in Boston."),
+            ("fact:allergy", "I'm allergic to seafood; even a little shrimp gives me a rash."),
+            ("fact:cat", "I have a cat called Mochi who follows me everywhere."),
+            ("fact:phd", "I'm applying for PhD programmes and I'm really anxious about getting in."),
+            ("fact:hometown", "I'm originally from Edinburgh, so I miss home sometimes."),
+            ("filler", "The weather was nice today, so I went for a short walk."),
+            ("filler", "I had a quick bowl of noodles in the canteen for lunch."),
+            ("filler", "This afternoon we had a very long lab meeting."),
+            ("filler", "I plan to go to bed early tonight."),
+            ("filler", "I've been watching a documentary about space."),
+            ("fact:hobby", "At weekends I love hiking; last week I climbed Blue Hill."),
+            ("filler", "Okay, that's all for today. Thanks for chatting with me!"),
+        ),
+        "T2": _turns(
+            ("probe:memory", "Long time no see! Do you remember who I am?"),
+            ("probe:food", "Tonight I'm thinking of a big seafood dinner with friends. What do you think?"),
+            ("probe:pet", "My little pet hasn't been eating much lately and I'm a bit worried."),
+            ("probe:application", "My application materials are due next week. How should I plan my time?"),
+            ("probe:hobby", "Do you remember what I like to do at weekends?"),
+            ("filler", "I haven't been sleeping well these days."),
+            ("filler", "Yesterday I watched a film with my flatmate."),
+            ("filler", "Alright, that's it for today. See you next time!"),
+        ),
+        "T3": _turns(
+            ("probe:food", "Could you help me plan my dinners for next week?"),
+            ("probe:pet", "I'd like to buy a new toy for my little pet at home. Any ideas?"),
+            ("probe:application", "I have an interview next month. Could you help me prepare an introduction?"),
+            ("probe:memory", "Do you remember what I told you before?"),
+            ("probe:hobby", "I want to get outdoors this weekend. Any suggestions?"),
+            ("filler", "It's been a busy day."),
+            ("filler", "Thanks for the advice."),
+            ("filler", "I'll go and get ready now. Talk later!"),
+        ),
+        "T4": _turns(
+            ("probe:memory", "These three weeks flew by. What do you remember about me?"),
+            ("probe:food", "One last thing: recommend a dinner that suits me."),
+            ("probe:pet", "Say hello to my furry little friend at home for me."),
+            ("probe:application", "My application results are coming out soon. Cheer me up!"),
+            ("probe:self", "What kind of person do you think I am?"),
+            ("filler", "Thank you for keeping me company these weeks."),
+            ("filler", "I'll miss our chats."),
+            ("filler", "Goodbye!"),
+        ),
+    },
+}
+OPEN_ANSWERS = {"zh": "这是一个模拟参与者的回答。", "en": "This answer comes from a simulated participant."}
+
+
+def facts_in(text: str) -> set[str]:
+    return {fact.id for fact in FACTS if fact.pattern.search(text or "")}
+
+
+def context_facts(context: dict[str, Any] | None) -> dict[str, set[str]]:
+    """Planted facts in each section of a stored memory context."""
+    found = {source: set() for source in SOURCES}
+    if not context:
+        return found
+    profile = context.get("profile") or {}
+    found["profile"] = facts_in(profile.get("text") or "")
+    for turn in context.get("recent_turns") or []:
+        found["recent_turns"] |= facts_in(turn.get("user") or "") | facts_in(turn.get("assistant") or "")
+    for memory in context.get("recalled") or []:
+        found["recalled"] |= facts_in(memory.get("text") or "")
+    for key in ("summary", "r1_memory"):
+        found["other"] |= facts_in((context.get(key) or {}).get("text") or "")
+    for fragment in context.get("fragments") or []:
+        found["other"] |= facts_in(fragment.get("text") or "")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------
+
+
+class ApiError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, payload: dict[str, Any]) -> None:
+        super().__init__(f"{method} {path} -> {status} {payload.get('error', '')}: {payload.get('message', '')}")
+        self.status = status
+        self.payload = payload
+
+
+class HttpClient:
+    """A browser-like JSON client: cookie session, CSRF header on POST, waits out 429s."""
+
+    def __init__(self, base_url: str, timeout: float = 120.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.csrf: str | None = None
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        for _ in range(10):
+            request = urllib.request.Request(self.base_url + path, method=method,
+                                             headers={"Accept": "application/json"})
+            if method == "POST":
+                if self.csrf is None:
+                    self.csrf = self.expect("GET", "/api/auth/csrf")["csrf_token"]
+                request.add_header("X-CSRFToken", self.csrf)
+                request.add_header("Content-Type", "application/json")
+                request.data = json.dumps(body or {}, ensure_ascii=False).encode("utf-8")
+            try:
+                with self.opener.open(request, timeout=self.timeout) as response:
+                    status, raw, headers = response.status, response.read(), response.headers
+            except urllib.error.HTTPError as exc:
+                status, raw, headers = exc.code, exc.read(), exc.headers
+            if status == 429:
+                time.sleep(float(headers.get("Retry-After") or 1))
+                continue
+            payload = json.loads(raw) if raw and "json" in (headers.get("Content-Type") or "") else {}
+            if isinstance(payload, dict) and payload.get("csrf_token"):
+                self.csrf = payload["csrf_token"]  # login and registration start a new session
+            return status, payload
+        raise ApiError(method, path, 429, {"error": "too_many_requests"})
+
+    def expect(self, method: str, path: str, body: dict[str, Any] | None = None,
+               ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
+        status, payload = self.call(method, path, body)
+        if status not in ok:
+            raise ApiError(method, path, status, payload)
+        return payload
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.rstrip("Z"))
+
+
+# ---------------------------------------------------------------------------------------------
+# One bot
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SentTurn:
+    task_id: str
+    kind: str
+    text: str
+    message_id: int | None = None
+    reply_id: int | None = None
+
+
+@dataclass
+class Bot:
+    username: str
+    language: str
+    client: HttpClient
+    user_id: int | None = None
+    participant_code: str | None = None
+    memory_group: str | None = None
+    turns: list[SentTurn] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    tasks_done: list[str] = field(default_factory=list)
+
+    def register(self, password: str) -> None:
+        payload = self.client.expect("POST", "/api/auth/register", {
+            "username": self.username, "password": password, "consent": True, "language": self.language})
+        self.user_id = payload["user"]["id"]
+        self.participant_code = payload["user"]["participant_code"]
+
+    def walk(self, memory_ready: Callable[[int, str], None]) -> None:
+        try:
+            for task_id in TASKS:
+                self._wait_until_available(task_id)
+                memory_ready(self.user_id, task_id)
+                self._do_task(task_id)
+                self.tasks_done.append(task_id)
+        except Exception as exc:  # one bot's failure is reported, not fatal to the others
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _wait_until_available(self, task_id: str) -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            listing = self.client.expect("GET", "/api/tasks")
+            task = next(t for t in listing["tasks"] if t["id"] == task_id)
+            if task["status"] in ("available", "in_progress"):
+                return
+            if task["status"] == "done":
+                raise RuntimeError(f"{task_id} is already done")
+            wait = POLL_SECONDS
+            if task.get("available_at"):
+                wait = max(POLL_SECONDS, (_parse_time(task["available_at"]) - _parse_time(listing["now"]))
+                           .total_seconds() + 0.05)
+            time.sleep(min(wait, 5.0))
+        raise TimeoutError(f"{task_id} did not unlock within 10 minutes")
+
+    def _do_task(self, task_id: str) -> None:
+        self.client.expect("POST", f"/api/tasks/{task_id}/start")
+        for turn in SCRIPTS[self.language][task_id]:
+            sent = SentTurn(task_id=task_id, kind=turn.kind, text=turn.text)
+            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages", {"content": turn.text})
+            if status == 409 and payload.get("error") == "time_up":
+                self.notes.append(f"{task_id}: the task timer ran out after {len(self.turns)} turns")
+                break
+            if status == 503:  # every provider failed; the message is stored, ask for the reply again
+                message_id = payload.get("details", {}).get("message_id")
+                status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages/{message_id}/reply")
+            if status != 201:
+                raise ApiError("POST", f"/api/tasks/{task_id}/messages", status, payload)
+            sent.message_id, sent.reply_id = payload["message"]["id"], payload["reply"]["id"]
+            self.turns.append(sent)
+        self._finish(task_id)
+        items = self.client.expect("GET", f"/api/tasks/{task_id}/questionnaire")["items"]
+        answers = {}
+        for n, item in enumerate(items):
+            if item["type"] in ("likert", "ios"):
+                answers[item["id"]] = item["min"] + (n + len(self.username)) % (item["max"] - item["min"] + 1)
+            elif item["type"] == "choice" and item.get("options"):
+                answers[item["id"]] = item["options"][0]["value"]
+            elif item["type"] == "text":
+                answers[item["id"]] = OPEN_ANSWERS[self.language]
+        self.client.expect("POST", f"/api/tasks/{task_id}/questionnaire", {"answers": answers})
+
+    def _finish(self, task_id: str) -> None:
+        """Finish the chat, keeping the page 'open' with heartbeats until the minimum time is reached."""
+        for _ in range(1000):
+            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/finish")
+            if status == 200:
+                return
+            if status == 409 and payload.get("error") == "task_phase_questionnaire":
+                return  # the timer closed the chat already
+            if status != 409 or payload.get("error") != "too_early":
+                raise ApiError("POST", f"/api/tasks/{task_id}/finish", status, payload)
+            timer = payload["details"]["timer"]
+            scale = (timer["remaining_real_seconds"] / timer["remaining_seconds"]) if timer["remaining_seconds"] else 0
+            missing_real = (timer["min_active_seconds"] - timer["active_seconds"]) * scale
+            # stay under the idle-gap threshold, or the wait would not count as active time
+            time.sleep(min(max(missing_real, 0.01) + 0.01, 0.8 * timer["idle_gap_real_seconds"]))
+            self.client.call("POST", f"/api/tasks/{task_id}/heartbeat")
+        raise TimeoutError(f"{task_id}: the minimum task time was never reached")
+
+
+# ---------------------------------------------------------------------------------------------
+# A temporary server of our own
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    base_url: str
+    admin_user: str
+    admin_password: str
+    study: dict[str, Any] | None = None
+    timing_note: str | None = None
+
+
+def _stretched_timing(study: dict[str, Any], day_seconds: float) -> tuple[dict[str, Any], str | None]:
+    """Pilot mode scales task durations with the day, so a 2-second day leaves a 15-minute task
+    0.02 s of chat. Give the bots at least 10 real minutes per task; unlocks stay compressed."""
+    scale = day_seconds / 86400
+    timing = study["timing"]
+    wanted = {"task_active_seconds": 600 / scale, "max_wall_seconds": 900 / scale}
+    stretched = {k: v for k, v in wanted.items() if timing[k] < v}
+    if not stretched:
+        return study, None
+    study = copy.deepcopy(study)
+    study["timing"].update({k: round(v) for k, v in stretched.items()})
+    note = ", ".join(f"{k} {timing[k]} -> {study['timing'][k]} study s" for k in stretched)
+    return study, note
+
+
+@contextmanager
+def temporary_server(day_seconds: float) -> Iterator[Server]:
+    """The real app (create_app) on a fresh SQLite file, offline providers, served on 127.0.0.1:<free port>."""
+    from werkzeug.serving import make_server
+
+    from app import create_app
+    from config import Settings, load_study
+    from services.account_service import create_admin
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:
+        study, note = _stretched_timing(load_study(), day_seconds)
+        settings = Settings(
+            database_url=f"sqlite:///{Path(tmp) / 'simulation.db'}", secret_key=secrets.token_hex(16),
+            day_seconds=day_seconds, llm_providers=["offline"], embedding_provider="offline",
+            scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False, study=study,
+        )
+        app = create_app(settings)
+        runtime = app.extensions["memory_lab"]
+        password = secrets.token_urlsafe(12)
+        with runtime.db.Session() as session:
+            create_admin(session, "sim_admin", password, runtime.clock)
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, name="simulation-server", daemon=True)
+        thread.start()
+        try:
+            yield Server(base_url=f"http://127.0.0.1:{server.server_port}", admin_user="sim_admin",
+                         admin_password=password, study=study, timing_note=note)
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+            runtime.background.shutdown(wait=True)
+            runtime.db.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+class Admin:
+    """Reads groups and memory contexts; waits for consolidation between tasks."""
+
+    def __init__(self, base_url: str, user: str, password: str) -> None:
+        self.client = HttpClient(base_url)
+        self.client.expect("POST", "/api/auth/login", {"username": user, "password": password})
+        self.lock = threading.Lock()
+        self.waits: list[float] = []
+
+    def get(self, path: str) -> dict[str, Any]:
+        with self.lock:
+            return self.client.expect("GET", path)
+
+    def memory_ready(self, user_id: int, next_task: str) -> None:
+        """Block until every earlier task of this participant is consolidated (or failed)."""
+        earlier = TASKS[:TASKS.index(next_task)]
+        started = time.monotonic()
+        while time.monotonic() - started < CONSOLIDATION_WAIT_SECONDS:
+            states = self.get(f"/api/admin/participants/{user_id}")["participant"]["consolidation"]
+            if all(states.get(t) not in ("pending", "running") for t in earlier):
+                self.waits.append(time.monotonic() - started)
+                return
+            time.sleep(POLL_SECONDS)
+        raise TimeoutError(f"consolidation of {', '.join(earlier)} did not finish in {CONSOLIDATION_WAIT_SECONDS} s")
+
+
+def _languages(language: str) -> list[str]:
+    return ["zh", "en"] if language == "both" else [language]
+
+
+def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
+             log: Callable[[str], None]) -> list[Bot]:
+    status, study_facts = HttpClient(base_url).call("GET", "/api/study")
+    if status != 200 or not study_facts.get("pilot_mode"):
+        raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
+    groups = list(admin.get("/api/admin/participants")["summary"]["groups"])
+    run_id = secrets.token_hex(3)
+    password = secrets.token_urlsafe(12)
+    languages = _languages(language)
+    bots: list[Bot] = []
+    # registration in rounds of one per group, so permuted blocks fill evenly and languages alternate by round
+    for round_index in range(per_group):
+        lang = languages[round_index % len(languages)]
+        for slot in range(len(groups)):
+            bot = Bot(username=f"bot_{run_id}_{round_index:02d}_{slot}", language=lang, client=HttpClient(base_url))
+            bot.register(password)
+            bots.append(bot)
+    rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
+    for bot in bots:
+        bot.memory_group = rows[bot.user_id]["memory_group"]
+    log(f"registered {len(bots)} bots: " + ", ".join(
+        f"{g} {sum(1 for b in bots if b.memory_group == g)}" for g in groups))
+    with ThreadPoolExecutor(max_workers=len(bots), thread_name_prefix="bot") as pool:
+        list(pool.map(lambda b: b.walk(admin.memory_ready), bots))
+    return bots
+
+
+def _l2_window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
+    """Facts in the last ``turns`` turns (user message + reply) of the tasks before ``task_id``."""
+    earlier = [m for m in messages if TASKS.index(m["task_id"]) < TASKS.index(task_id)]
+    replies = {m["reply_to_id"]: m for m in earlier if m["role"] == "assistant"}
+    pairs = [(m, replies.get(m["id"])) for m in earlier if m["role"] == "user"]
+    found: set[str] = set()
+    for user, reply in pairs[-turns:] if turns else []:
+        found |= facts_in(user["content"]) | facts_in(reply["content"] if reply else "")
+    return found
+
+
+def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, Any]]:
+    """Per bot and probe task: which planted facts the probe replies' memory contexts held, by section."""
+    results = []
+    for bot in bots:
+        record = admin.get(f"/api/admin/participants/{bot.user_id}")
+        messages = {m["id"]: m for m in record["messages"]}
+        per_task: dict[str, dict[str, Any]] = {}
+        for task_id in PROBE_TASKS:
+            probes = [t for t in bot.turns if t.task_id == task_id and t.kind.startswith("probe:")]
+            if not probes:
+                continue
+            sources = {s: set() for s in SOURCES}
+            recalled_ids: set[int] = set()
+            for probe in probes:
+                context = messages[probe.reply_id].get("memory_context") or {}
+                for source, found in context_facts(context).items():
+                    sources[source] |= found
+                recalled_ids |= {m["message_id"] for m in context.get("recalled") or []}
+            per_task[task_id] = {
+                "probes": len(probes),
+                "facts": sorted(set().union(*sources.values()), key=FACT_IDS.index),
+                "sources": {s: sorted(v, key=FACT_IDS.index) for s, v in sources.items()},
+                "recalled_memories": len(recalled_ids),
+                "l2_window_facts": sorted(_l2_window_facts(list(messages.values()), task_id, l2_turns),
+                                          key=FACT_IDS.index),
+            }
+        results.append({
+            "username": bot.username, "participant_code": bot.participant_code, "memory_group": bot.memory_group,
+            "language": bot.language, "tasks_done": bot.tasks_done, "errors": bot.errors, "notes": bot.notes,
+            "tasks": per_task,
+        })
+    return results
+
+
+def summarise(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per group x task x language: mean facts found, by section, and which facts."""
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for p in participants:
+        for task_id, task in p["tasks"].items():
+            cells[(p["memory_group"], task_id, p["language"])].append(task)
+    rows = []
+    for (group, task_id, language), tasks in sorted(cells.items()):
+        counts = [len(t["facts"]) for t in tasks]
+        rows.append({
+            "group": group, "task": task_id, "language": language, "n": len(tasks),
+            "facts_mean": round(mean(counts), 2), "facts_min": min(counts), "facts_max": max(counts),
+            **{f"from_{s}_mean": round(mean(len(t["sources"][s]) for t in tasks), 2) for s in SOURCES},
+            "recalled_memories_mean": round(mean(t["recalled_memories"] for t in tasks), 2),
+            "by_fact": {f: sum(1 for t in tasks if f in t["facts"]) for f in FACT_IDS},
+        })
+    return rows
+
+
+def check_pattern(participants: list[dict[str, Any]], table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The expected pattern, group by group, with what was seen when it does not hold."""
+    checks = []
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in participants:
+        by_group[p["memory_group"]].append(p)
+
+    def add(name: str, passed: bool, detail: str) -> None:
+        checks.append({"check": name, "passed": passed, "detail": detail})
+
+    if by_group.get("L1"):
+        leaks = [f"{p['participant_code']} {t}: {task['facts']}" for p in by_group["L1"]
+                 for t, task in p["tasks"].items() if task["facts"]]
+        add("L1 remembers none of the planted facts", not leaks, "; ".join(leaks) or "no fact in any context")
+    if by_group.get("L2"):
+        wrong_t2 = [f"{p['participant_code']}: {p['tasks']['T2']['facts']}" for p in by_group["L2"]
+                    if "T2" in p["tasks"] and set(p["tasks"]["T2"]["facts"]) != LATE_FACTS]
+        add("L2 at T2 holds exactly the facts of T1's last turns (hobby), none of the early ones", not wrong_t2,
+            "; ".join(wrong_t2) or f"every L2 participant: {sorted(LATE_FACTS)}")
+        outside = [f"{p['participant_code']} {t}: {sorted(set(task['facts']) - set(task['l2_window_facts']))}"
+                   for p in by_group["L2"] for t, task in p["tasks"].items()
+                   if not set(task["facts"]) <= set(task["l2_window_facts"])]
+        add("L2 never holds a fact from outside its recent-turn window", not outside,
+            "; ".join(outside) or "all facts lie within the window")
+    if by_group.get("L3"):
+        missing = [f"{p['participant_code']} {t}" for p in by_group["L3"] for t, task in p["tasks"].items()
+                   if not set(task["sources"]["profile"]) & EARLY_FACTS]
+        found = sorted({f for p in by_group["L3"] for task in p["tasks"].values() for f in task["sources"]["profile"]},
+                       key=FACT_IDS.index)
+        add("L3 holds early T1 facts through its profile at T2-T4", not missing,
+            ("missing in " + "; ".join(missing)) if missing else f"profile facts seen: {found}")
+    if by_group.get("L3") and by_group.get("L4"):
+        means = {(r["group"], r["task"], r["language"]): r["facts_mean"] for r in table}
+        behind = [f"{task} {lang}: L4 {means[('L4', task, lang)]} < L3 {means[('L3', task, lang)]}"
+                  for (group, task, lang) in means if group == "L4" and ("L3", task, lang) in means
+                  and means[("L4", task, lang)] < means[("L3", task, lang)]]
+        add("L4 holds at least as many facts as L3 (mean per task)", not behind, "; ".join(behind) or "yes")
+    if by_group.get("L4"):
+        recalled = {t: sum(task["recalled_memories"] for p in by_group["L4"] for tt, task in p["tasks"].items()
+                           if tt == t) for t in PROBE_TASKS}
+        add("L4 recalls specific earlier messages by the forgetting curve", sum(recalled.values()) > 0,
+            ", ".join(f"{t}: {n} recalled" for t, n in recalled.items()))
+    return checks
+
+
+def format_report(report: dict[str, Any]) -> str:
+    config = report["config"]
+    lines = [
+        "Manipulation check: planted facts found in the memory context of probe replies",
+        f"  server: {config['server']}; pilot day = {config['day_seconds']} s; bots: {config['bots']} "
+        f"({config['per_group']} per group; languages: {', '.join(config['languages'])}); "
+        f"run took {config['duration_seconds']:.0f} s",
+    ]
+    if config.get("timing_override"):
+        lines.append(f"  task timer stretched for the bots: {config['timing_override']}")
+    lines += [
+        "  facts planted in T1: " + ", ".join(f"{f.id} = {f.label}" for f in FACTS),
+        "  early facts: turns 1-5 of 12; hobby: turn 11 (inside a 7-turn window). Probes never name a fact.",
+        "",
+        f"{'group':5} {'task':4} {'lang':4} {'n':>2}  {'facts':>5} {'range':>5}  {'profile':>7} {'recent':>6} "
+        f"{'recalled':>8} {'recalled msgs':>13}  facts seen (participants)",
+    ]
+    for row in report["table"]:
+        seen = ", ".join(f"{f} {n}/{row['n']}" for f, n in row["by_fact"].items() if n) or "-"
+        lines.append(
+            f"{row['group']:5} {row['task']:4} {row['language']:4} {row['n']:>2}  {row['facts_mean']:>5.2f} "
+            f"{row['facts_min']:>2}-{row['facts_max']:<2}  {row['from_profile_mean']:>7.2f} "
+            f"{row['from_recent_turns_mean']:>6.2f} {row['from_recalled_mean']:>8.2f} "
+            f"{row['recalled_memories_mean']:>13.2f}  {seen}")
+    lines += ["", "  facts = distinct planted facts in any probe reply's context (mean per participant); "
+                  "profile / recent / recalled = in that section; recalled msgs = memories recalled by the "
+                  "forgetting curve in the probe replies", "", "Checks:"]
+    for check in report["checks"]:
+        lines.append(f"  {'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
+    problems = [(p["participant_code"], p["memory_group"], e) for p in report["participants"] for e in p["errors"]]
+    problems += [(p["participant_code"], p["memory_group"], n) for p in report["participants"] for n in p["notes"]]
+    if problems:
+        lines += ["", "Problems:"] + [f"  {code} ({group}): {text}" for code, group, text in problems]
+    waits = config.get("consolidation_wait_seconds")
+    if waits:
+        lines += ["", f"Waited for consolidation before a task: mean {waits['mean']:.1f} s, max {waits['max']:.1f} s"]
+    return "\n".join(lines)
+
+
+def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 2.0,
+                   base_url: str | None = None, admin_user: str | None = None, admin_password: str | None = None,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the bots and return the report (``format_report`` prints it)."""
+    if per_group < 1:
+        raise ValueError("--per-group must be at least 1")
+    started = time.monotonic()
+
+    def execute(server: Server) -> dict[str, Any]:
+        admin = Admin(server.base_url, server.admin_user, server.admin_password)
+        bots = run_bots(server.base_url, admin, per_group, language, log)
+        l2_turns = server.study["memory"]["recent_turns_L2"] if server.study else 7
+        participants = analyse(bots, admin, l2_turns=l2_turns)
+        table = summarise(participants)
+        checks = check_pattern(participants, table)
+        waits = admin.waits
+        return {
+            "config": {
+                "server": server.base_url if base_url else "temporary (fresh SQLite, offline providers)",
+                "day_seconds": day_seconds if not base_url else None, "per_group": per_group,
+                "languages": _languages(language), "bots": len(bots), "timing_override": server.timing_note,
+                "duration_seconds": time.monotonic() - started,
+                "consolidation_wait_seconds": {"mean": mean(waits), "max": max(waits)} if waits else None,
+            },
+            "participants": participants,
+            "table": table,
+            "checks": checks,
+            "ok": all(c["passed"] for c in checks) and not any(p["errors"] for p in participants),
+        }
+
+    if base_url:
+        if not (admin_user and admin_password):
+            raise ValueError("--base-url needs --admin-user and --admin-password (or ADMIN_PASSWORD)")
+        return execute(Server(base_url=base_url, admin_user=admin_user, admin_password=admin_password))
+    with temporary_server(day_seconds) as server:
+        log(f"temporary server on {server.base_url} (pilot day = {day_seconds} s)")
+        return execute(server)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--per-group", type=int, required=True, help="bots per enabled memory group")
+    parser.add_argument("--base-url", help="run against this server instead of a temporary one")
+    parser.add_argument("--language", choices=("zh", "en", "both"), default="both")
+    parser.add_argument("--day-seconds", type=float, default=2.0, help="pilot day length of the temporary server")
+    parser.add_argument("--admin-user", default="admin", help="with --base-url: an admin account")
+    parser.add_argument("--admin-password", default=os.environ.get("ADMIN_PASSWORD"),
+                        help="with --base-url (default: $ADMIN_PASSWORD)")
+    parser.add_argument("--json-out", help="also write the full report as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        report = run_simulation(per_group=args.per_group, language=args.language, day_seconds=args.day_seconds,
+                                base_url=args.base_url, admin_user=args.admin_user,
+                                admin_password=args.admin_password, log=lambda text: print(text, flush=True))
+    except (ApiError, RuntimeError, ValueError, TimeoutError) as exc:
+        print(f"simulation failed: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    if any(p["errors"] for p in report["participants"]):
+        return 2
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

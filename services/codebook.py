@@ -1,0 +1,354 @@
+"""The codebook of the data export: every column of every exported file, and every questionnaire item.
+
+The exporter fills its tables by the column names declared here, so the codebook
+and the files cannot drift apart: a column without an entry here cannot be
+exported. Columns that depend on the study definition (``T1_completed_at``,
+``T1_pu_1`` ...) are generated from it. ``pii`` marks what ``exclude_pii``
+drops: usernames and every free-text column (message text, open answers,
+admin-written reasons, profile text).
+
+Pure: no Flask, no database.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+INTEGER, NUMBER, STRING, DATETIME, BOOLEAN, JSON_TEXT = (
+    "integer", "number", "string", "datetime (UTC, YYYY-MM-DD HH:MM:SS)", "boolean (1/0)", "JSON text")
+
+LIKERT_ANCHORS = {"zh": "1 = 完全不同意 … 7 = 完全同意", "en": "1 = strongly disagree … 7 = strongly agree"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    description: str
+    pii: bool = False
+    # questionnaire columns only
+    instrument: str = ""
+    item_id: str = ""
+    scale: str = ""
+    wording_zh: str = ""
+    wording_en: str = ""
+
+
+def _c(name: str, type_: str, description: str, pii: bool = False) -> Column:
+    return Column(name, type_, description, pii)
+
+
+CODE = _c("participant_code", STRING, "Pseudonymous participant id (never the username); links every file.")
+GROUP = _c("memory_group", STRING, "Memory condition the participant was assigned to (L1 sensory, L2 working, "
+                                   "L3 gist, L4 hybrid; S1/R1 when enabled); see study_config.json.")
+
+STATIC_COLUMNS: dict[str, list[Column]] = {
+    "participants.csv": [
+        CODE, GROUP,
+        _c("username", STRING, "Login name chosen at registration.", pii=True),
+        _c("language", STRING, "Interface and chat language (zh or en)."),
+        _c("status", STRING, "active, or withdrawn (data kept; no further tasks)."),
+        _c("registered_at", DATETIME, "Account creation."),
+        _c("consent_at", DATETIME, "Time the consent form was accepted."),
+        _c("consent_version", STRING, "Version of the consent text accepted."),
+        _c("withdrawn_at", DATETIME, "Time an admin recorded the withdrawal; empty if active."),
+        _c("withdrawn_reason", STRING, "Reason recorded with the withdrawal (free text).", pii=True),
+        _c("last_active_at", DATETIME, "Last message sent by the participant."),
+        _c("assigned_at", DATETIME, "Time the memory condition was drawn."),
+        _c("assignment_block", INTEGER, "Permuted block the condition was drawn from (0-based)."),
+        _c("assignment_slot", INTEGER, "Position within that block (0-based)."),
+        _c("tasks_done", INTEGER, "Number of tasks completed (chat and questionnaire)."),
+        _c("user_messages", INTEGER, "Messages the participant sent, all tasks."),
+        _c("assistant_replies", INTEGER, "Replies stored for the participant, all tasks."),
+    ],
+    "task_sessions.csv": [
+        _c("task_session_id", INTEGER, "Id of this attempt at a task; messages.csv and questionnaires link to it."),
+        CODE, GROUP,
+        _c("task_id", STRING, "Task (T1-T4)."),
+        _c("attempt", INTEGER, "Attempt number; above 1 only after an admin reset an earlier attempt."),
+        _c("status", STRING, "in_progress, done, reset (voided by an admin, kept for audit) or abandoned."),
+        _c("phase", STRING, "chat, questionnaire or closed."),
+        _c("started_at", DATETIME, "Task start."),
+        _c("chat_ended_at", DATETIME, "End of the chat phase (finished, time up or abandoned)."),
+        _c("completed_at", DATETIME, "Questionnaire submitted; the task is done."),
+        _c("last_activity_at", DATETIME, "Last action in this attempt."),
+        _c("active_seconds", NUMBER, "Active chat time in study seconds, idle gaps excluded (in pilot mode "
+                                     "real seconds are scaled up to study seconds)."),
+        _c("idle_gap_count", INTEGER, "Pauses longer than the idle-gap threshold (not counted as active)."),
+        _c("idle_seconds", NUMBER, "Total length of those pauses, real seconds."),
+        _c("chat_wall_seconds", NUMBER, "Real seconds from start to the end of the chat phase."),
+        _c("end_reason", STRING, "Why the chat ended: finished, time_up, abandoned or reset."),
+        _c("reset_reason", STRING, "Reason an admin gave for resetting this attempt (free text).", pii=True),
+        _c("consolidation_status", STRING, "Memory consolidation of this session: pending, running, done, "
+                                           "failed or n/a."),
+        _c("user_messages", INTEGER, "Messages the participant sent in this attempt."),
+        _c("assistant_replies", INTEGER, "Replies stored in this attempt."),
+    ],
+    "messages.csv": [
+        _c("message_id", INTEGER, "Message id (increasing in time)."),
+        CODE, GROUP,
+        _c("task_id", STRING, "Task the message belongs to."),
+        _c("task_session_id", INTEGER, "Task attempt (task_sessions.csv)."),
+        _c("created_at", DATETIME, "Time the message was stored."),
+        _c("role", STRING, "user (the participant) or assistant (a reply)."),
+        _c("text", STRING, "Message text as sent or generated.", pii=True),
+        _c("text_chars", INTEGER, "Length of the text in characters (kept when text is excluded)."),
+        _c("reply_to_id", INTEGER, "For a reply: the participant message it answers."),
+        _c("provider", STRING, "Reply: provider that produced it (offline = template responder, not an LLM)."),
+        _c("model", STRING, "Reply: model name reported by the provider."),
+        _c("temperature", NUMBER, "Reply: sampling temperature requested."),
+        _c("max_tokens", INTEGER, "Reply: maximum reply length requested."),
+        _c("prompt_tokens", INTEGER, "Reply: prompt size reported by the provider (offline: characters)."),
+        _c("completion_tokens", INTEGER, "Reply: reply size reported by the provider (offline: characters)."),
+        _c("latency_ms", NUMBER, "Reply: time the provider took, milliseconds."),
+        _c("providers_tried", INTEGER, "Reply: provider attempts made (more than 1 means a fallback answered)."),
+        _c("context_profile_version", INTEGER, "Reply: version of the gist profile in its memory context "
+                                               "(profiles.csv); empty if none."),
+        _c("context_recent_turns", INTEGER, "Reply: verbatim turns from earlier tasks in its memory context."),
+        _c("context_recalled_count", INTEGER, "Reply: memories recalled by the forgetting curve (L4)."),
+        _c("recalled_memory_ids", STRING, "Reply: message_id of each recalled memory, separated by ';'."),
+        _c("embedding_model", STRING, "User message: embedder used at consolidation."),
+        _c("importance_score", NUMBER, "User message: lasting personal information it carries, 0-1."),
+        _c("emotional_intensity", NUMBER, "User message: emotional intensity score I, 0-1."),
+        _c("self_disclosure", NUMBER, "User message: self-disclosure depth score D, 0-1."),
+        _c("value_relevance", NUMBER, "User message: value relevance score V, 0-1."),
+        _c("emotional_salience", NUMBER, "User message: 0.4*I + 0.4*D + 0.2*V."),
+        _c("consolidation_g", NUMBER, "User message: current consolidation coefficient g of the forgetting curve."),
+        _c("recall_count", INTEGER, "User message: times it was recalled (L4)."),
+        _c("last_recall_at", DATETIME, "User message: last recall (L4)."),
+        _c("consolidated_at", DATETIME, "User message: time its memory fields were computed."),
+    ],
+    "questionnaires_long.csv": [
+        CODE, GROUP,
+        _c("task_id", STRING, "Task after which the questionnaire was answered."),
+        _c("task_session_id", INTEGER, "Task attempt (task_sessions.csv)."),
+        _c("instrument", STRING, "Instrument (scale) the item belongs to."),
+        _c("item_id", STRING, "Item id; wording and scale per item below and in codebook.md."),
+        _c("item_type", STRING, "likert, ios, choice or text."),
+        _c("value", NUMBER, "Answer to a rating item (a choice item: the chosen option's value); empty for "
+                            "free-text items."),
+        _c("text_answer", STRING, "Answer to a free-text item.", pii=True),
+        _c("submitted_at", DATETIME, "Time the questionnaire was submitted."),
+    ],
+    "questionnaires_wide.csv": [
+        CODE, GROUP,
+        _c("language", STRING, "Language the questionnaire was shown in."),
+        _c("status", STRING, "Participant status at export (active or withdrawn)."),
+    ],
+    "profiles.csv": [
+        _c("profile_version_id", INTEGER, "Row id of this profile version."),
+        CODE, GROUP,
+        _c("kind", STRING, "gist (L3/L4 profile), s1_summary (S1) or r1_memory (R1)."),
+        _c("version", INTEGER, "Version number per participant and kind; every consolidation adds one."),
+        _c("task_id", STRING, "Task whose conversation produced this version."),
+        _c("created_at", DATETIME, "Time the version was written."),
+        _c("source", STRING, "What produced it (a provider name, or offline-rules)."),
+        _c("consolidation_run_id", INTEGER, "Consolidation run that wrote it (consolidation_runs.csv)."),
+        _c("rendered_chars", INTEGER, "Length of the rendered text given to the model."),
+        _c("rendered", STRING, "The text placed in the prompt (gist capped at the configured length).", pii=True),
+        _c("content_json", JSON_TEXT, "The full structured content (dimensions and items, tagged with tasks).",
+           pii=True),
+    ],
+    "recall_events.csv": [
+        _c("recall_event_id", INTEGER, "Row id."),
+        CODE, GROUP,
+        _c("task_id", STRING, "Task in which the recall was attempted."),
+        _c("query_message_id", INTEGER, "Participant message that served as the query (messages.csv)."),
+        _c("memory_message_id", INTEGER, "Earlier participant message considered (messages.csv)."),
+        _c("memory_task_id", STRING, "Task the considered memory came from."),
+        _c("rank", INTEGER, "Rank among the top-k most similar memories (1 = most similar)."),
+        _c("cosine", NUMBER, "Raw cosine similarity from the embedder."),
+        _c("r", NUMBER, "Relevance after the calibration mapping, 0-1."),
+        _c("t", NUMBER, "Elapsed time since creation or last recall, in the configured time unit."),
+        _c("g_before", NUMBER, "Consolidation coefficient g before this event."),
+        _c("g_after", NUMBER, "g after this event (grows only when recalled)."),
+        _c("p", NUMBER, "Forgetting-curve recall probability (1 - exp(-r*exp(-t/g))) / (1 - exp(-1))."),
+        _c("p_final", NUMBER, "p plus the salience bonus, capped at 1."),
+        _c("salience", NUMBER, "Emotional salience of the memory."),
+        _c("recalled", BOOLEAN, "1 if p_final reached the threshold and the memory entered the context."),
+        _c("created_at", DATETIME, "Time of the event."),
+    ],
+    "consolidation_runs.csv": [
+        _c("run_id", INTEGER, "Row id."),
+        CODE, GROUP,
+        _c("task_session_id", INTEGER, "Task attempt consolidated."),
+        _c("task_id", STRING, "Task consolidated."),
+        _c("trigger", STRING, "task_end, sweep (scheduler) or manual (admin or script)."),
+        _c("status", STRING, "running, succeeded, failed or skipped."),
+        _c("started_at", DATETIME, "Run start."),
+        _c("finished_at", DATETIME, "Run end."),
+        _c("duration_seconds", NUMBER, "finished_at - started_at, seconds."),
+        _c("provider", STRING, "Provider (or offline-rules) that produced the profile."),
+        _c("error", STRING, "Error of a failed run (may quote model output).", pii=True),
+        _c("steps_json", JSON_TEXT, "What each step did (may include profile changes).", pii=True),
+    ],
+    "codebook.csv": [
+        _c("file", STRING, "Exported file the row describes."),
+        _c("column", STRING, "Column (or JSON key) in that file."),
+        _c("type", STRING, "Value type."),
+        _c("description", STRING, "What the column holds."),
+        _c("pii", BOOLEAN, "1 if the column is removed by the exclude-PII option."),
+        _c("instrument", STRING, "Questionnaire columns: instrument of the item."),
+        _c("item_id", STRING, "Questionnaire columns: item id (for questionnaires_long.csv: the value of item_id "
+                              "this row describes)."),
+        _c("scale", STRING, "Questionnaire columns: response scale."),
+        _c("wording_zh", STRING, "Questionnaire columns: item wording in Chinese."),
+        _c("wording_en", STRING, "Questionnaire columns: item wording in English."),
+    ],
+}
+
+# Keys of the JSON-lines file with each reply's exact memory context and prompt (not a CSV).
+REPLY_CONTEXT_KEYS: list[Column] = [
+    _c("message_id", INTEGER, "Reply (messages.csv)."),
+    CODE, GROUP,
+    _c("task_id", STRING, "Task of the reply."),
+    _c("memory_context", "JSON object", "Structured memory the reply was built from: profile, recent_turns, "
+                                        "recalled (with r, t, p, g), recall_candidates, summary, notes.", pii=True),
+    _c("prompt", "JSON array", "The exact messages sent to the model (system prompt with memory, history).",
+       pii=True),
+    _c("params", "JSON object", "Generation parameters and provider details."),
+    _c("attempts", "JSON array", "Every provider tried for this reply, with its outcome."),
+]
+
+
+def _localised(value: Any, language: str) -> str:
+    if isinstance(value, dict):
+        return value.get(language) or ""
+    return value or ""
+
+
+def item_scale(item: dict[str, Any]) -> str:
+    kind = item.get("type", "likert")
+    if kind == "likert":
+        return f"likert {item['min']}-{item['max']} ({LIKERT_ANCHORS['en']}; {LIKERT_ANCHORS['zh']})"
+    if kind == "ios":
+        return f"IOS circles {item['min']}-{item['max']} (1 = separate, {item['max']} = almost overlapping)"
+    if kind == "choice":
+        options = "; ".join(f"{o['value']} = {_localised(o.get('label'), 'en') or _localised(o.get('label'), 'zh')}"
+                            for o in item.get("options", []))
+        return f"choice ({options})"
+    if kind == "text":
+        limit = item.get("max")
+        return f"free text, up to {limit} characters" if limit else "free text"
+    return kind
+
+
+def study_items(study: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """item_id -> (instrument name, item definition), over every instrument of the study."""
+    items: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, instrument in study["instruments"].items():
+        for item in instrument["items"]:
+            items[item["id"]] = (name, item)
+    return items
+
+
+def task_items(study: dict[str, Any], task: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(instrument, item) in the order the task's questionnaire shows them."""
+    return [(name, item) for name in task.get("questionnaire", []) for item in study["instruments"][name]["items"]]
+
+
+def _item_column(name: str, instrument: str, item: dict[str, Any], description: str) -> Column:
+    return Column(
+        name=name, type=STRING if item.get("type") == "text" else NUMBER, description=description,
+        pii=item.get("type") == "text", instrument=instrument, item_id=item["id"], scale=item_scale(item),
+        wording_zh=_localised(item.get("text"), "zh"), wording_en=_localised(item.get("text"), "en"),
+    )
+
+
+def columns_for(file: str, study: dict[str, Any]) -> list[Column]:
+    """Every column of ``file`` in export order, before PII exclusion."""
+    columns = list(STATIC_COLUMNS[file])
+    task_ids = [t["id"] for t in study["tasks"]]
+    if file == "participants.csv":
+        columns += [_c(f"{t}_completed_at", DATETIME, f"Time task {t} was completed; empty if not done (yet).")
+                    for t in task_ids]
+    elif file == "questionnaires_wide.csv":
+        for task in study["tasks"]:
+            for instrument, item in task_items(study, task):
+                columns.append(_item_column(
+                    f"{task['id']}_{item['id']}", instrument, item,
+                    f"Answer to {item['id']} ({instrument}) after {task['id']}; empty if not answered."))
+    return columns
+
+
+def exported_columns(file: str, study: dict[str, Any], *, exclude_pii: bool) -> list[Column]:
+    return [c for c in columns_for(file, study) if not (exclude_pii and c.pii)]
+
+
+def codebook_rows(files: dict[str, list[str]], study: dict[str, Any], *, exclude_pii: bool,
+                  include_reply_contexts: bool) -> list[dict[str, Any]]:
+    """One row per (file, column) actually exported, plus one per questionnaire item of the long file."""
+    rows: list[dict[str, Any]] = []
+    for file, names in files.items():
+        documented = {c.name: c for c in columns_for(file, study)}
+        for name in names:
+            rows.append(_row(file, documented[name]))
+        if file == "questionnaires_long.csv":
+            for item_id, (instrument, item) in study_items(study).items():
+                if exclude_pii and item.get("type") == "text":
+                    continue
+                column = "text_answer" if item.get("type") == "text" else "value"
+                rows.append(_row(file, _item_column(column, instrument, item,
+                                                    f"{column} where item_id = {item_id} ({instrument}).")))
+    if include_reply_contexts:
+        rows += [_row("reply_contexts.jsonl", c) for c in REPLY_CONTEXT_KEYS]
+    return rows
+
+
+def _row(file: str, column: Column) -> dict[str, Any]:
+    return {"file": file, "column": column.name, "type": column.type, "description": column.description,
+            "pii": int(column.pii), "instrument": column.instrument, "item_id": column.item_id,
+            "scale": column.scale, "wording_zh": column.wording_zh, "wording_en": column.wording_en}
+
+
+def codebook_markdown(rows: list[dict[str, Any]], study: dict[str, Any], *, generated_at: str,
+                      exclude_pii: bool, bom: bool) -> str:
+    """The same codebook for people: notes, one table per file, then the questionnaire items."""
+    out = [
+        f"# Codebook: {study.get('name', 'study')} data export",
+        "",
+        f"Generated {generated_at} (UTC). Options: exclude_pii={'yes' if exclude_pii else 'no'}, "
+        f"BOM={'yes' if bom else 'no'}.",
+        "",
+        "- Participants appear only under their pseudonymous `participant_code`; every file carries it and "
+        "`memory_group`.",
+        "- All times are UTC, formatted `YYYY-MM-DD HH:MM:SS`. Empty cell = missing / not applicable.",
+        "- CSV files are UTF-8 (with a byte-order mark when exported for Excel), comma-separated, with a header.",
+        "- `study_config.json` is the exact study definition in use (conditions, tasks, timings, prompts, "
+        "questionnaires); `manifest.json` lists the files, their row counts and the export options.",
+        "- Replies from the `offline` provider come from a template responder, not a language model; its token "
+        "counts are characters.",
+    ]
+    if exclude_pii:
+        out.append("- Exported without personal data: usernames and free-text columns (message text, open "
+                   "answers, reasons, profile text) are left out, and reply_contexts.jsonl is not included.")
+    out += ["", "## Memory conditions", "", "| id | name | enabled |", "| --- | --- | --- |"]
+    for cid, condition in study["conditions"].items():
+        out.append(f"| {cid} | {condition.get('name', '')} | {'yes' if cid in study['enabled_conditions'] else 'no'} |")
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if not (row["file"] == "questionnaires_long.csv" and row["item_id"]):
+            by_file.setdefault(row["file"], []).append(row)
+    for file, file_rows in by_file.items():
+        out += ["", f"## {file}", "", "| column | type | description |", "| --- | --- | --- |"]
+        for row in file_rows:
+            flag = " *(personal data)*" if row["pii"] else ""
+            out.append(f"| `{row['column']}` | {row['type']} | {_md(row['description'])}{flag} |")
+    out += ["", "## Questionnaire items", ""]
+    asked: dict[str, list[str]] = {}
+    for task in study["tasks"]:
+        for _, item in task_items(study, task):
+            asked.setdefault(item["id"], []).append(task["id"])
+    for name, instrument in study["instruments"].items():
+        title = instrument.get("title", {})
+        out += [f"### {name}: {_localised(title, 'en')} / {_localised(title, 'zh')}", "",
+                "| item | scale | asked after | wording (zh) | wording (en) |", "| --- | --- | --- | --- | --- |"]
+        for item in instrument["items"]:
+            out.append(f"| `{item['id']}` | {_md(item_scale(item))} | {', '.join(asked.get(item['id'], [])) or '-'} "
+                       f"| {_md(_localised(item.get('text'), 'zh'))} | {_md(_localised(item.get('text'), 'en'))} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
