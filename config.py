@@ -391,6 +391,9 @@ class Settings:
     testing: bool = False
     # Pilot mode: one study day lasts this many real seconds (86400 = real time).
     day_seconds: float = SECONDS_PER_DAY
+    # Pilot mode compresses task timers like days unless PILOT_TIMER_SCALE says otherwise
+    # (e.g. 0.1: a 900 s task lasts 90 s, so a person can walk through a pilot in the browser).
+    pilot_timer_scale: float | None = None
     language: str = "zh"
     llm_providers: list[str] = field(default_factory=lambda: ["offline"])
     consolidation_providers: list[str] | None = None
@@ -420,6 +423,13 @@ class Settings:
         return self.day_seconds / SECONDS_PER_DAY
 
     @property
+    def timer_scale(self) -> float:
+        """Real seconds per study second for task timers."""
+        if self.pilot_mode and self.pilot_timer_scale is not None:
+            return self.pilot_timer_scale
+        return self.time_scale
+
+    @property
     def pilot_mode(self) -> bool:
         return self.day_seconds != SECONDS_PER_DAY
 
@@ -433,6 +443,7 @@ class Settings:
             database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'experiment.db'}",
             secret_key=_secret_key(),
             day_seconds=_env_float("PILOT_DAY_SECONDS", SECONDS_PER_DAY),
+            pilot_timer_scale=_env_float("PILOT_TIMER_SCALE", None),
             language=os.environ.get("STUDY_LANGUAGE", "zh"),
             llm_providers=[p.strip() for p in chain.split(",") if p.strip()],
             consolidation_providers=(
@@ -458,4 +469,6 @@ class Settings:
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:
             raise ValueError("PILOT_DAY_SECONDS must be a positive number of seconds")
+        if values["pilot_timer_scale"] is not None and values["pilot_timer_scale"] <= 0:
+            raise ValueError("PILOT_TIMER_SCALE must be a positive factor")
         return cls(**values)

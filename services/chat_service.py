@@ -38,7 +38,8 @@ class PreparedReply:
 
 
 def task_service(session: Session, runtime: Runtime) -> TaskService:
-    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale, clock=runtime.clock,
+    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale,
+                       timer_scale=runtime.settings.timer_scale, clock=runtime.clock,
                        on_chat_ended=lambda task_session_id: on_chat_ended(runtime, task_session_id))
 
 

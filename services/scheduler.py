@@ -86,7 +86,8 @@ class ReminderConfig:
 
 
 def _tasks(session: Session, runtime: Runtime) -> TaskService:
-    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale, clock=runtime.clock)
+    return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale,
+                       timer_scale=runtime.settings.timer_scale, clock=runtime.clock)
 
 
 # -- consolidation sweep ----------------------------------------------------------------------------

@@ -27,8 +27,10 @@ from services.errors import Conflict, Forbidden, NotFound
 
 class TaskService:
     def __init__(self, session: Session, study: dict[str, Any], *, time_scale: float, clock: Clock,
-                 on_chat_ended: Callable[[int], None] | None = None) -> None:
+                 timer_scale: float | None = None, on_chat_ended: Callable[[int], None] | None = None) -> None:
         self.session = session
+        # task timers may be compressed less than days in a pilot run (PILOT_TIMER_SCALE)
+        self.timer_scale = time_scale if timer_scale is None else timer_scale
         self.on_chat_ended = on_chat_ended
         self._ended: list[int] = []
         self.study = study
@@ -58,8 +60,8 @@ class TaskService:
             .order_by(TaskSession.attempt.desc())
         )
 
-    def real_delta(self, study_seconds: float) -> timedelta:
-        return timedelta(seconds=study_seconds * self.time_scale)
+    def timer_delta(self, study_seconds: float) -> timedelta:
+        return timedelta(seconds=study_seconds * self.timer_scale)
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -118,7 +120,7 @@ class TaskService:
             "limit_seconds": limit,
             "remaining_seconds": round(remaining, 3),
             # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
-            "remaining_real_seconds": round(remaining * self.time_scale, 3),
+            "remaining_real_seconds": round(remaining * self.timer_scale, 3),
             "min_active_seconds": self.timing["min_active_seconds"],
             "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing["min_active_seconds"],
             "time_up": remaining <= 0,
@@ -130,7 +132,7 @@ class TaskService:
         now = self.clock.now()
         gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
         if gap_real <= self.timing["idle_gap_seconds"]:
-            ts.active_seconds += gap_real / self.time_scale
+            ts.active_seconds += gap_real / self.timer_scale
         else:
             ts.idle_gap_count += 1
             ts.idle_seconds += gap_real
@@ -190,7 +192,7 @@ class TaskService:
     def expire_if_abandoned(self, ts: TaskSession) -> bool:
         """Close the chat of an attempt open longer than the maximum wall time."""
         now = self.clock.now()
-        if ts.phase == "chat" and now - ts.started_at >= self.real_delta(self.timing["max_wall_seconds"]):
+        if ts.phase == "chat" and now - ts.started_at >= self.timer_delta(self.timing["max_wall_seconds"]):
             self._end_chat(ts, "abandoned", now)
             return True
         return False

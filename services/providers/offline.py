@@ -120,7 +120,7 @@ class OfflineChatProvider:
         self.last_usage: dict[str, int] = {}
 
     @classmethod
-    def from_settings(cls, settings) -> "OfflineChatProvider":
+    def from_settings(cls, settings) -> OfflineChatProvider:
         return cls()
 
     def complete(self, request: ChatRequest) -> ChatResult:
@@ -177,7 +177,7 @@ class OfflineEmbeddingProvider:
     _lock = threading.Lock()  # the engine keeps one hot model per process
 
     @classmethod
-    def from_settings(cls, settings) -> "OfflineEmbeddingProvider":
+    def from_settings(cls, settings) -> OfflineEmbeddingProvider:
         return cls()
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:

@@ -221,3 +221,28 @@ def test_participant_cannot_reach_another_participants_messages(app, make_partic
     with db(app).Session() as session:
         alice_id = session.scalar(select(User.id).where(User.username == "alice"))
     assert bob.get(f"/api/admin/participants/{alice_id}").status_code == 403
+
+
+def test_pilot_timer_scale_keeps_tasks_long_enough_for_a_person(settings, clock, database):
+    from app import create_app
+    from tests.conftest import ApiClient
+
+    settings.day_seconds = 60
+    settings.pilot_timer_scale = 0.1  # a 900 s task lasts 90 real seconds; days still last 60 s
+    app = create_app(settings, clock=clock)
+    api = ApiClient(app.test_client())
+    api.register("pilot02")
+    api.post("/api/tasks/T1/start")
+    clock.advance(20)  # typing the first message
+    response = api.post("/api/tasks/T1/messages", json={"content": "你好"})
+    assert response.status_code == 201
+    timer = api.get("/api/tasks").get_json()["tasks"][0]["timer"]
+    assert timer["active_seconds"] == pytest.approx(200)
+    assert timer["remaining_real_seconds"] == pytest.approx(70)
+    clock.advance(10)
+    assert api.post("/api/tasks/T1/finish").status_code == 200
+    items = api.get("/api/tasks/T1/questionnaire").get_json()["items"]
+    api.post("/api/tasks/T1/questionnaire", json={"answers": {i["id"]: i["min"] for i in items if i["required"]}})
+    clock.advance(120)  # unlocks still follow PILOT_DAY_SECONDS: T2 two study days later
+    assert statuses(api)["T2"] == "available"
+    app.extensions["memory_lab"].db.dispose()
