@@ -50,7 +50,9 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
     for user in participants:
         overview = tasks.overview(user)
         sessions = tasks.sessions_of(user.id)
-        consolidation = [s.consolidation_status for s in sessions if s.status != "reset"]
+        # only a closed chat can be consolidated; a chat still running is not "pending" yet
+        consolidation = [s.consolidation_status for s in sessions
+                         if s.status != "reset" and s.chat_ended_at is not None]
         rows.append({
             "id": user.id,
             "participant_code": user.participant_code,

@@ -127,3 +127,17 @@ def test_consolidate_a_participant_and_everything_pending(app, make_participant,
         actions = session.scalars(select(AuditLog.action).where(AuditLog.action == "consolidation_triggered")).all()
         assert len(actions) == 3
     assert admin_client.post("/api/admin/participants/9999/consolidate").status_code == 404
+
+
+def test_a_chat_still_running_is_not_counted_as_pending_consolidation(app, make_participant, admin_client, clock):
+    app.extensions["memory_lab"].background = DeferredRunner()
+    carol = make_participant("carol")
+    carol.post("/api/tasks/T1/start")
+    clock.advance(5)
+    carol.post("/api/tasks/T1/messages", json={"content": "still chatting"})
+    row = admin_client.get(f"/api/admin/participants/{_id(carol)}").get_json()["participant"]
+    assert row["consolidation_pending"] == 0
+    clock.advance(3601)  # past the maximum wall time: the chat is closed as abandoned
+    carol.post("/api/tasks/T1/heartbeat")
+    row = admin_client.get(f"/api/admin/participants/{_id(carol)}").get_json()["participant"]
+    assert row["consolidation_pending"] == 1

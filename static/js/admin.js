@@ -1,0 +1,782 @@
+// The admin console: monitor (polled), participant detail with each reply's memory context,
+// actions, provider failures, plots and the data export. The server serves this page to admins
+// only; every call below is also checked server-side.
+
+import { api, forgetCsrfToken } from "./api.js";
+import { h, mount } from "./dom.js";
+import {
+  applyDocumentLanguage, formatClock, formatDateTime, formatDuration, formatShort, language, onLanguageChange,
+  otherLanguage, setLanguage, t,
+} from "./i18n.js";
+
+const POLL_MS = 3000;
+const TASK_ORDER = { locked: 0, available: 1, in_progress: 2, done: 3 };
+const PLOTS = ["funnel", "group_sizes", "questionnaire_means", "recall_events"];
+
+const main = document.getElementById("main");
+const announcer = document.getElementById("announcer");
+const state = {
+  study: null,
+  user: null,
+  cleanup: null,
+  sort: { key: "id", dir: 1 },
+  filters: { group: "", status: "", overdue: false, search: "" },
+  lastRows: [],
+};
+
+// -- helpers ------------------------------------------------------------------------------------
+
+function announce(text) {
+  announcer.textContent = "";
+  window.setTimeout(() => { announcer.textContent = text; }, 50);
+}
+
+function errorText(err) {
+  if (err.code === "network") return t("error.network");
+  return t("error.generic", { message: err.message });
+}
+
+function noticeBox(kind = "error") {
+  return h(`div.notice.${kind}`, { role: kind === "error" ? "alert" : "status" });
+}
+
+function fmt(value, digits = 3) {
+  if (value === null || value === undefined || value === "") return "–";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
+  return String(value);
+}
+
+function taskIds() {
+  return (state.study?.tasks || []).map((task) => task.id);
+}
+
+function table(headers, rows, { empty, className = "" } = {}) {
+  if (!rows.length) return h("p.muted", empty || t("admin.context.none"));
+  return h("div.table-wrap", h(`table.data${className ? `.${className}` : ""}`,
+    h("thead", h("tr", headers.map((label) => h("th", { scope: "col" }, label)))),
+    h("tbody", rows.map((cells) => h("tr", cells.map((cell) => h("td", cell)))))));
+}
+
+function jsonBlock(value) {
+  return h("pre", JSON.stringify(value, null, 2));
+}
+
+/** Handles 401 anywhere: the session is gone, so ask for a log-in in place. */
+async function load(path) {
+  try {
+    return await api.get(path);
+  } catch (err) {
+    if (err.status === 401) showLogin(t("admin.login.expired"));
+    throw err;
+  }
+}
+
+// -- header -------------------------------------------------------------------------------------
+
+const languageButton = document.getElementById("language-toggle");
+const who = document.getElementById("who");
+
+function renderHeader(route) {
+  applyDocumentLanguage();
+  languageButton.textContent = t("app.switch_language");
+  languageButton.setAttribute("aria-label", t("app.switch_language_label"));
+  who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
+  document.querySelectorAll("nav a[data-route]").forEach((link) => {
+    if (link.dataset.route === route) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  });
+}
+
+languageButton.addEventListener("click", async () => {
+  const next = otherLanguage();
+  setLanguage(next);
+  try {
+    await api.post("/api/auth/language", { language: next });
+  } catch (err) {
+    announce(errorText(err));
+  }
+  route();
+});
+
+document.getElementById("logout").addEventListener("click", async () => {
+  try {
+    await api.post("/api/auth/logout");
+  } finally {
+    forgetCsrfToken();
+    location.assign("/#/login");
+  }
+});
+
+onLanguageChange(() => renderHeader(currentRoute()[0]));
+
+// -- routing ------------------------------------------------------------------------------------
+
+function currentRoute() {
+  const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
+  return [name || "monitor", arg];
+}
+
+async function route() {
+  if (state.cleanup) {
+    state.cleanup();
+    state.cleanup = null;
+  }
+  const [name, arg] = currentRoute();
+  renderHeader(name === "participant" ? "monitor" : name);
+  document.title = `${t("admin.title")} · AI Memory Lab`;
+  try {
+    if (name === "participant" && arg) await showParticipant(Number(arg));
+    else if (name === "failures") await showFailures();
+    else if (name === "plots") await showPlots();
+    else if (name === "export") showExport();
+    else await showMonitor();
+  } catch (err) {
+    if (err.status !== 401) mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
+  }
+  main.focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+
+// -- log in (only when the session ran out while the page was open) -----------------------------
+
+function showLogin(message) {
+  if (state.cleanup) {
+    state.cleanup();
+    state.cleanup = null;
+  }
+  const error = noticeBox();
+  const username = h("input#admin-username", { type: "text", autocomplete: "username" });
+  const password = h("input#admin-password", { type: "password", autocomplete: "current-password" });
+  const form = h("form.card", { novalidate: true, style: { maxWidth: "26rem" } },
+    h("h1", t("admin.login.title")),
+    message ? h("p.notice.info", message) : null,
+    h("div.field", h("label", { for: "admin-username" }, t("register.username")), username),
+    h("div.field", h("label", { for: "admin-password" }, t("register.password")), password),
+    error,
+    h("div.actions", h("button", { type: "submit" }, t("login.submit"))));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const data = await api.post("/api/auth/login", { username: username.value.trim(), password: password.value });
+      if (data.user.role !== "admin") {
+        error.textContent = t("admin.login.not_admin");
+        return;
+      }
+      state.user = data.user;
+      route();
+    } catch (err) {
+      error.textContent = err.status === 401 || err.status === 400 ? t("login.failed") : errorText(err);
+    }
+  });
+  mount(main, form);
+  username.focus();
+}
+
+// -- monitor ------------------------------------------------------------------------------------
+
+function columns() {
+  const base = [
+    { key: "participant_code", label: t("admin.col.code"),
+      cell: (r) => h("a", { href: `#/participant/${r.id}` }, r.participant_code || `#${r.id}`) },
+    { key: "username", label: t("admin.col.username"), cell: (r) => r.username },
+    { key: "memory_group", label: t("admin.col.group"), cell: (r) => h("span.badge.group", r.memory_group || "–") },
+    { key: "status", label: t("admin.col.status"), cell: (r) => statusBadge(r.status) },
+    { key: "enrolled_at", label: t("admin.col.enrolled"), cell: (r) => formatShort(r.enrolled_at) },
+  ];
+  const tasks = taskIds().map((id) => ({
+    key: `task:${id}`, label: id, taskId: id,
+    sortValue: (r) => TASK_ORDER[r.tasks?.[id]] ?? -1,
+    cell: (r) => taskCell(r, id),
+  }));
+  const rest = [
+    { key: "last_active_at", label: t("admin.col.last_active"), cell: (r) => formatShort(r.last_active_at) },
+    { key: "messages", label: t("admin.col.messages"), num: true, cell: (r) => fmt(r.messages) },
+    { key: "questionnaires_done", label: t("admin.col.questionnaires"), num: true, cell: (r) => fmt(r.questionnaires_done) },
+    { key: "consolidation_pending", label: t("admin.col.consolidation"), cell: consolidationCell },
+    { key: "provider_failures", label: t("admin.col.failures"), num: true, cell: (r) => fmt(r.provider_failures) },
+  ];
+  return [...base, ...tasks, ...rest];
+}
+
+function statusBadge(status) {
+  return h(`span.badge.${status}`, { dataset: { status } }, t(`admin.status.${status}`));
+}
+
+function taskCell(row, taskId) {
+  const detail = (row.task_details || []).find((d) => d.id === taskId) || { status: row.tasks?.[taskId] || "locked" };
+  const status = detail.status || "locked";
+  const parts = [h(`span.badge.${status}`, { dataset: { status } }, t(`tasks.status.${status}`))];
+  if (status === "done") {
+    parts.push(h("span.sub", formatShort(detail.completed_at)));
+  } else if (status === "in_progress") {
+    parts.push(h("span.sub", detail.phase === "questionnaire"
+      ? t("admin.task.phase_questionnaire")
+      : t("admin.task.active", { time: formatDuration(detail.timer?.active_seconds ?? 0) })));
+  } else if (status === "available") {
+    parts.push(h("span.sub", t("admin.task.since", { time: formatShort(detail.available_at) })));
+  } else if (detail.available_at && new Date(detail.available_at) > new Date()) {
+    parts.push(h("span.sub", t("tasks.unlocks_at", { time: formatShort(detail.available_at) })));
+  }
+  if (detail.overdue) parts.push(" ", h("span.badge.overdue", t("admin.task.overdue")));
+  return h("div.task-cell", { dataset: { task: taskId, status } }, parts);
+}
+
+function consolidationCell(row) {
+  const entries = Object.entries(row.consolidation || {});
+  return h("div",
+    entries.map(([task, status]) => h("span.sub", `${task}: ${status}`)),
+    row.consolidation_pending ? h("span.badge.in_progress", t("admin.pending", { n: row.consolidation_pending })) : null);
+}
+
+function sortValue(column, row) {
+  if (column.sortValue) return column.sortValue(row);
+  return row[column.key];
+}
+
+function compare(a, b) {
+  if (a === b) return 0;
+  if (a === null || a === undefined) return 1;
+  if (b === null || b === undefined) return -1;
+  if (typeof a === "number" && typeof b === "number") return a - b;
+  return String(a).localeCompare(String(b), undefined, { numeric: true });
+}
+
+function visibleRows(rows) {
+  const { group, status, overdue, search } = state.filters;
+  const needle = search.trim().toLowerCase();
+  // The server filters too; doing it here as well keeps the table right while a poll is in flight.
+  return rows.filter((r) => (!group || r.memory_group === group)
+    && (!status || r.status === status)
+    && (!overdue || r.overdue)
+    && (!needle || `${r.participant_code} ${r.username}`.toLowerCase().includes(needle)));
+}
+
+function sortedRows(rows) {
+  const column = columns().find((c) => c.key === state.sort.key);
+  const sorted = [...rows];
+  sorted.sort((x, y) => {
+    const primary = column ? compare(sortValue(column, x), sortValue(column, y)) : compare(x.id, y.id);
+    return primary * state.sort.dir || compare(x.id, y.id);
+  });
+  return sorted;
+}
+
+function summaryFrom(rows, summary) {
+  // Older servers sent no summary: count from the rows instead.
+  if (summary?.groups && summary?.funnel) return summary;
+  const groups = {};
+  const funnel = { registered: rows.length };
+  taskIds().forEach((id) => { funnel[id] = 0; });
+  for (const row of rows) {
+    groups[row.memory_group || "–"] = (groups[row.memory_group || "–"] || 0) + 1;
+    taskIds().forEach((id) => { if (row.tasks?.[id] === "done") funnel[id] += 1; });
+  }
+  return { groups, funnel };
+}
+
+function bars(entries, { className = "", total }) {
+  const max = Math.max(1, total ?? Math.max(0, ...entries.map(([, n]) => n)));
+  return h(`ul.bars${className ? `.${className}` : ""}`, entries.map(([label, n, key]) =>
+    h("li", { dataset: { [className === "funnel" ? "funnel" : "group"]: key ?? label } },
+      h("span.label", label),
+      h("span.bar", { "aria-hidden": "true" }, h("span", { style: { width: `${(100 * n) / max}%` } })),
+      h("span.count", String(n)))));
+}
+
+async function showMonitor() {
+  const updated = h("span.updated#updated", { "aria-live": "off" });
+  const refreshError = noticeBox();
+  const summaryArea = h("div.summary-grid#summary");
+  const consolidateAll = h("button.secondary.small#consolidate-all", { type: "button" }, t("admin.action.consolidate_all"));
+  const actionNote = noticeBox("info");
+  const groupSelect = h("select#filter-group");
+  const statusSelect = h("select#filter-status");
+  const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
+  const search = h("input#filter-search", { type: "search", value: state.filters.search, placeholder: t("admin.filter.search") });
+  const heading = h("h2#participants-heading");
+  const headRow = h("tr");
+  const body = h("tbody");
+  const tableEl = h("table.data#participants", { "aria-labelledby": "participants-heading" }, h("thead", headRow), body);
+
+  let timer = null;
+  let stopped = false;
+  let inFlight = false;
+  let again = false;
+  let lastSummary = null;
+
+  function fillSelect(select, values, current) {
+    const options = [h("option", { value: "" }, t("admin.filter.all")), ...values.map((v) => h("option", { value: v }, v))];
+    mount(select, options);
+    select.value = current;
+  }
+
+  function renderHead() {
+    mount(headRow, columns().map((column) => {
+      const sorted = state.sort.key === column.key;
+      return h("th", {
+        scope: "col", class: column.num ? "num" : "",
+        "aria-sort": sorted ? (state.sort.dir > 0 ? "ascending" : "descending") : "none",
+        dataset: { col: column.key },
+      }, h("button.sort", {
+        type: "button", title: t("admin.sort_by", { column: column.label }),
+        onclick: () => {
+          state.sort = { key: column.key, dir: sorted ? -state.sort.dir : 1 };
+          renderHead();
+          renderBody();
+        },
+      }, column.label));
+    }));
+  }
+
+  function renderBody() {
+    const rows = sortedRows(visibleRows(state.lastRows));
+    const total = lastSummary?.funnel?.registered ?? state.lastRows.length;
+    heading.textContent = t("admin.participants", { shown: rows.length, total });
+    const cols = columns();
+    if (!rows.length) {
+      mount(body, h("tr.empty-row", h("td", { colspan: cols.length },
+        state.lastRows.length || total ? t("admin.no_match") : t("admin.no_participants"))));
+      return;
+    }
+    mount(body, rows.map((row) => h("tr", { dataset: { id: String(row.id), group: row.memory_group || "" }, class: row.status },
+      cols.map((column) => h("td", { class: column.num ? "num" : "", dataset: { col: column.key } }, column.cell(row))))));
+  }
+
+  function renderSummary(summary) {
+    const groupEntries = Object.entries(summary.groups || {});
+    const funnel = summary.funnel || {};
+    const funnelEntries = [[t("admin.funnel.registered"), funnel.registered ?? 0, "registered"],
+      ...taskIds().map((id) => [id, funnel[id] ?? 0, id])];
+    mount(summaryArea,
+      h("section.card", h("h2", t("admin.groups")), bars(groupEntries, {})),
+      h("section.card", h("h2", t("admin.funnel")),
+        bars(funnelEntries, { className: "funnel", total: funnel.registered || 1 })));
+    const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
+      .filter((g) => g && g !== "–" && g !== "unassigned").sort();
+    const statuses = [...new Set(["active", "withdrawn", ...Object.keys(summary.statuses || {})])];
+    if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
+    if (document.activeElement !== statusSelect) fillSelect(statusSelect, statuses, state.filters.status);
+  }
+
+  async function refresh() {
+    if (stopped) return;
+    if (inFlight) {
+      again = true;  // the filters changed mid-poll: fetch once more as soon as this one lands
+      return;
+    }
+    inFlight = true;
+    again = false;
+    window.clearTimeout(timer);
+    const params = new URLSearchParams();
+    if (state.filters.group) params.set("group", state.filters.group);
+    if (state.filters.status) params.set("status", state.filters.status);
+    if (state.filters.overdue) params.set("overdue", "1");
+    try {
+      const query = params.toString();
+      const data = await load(`/api/admin/participants${query ? `?${query}` : ""}`);
+      if (stopped) return;
+      state.lastRows = data.participants || [];
+      lastSummary = summaryFrom(state.lastRows, data.summary);
+      renderSummary(lastSummary);
+      renderBody();
+      refreshError.textContent = "";
+      updated.classList.remove("stale");
+      updated.textContent = t("admin.updated", { time: formatClock() });
+    } catch (err) {
+      if (err.status === 401) { stopped = true; return; }
+      updated.classList.add("stale");
+      refreshError.textContent = t("admin.refresh_failed", { message: errorText(err) });
+    } finally {
+      inFlight = false;
+      if (!stopped) timer = window.setTimeout(refresh, again ? 0 : POLL_MS);
+    }
+  }
+
+  const filtersChanged = () => {
+    renderBody();
+    refresh();
+  };
+  groupSelect.addEventListener("change", () => { state.filters.group = groupSelect.value; filtersChanged(); });
+  statusSelect.addEventListener("change", () => { state.filters.status = statusSelect.value; filtersChanged(); });
+  overdueBox.addEventListener("change", () => { state.filters.overdue = overdueBox.checked; filtersChanged(); });
+  search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
+  consolidateAll.addEventListener("click", async () => {
+    consolidateAll.disabled = true;
+    actionNote.textContent = "";
+    try {
+      const data = await api.post("/api/admin/consolidate-pending");
+      actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` });
+      refresh();
+    } catch (err) {
+      actionNote.textContent = t("admin.action.unavailable", { message: errorText(err) });
+    } finally {
+      consolidateAll.disabled = false;
+    }
+  });
+
+  state.cleanup = () => { stopped = true; window.clearTimeout(timer); };
+  fillSelect(groupSelect, [], state.filters.group);
+  fillSelect(statusSelect, ["active", "withdrawn"], state.filters.status);
+  renderHead();
+  mount(main,
+    h("h1", t("admin.nav.monitor"), updated),
+    refreshError,
+    summaryArea,
+    h("section.filters", { "aria-label": t("admin.filters") },
+      h("div.field", h("label", { for: "filter-group" }, t("admin.filter.group")), groupSelect),
+      h("div.field", h("label", { for: "filter-status" }, t("admin.filter.status")), statusSelect),
+      h("label.check", { for: "filter-overdue" }, overdueBox, h("span", t("admin.filter.overdue"))),
+      h("div.field.search", h("label", { for: "filter-search" }, t("admin.filter.search")), search),
+      h("div.field", consolidateAll)),
+    actionNote,
+    heading,
+    h("div.table-wrap", tableEl));
+  await refresh();
+}
+
+// -- participant detail -------------------------------------------------------------------------
+
+function contextSection(key, title, content) {
+  return h("section.context-section", { dataset: { section: key } }, h("h4", title), content);
+}
+
+function none() {
+  return h("p.muted", t("admin.context.none"));
+}
+
+function contextPanel(message) {
+  const ctx = message.memory_context;
+  const body = h("div.context-body");
+  body.append(h("p.meta", t("admin.context.meta", {
+    provider: message.provider || "–", model: message.model || "–",
+    pt: fmt(message.prompt_tokens), ct: fmt(message.completion_tokens), latency: fmt(message.latency_ms, 1),
+  })));
+  if (!ctx) {
+    body.append(h("p.muted", t("admin.context.missing")));
+  } else {
+    body.append(contextSection("group", t("admin.context.group"), h("p", h("span.badge.group", ctx.group || message.memory_group || "–"))));
+    const profile = ctx.profile;
+    body.append(contextSection("profile",
+      profile ? t("admin.context.profile_version", { version: fmt(profile.version) }) : t("admin.context.profile"),
+      profile && (profile.text || profile.content) ? h("pre", profile.text || JSON.stringify(profile.content, null, 2)) : none()));
+    const turns = ctx.recent_turns || [];
+    body.append(contextSection("recent_turns", `${t("admin.context.recent_turns")} (${turns.length})`,
+      turns.length ? h("ol", turns.map((turn) => h("li",
+        turn.task_id ? h("span.badge", turn.task_id) : null, " ",
+        h("b", `${t("task.you")}: `), turn.user ?? "",
+        turn.assistant ? [h("br"), h("b", `${t("task.assistant")}: `), turn.assistant] : null))) : none()));
+    const recalled = ctx.recalled || [];
+    body.append(contextSection("recalled", `${t("admin.context.recalled")} (${recalled.length})`,
+      table(["task", "text", "r", "t", "p", "p_final", "g before", "g after", "cosine"],
+        recalled.map((m) => [m.task_id ?? "–", m.text ?? "", fmt(m.r), fmt(m.t), fmt(m.p), fmt(m.p_final),
+          fmt(m.g_before), fmt(m.g_after), fmt(m.cosine)]))));
+    if (ctx.summary) body.append(contextSection("summary", t("admin.context.summary_block"),
+      ctx.summary.text ? h("pre", ctx.summary.text) : jsonBlock(ctx.summary)));
+    if ((ctx.fragments || []).length) body.append(contextSection("fragments", t("admin.context.fragments"),
+      h("ol", ctx.fragments.map((f) => h("li", f.task_id ? `[${f.task_id}] ` : "", f.text ?? JSON.stringify(f),
+        f.score !== undefined ? h("span.sub", `score ${fmt(f.score)}`) : null)))));
+    if (ctx.r1_memory) body.append(contextSection("r1_memory", t("admin.context.r1_memory"),
+      ctx.r1_memory.text ? h("pre", ctx.r1_memory.text) : jsonBlock(ctx.r1_memory)));
+    if ((ctx.notes || []).length) body.append(contextSection("notes", t("admin.context.notes"),
+      h("ul", ctx.notes.map((note) => h("li", note)))));
+  }
+  const prompt = Array.isArray(message.prompt) ? message.prompt : [];
+  if (prompt.length) {
+    body.append(h("details.prompt",
+      h("summary", t("admin.context.prompt", { n: prompt.length })),
+      prompt.map((m) => h("div.prompt-message", h("b", m.role), h("pre", m.content)))));
+  }
+  if (message.params) body.append(h("details", h("summary", t("admin.context.params")), jsonBlock(message.params)));
+  if (message.attempts) body.append(h("details", h("summary", t("admin.context.attempts")), jsonBlock(message.attempts)));
+  return h("details.context", { dataset: { message: String(message.id) } },
+    h("summary", t("admin.context.summary", { provider: message.provider || "–", model: message.model || "–" })),
+    body);
+}
+
+function conversation(record) {
+  const byTask = new Map(taskIds().map((id) => [id, []]));
+  for (const message of record.messages || []) {
+    if (!byTask.has(message.task_id)) byTask.set(message.task_id, []);
+    byTask.get(message.task_id).push(message);
+  }
+  return [...byTask.entries()].map(([taskId, messages]) => h("section.card.task-block", { dataset: { task: taskId } },
+    h("h3", taskId, " ", taskCell(record.participant || {}, taskId)),
+    messages.length ? messages.map((m) => h(`article.turn.${m.role}`, { dataset: { id: String(m.id) } },
+      h("header", `#${m.id} · ${m.role === "user" ? t("task.you") : t("task.assistant")} · ${formatDateTime(m.created_at, { seconds: true })}`),
+      h("div.content", m.content),
+      m.role === "assistant" ? contextPanel(m) : null)) : h("p.muted", t("admin.detail.no_messages"))));
+}
+
+/** One row per task and instrument, the items side by side: compact enough to read a whole task. */
+function answerRows(answersByTask) {
+  const rows = [];
+  for (const [taskId, answers] of answersByTask) {
+    const byInstrument = new Map();
+    for (const a of answers) {
+      if (!byInstrument.has(a.instrument)) byInstrument.set(a.instrument, []);
+      byInstrument.get(a.instrument).push(a);
+    }
+    for (const [instrument, items] of byInstrument) {
+      rows.push([taskId, instrument,
+        h("span.answers", items.map((a) => h("span.answer", { dataset: { item: a.item_id } },
+          h("code", a.item_id), " = ", typeof a.value === "string" ? a.value : JSON.stringify(a.value)))),
+        formatDateTime(items[0].submitted_at, { seconds: true })]);
+    }
+  }
+  return rows;
+}
+
+function profileHistory(profiles) {
+  if (!profiles.length) return h("p.muted", t("admin.detail.no_profiles"));
+  const latest = new Map();
+  profiles.forEach((p, i) => latest.set(p.kind, i));
+  return h("div", profiles.map((p, i) => h("details.profile-version", { open: latest.get(p.kind) === i },
+    h("summary", `${p.kind} v${p.version}`, p.task_id ? ` · ${p.task_id}` : "", ` · ${p.source || ""} · ${formatDateTime(p.created_at)}`),
+    p.rendered ? h("pre", p.rendered) : null,
+    p.content ? h("details", h("summary", "JSON"), jsonBlock(p.content)) : null)));
+}
+
+function actionsCard(record, reload) {
+  const participant = record.participant;
+  const note = noticeBox("info");
+  const run = async (button, what, path, body) => {
+    button.disabled = true;
+    note.textContent = "";
+    try {
+      await api.post(path, body);
+      note.textContent = t("admin.action.done", { what });
+      await reload();
+      announce(t("admin.action.done", { what }));
+    } catch (err) {
+      note.textContent = t("admin.action.unavailable", { message: errorText(err) });
+      button.disabled = false;
+    }
+  };
+
+  const consolidate = h("button.secondary#action-consolidate", { type: "button" }, t("admin.action.consolidate"));
+  consolidate.addEventListener("click", () =>
+    run(consolidate, t("admin.action.consolidate"), `/api/admin/participants/${participant.id}/consolidate`));
+
+  const withdrawReason = h("input#withdraw-reason", { type: "text", maxlength: 2000 });
+  const withdrawButton = h("button.danger#action-withdraw", { type: "submit", disabled: participant.status === "withdrawn" },
+    t("admin.action.withdraw"));
+  const withdrawForm = h("form#withdraw-form", { novalidate: true },
+    h("label", { for: "withdraw-reason" }, t("admin.action.withdraw_reason")), withdrawReason, withdrawButton);
+  withdrawForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!withdrawReason.value.trim()) {
+      note.textContent = t("admin.action.reason_required");
+      withdrawReason.focus();
+      return;
+    }
+    run(withdrawButton, t("admin.action.withdraw"), `/api/admin/participants/${participant.id}/withdraw`,
+      { reason: withdrawReason.value.trim() });
+  });
+
+  const resetTask = h("select#reset-task", taskIds().map((id) => h("option", { value: id }, id)));
+  const resetReason = h("input#reset-reason", { type: "text", maxlength: 2000 });
+  const resetButton = h("button.secondary#action-reset", { type: "submit" }, t("admin.action.reset"));
+  const resetForm = h("form#reset-form", { novalidate: true },
+    h("label", { for: "reset-task" }, t("admin.action.reset_task")), resetTask,
+    h("label", { for: "reset-reason" }, t("admin.action.reset_reason")), resetReason, resetButton);
+  resetForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!resetReason.value.trim()) {
+      note.textContent = t("admin.action.reason_required");
+      resetReason.focus();
+      return;
+    }
+    run(resetButton, `${t("admin.action.reset")} ${resetTask.value}`,
+      `/api/admin/participants/${participant.id}/tasks/${encodeURIComponent(resetTask.value)}/reset`,
+      { reason: resetReason.value.trim() });
+  });
+
+  return h("section.card#actions",
+    h("h2", t("admin.detail.actions")),
+    note,
+    h("div.action-grid", h("div", consolidate), withdrawForm, resetForm));
+}
+
+async function showParticipant(id) {
+  mount(main, h("p.loading", t("app.loading")));
+  const openPanels = new Set();
+
+  async function reload() {
+    // keep the panels an admin opened across a reload after an action
+    main.querySelectorAll("details.context[open]").forEach((d) => openPanels.add(d.dataset.message));
+    const record = await load(`/api/admin/participants/${id}`);
+    render(record);
+    main.querySelectorAll("details.context").forEach((d) => { if (openPanels.has(d.dataset.message)) d.open = true; });
+  }
+
+  function render(record) {
+    const p = record.participant || {};
+    const facts = [
+      [t("admin.col.code"), p.participant_code], [t("admin.col.username"), p.username],
+      [t("admin.col.group"), p.memory_group], [t("admin.col.status"), p.status ? statusBadge(p.status) : null],
+      [t("admin.col.enrolled"), formatDateTime(p.enrolled_at)], [t("admin.col.last_active"), formatDateTime(p.last_active_at)],
+      [t("admin.col.messages"), fmt(p.messages)], [t("admin.col.questionnaires"), fmt(p.questionnaires_done)],
+      [t("admin.col.failures"), fmt(p.provider_failures)],
+    ];
+    const answersByTask = new Map();
+    for (const a of record.questionnaires || []) {
+      if (!answersByTask.has(a.task_id)) answersByTask.set(a.task_id, []);
+      answersByTask.get(a.task_id).push(a);
+    }
+    const forgetting = h("img", {
+      src: `/api/admin/plots/forgetting_curves.png?user_id=${id}&v=${Date.now()}`, alt: t("admin.detail.forgetting"),
+      loading: "lazy",
+    });
+    forgetting.addEventListener("error", () => forgetting.replaceWith(h("p.muted", t("admin.plots.unavailable"))));
+    mount(main,
+      h("p", h("a", { href: "#/monitor" }, t("admin.back"))),
+      h("h1", t("admin.detail.title", { code: p.participant_code || `#${id}` })),
+      h("section.card", h("h2", t("admin.detail.summary")),
+        h("dl.facts", facts.map(([label, value]) => h("div", h("dt", label), h("dd", value ?? "–"))))),
+      actionsCard(record, reload),
+      h("h2", t("admin.detail.conversation")),
+      conversation(record),
+      h("h2", t("admin.detail.sessions")),
+      table(["task", "attempt", "status", "phase", "started", "chat ended", "completed", "active s", "idle gaps",
+        "end", "reset reason", "consolidation"],
+      (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), s.status, s.phase, formatDateTime(s.started_at, { seconds: true }),
+        formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
+        `${fmt(s.idle_gap_count)} (${fmt(s.idle_seconds, 1)} s)`, s.end_reason || "–", s.reset_reason || "–",
+        s.consolidation_status || "–"])),
+      h("h2", t("admin.detail.profiles")),
+      h("section.card#profiles", profileHistory(record.profiles || [])),
+      h("h2", t("admin.detail.recalls")),
+      table(["time", "task", "query", "memory", "rank", "cosine", "r", "t", "p", "p_final", "g before", "g after", "salience", "recalled"],
+        (record.recall_events || []).map((e) => [formatDateTime(e.created_at, { seconds: true }), e.task_id, `#${e.query_message_id}`,
+          `#${e.memory_message_id}`, fmt(e.rank), fmt(e.cosine), fmt(e.r), fmt(e.t), fmt(e.p), fmt(e.p_final), fmt(e.g_before),
+          fmt(e.g_after), fmt(e.salience), e.recalled ? t("admin.yes") : t("admin.no")]),
+        { empty: t("admin.detail.no_recalls") }),
+      h("h2", t("admin.detail.questionnaires")),
+      answersByTask.size ? table(["task", "instrument", "answers", "submitted"], answerRows(answersByTask))
+        : h("p.muted", t("admin.detail.no_answers")),
+      h("h2", t("admin.detail.runs")),
+      table(["id", "task", "trigger", "status", "provider", "started", "finished", "error", "steps"],
+        (record.consolidation_runs || []).map((r) => [fmt(r.id), r.task_id, r.trigger, r.status, r.provider || "–",
+          formatDateTime(r.started_at, { seconds: true }), formatDateTime(r.finished_at, { seconds: true }), r.error || "–",
+          r.steps ? h("details", h("summary", "JSON"), jsonBlock(r.steps)) : "–"]),
+        { empty: t("admin.detail.no_runs") }),
+      h("h2", t("admin.detail.failures")),
+      failuresTable(record.provider_failures || [], t("admin.detail.no_failures")),
+      record.audit?.length ? [h("h2", t("admin.detail.audit")), table(["time", "action", "details"],
+        record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action, jsonBlock(a.details)]))] : null,
+      h("h2", t("admin.detail.forgetting")),
+      h("section.card", forgetting));
+  }
+
+  await reload();
+}
+
+// -- failures, plots, export --------------------------------------------------------------------
+
+function failuresTable(failures, empty) {
+  return table(["time", "participant", "provider", "model", "purpose", "error", "status", "message", "fallback"],
+    failures.map((f) => [formatDateTime(f.at, { seconds: true }),
+      f.user_id ? h("a", { href: `#/participant/${f.user_id}` }, f.participant_code || `#${f.user_id}`) : "–",
+      f.provider, f.model || "–", f.purpose || "–", f.error_class || "–", fmt(f.status_code), f.message || "",
+      f.fallback_provider || "–"]),
+    { empty });
+}
+
+async function showFailures() {
+  mount(main, h("p.loading", t("app.loading")));
+  const data = await load("/api/admin/failures");
+  const byProvider = data.by_provider || [];
+  mount(main,
+    h("h1", t("admin.failures.title"), data.total !== undefined ? h("span.updated", `n = ${data.total}`) : null),
+    byProvider.length ? [h("h2", t("admin.failures.by_provider")),
+      table(["provider", "replies", "failures", "reply failure rate", "by purpose"],
+        byProvider.map((p) => [p.provider, fmt(p.replies), fmt(p.failures), fmt(p.reply_failure_rate, 4),
+          Object.entries(p.failures_by_purpose || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "–"]))] : null,
+    h("h2", t("admin.failures.list")),
+    failuresTable(data.failures || [], t("admin.failures.none")));
+}
+
+function plotFigure(name, src, caption) {
+  const img = h("img", { src, alt: caption, loading: "lazy" });
+  const figure = h("figure.card", { dataset: { plot: name } }, h("figcaption", caption), img);
+  img.addEventListener("error", () => img.replaceWith(h("p.muted", t("admin.plots.unavailable"))));
+  return figure;
+}
+
+async function showPlots() {
+  const stamp = Date.now();
+  const participants = h("select#plot-participant");
+  const curve = h("div#forgetting-curve");
+  const showCurve = () => {
+    if (!participants.value) {
+      mount(curve, h("p.muted", t("admin.context.none")));
+      return;
+    }
+    mount(curve, plotFigure("forgetting_curves",
+      `/api/admin/plots/forgetting_curves.png?user_id=${participants.value}&v=${Date.now()}`, t("admin.plots.forgetting_curves")));
+  };
+  participants.addEventListener("change", showCurve);
+  mount(main,
+    h("h1", t("admin.plots.title"),
+      h("button.secondary.small", { type: "button", onclick: () => showPlots() }, t("admin.plots.reload"))),
+    h("div.plots", PLOTS.map((name) => plotFigure(name, `/api/admin/plots/${name}.png?v=${stamp}`, t(`admin.plots.${name}`)))),
+    h("h2", t("admin.plots.forgetting_curves")),
+    h("div.field", { style: { maxWidth: "20rem" } },
+      h("label", { for: "plot-participant" }, t("admin.col.code")), participants),
+    curve);
+  try {
+    const data = await load("/api/admin/participants");
+    mount(participants, (data.participants || []).map((p) =>
+      h("option", { value: String(p.id) }, `${p.participant_code} (${p.memory_group || "–"})`)));
+  } catch (err) {
+    if (err.status === 401) return;
+  }
+  showCurve();
+}
+
+function showExport() {
+  const bom = h("input#export-bom", { type: "checkbox", checked: true });
+  const noPii = h("input#export-exclude-pii", { type: "checkbox" });
+  const link = h("a.button#export-link", { download: "" }, t("admin.export.download"));
+  const update = () => {
+    const params = new URLSearchParams({ bom: bom.checked ? "1" : "0", exclude_pii: noPii.checked ? "1" : "0" });
+    link.href = `/api/admin/export?${params}`;
+  };
+  bom.addEventListener("change", update);
+  noPii.addEventListener("change", update);
+  update();
+  mount(main,
+    h("h1", t("admin.export.title")),
+    h("section.card",
+      h("p", t("admin.export.intro")),
+      h("div.export-options",
+        h("label.check", { for: "export-bom" }, bom, h("span", t("admin.export.bom"))),
+        h("label.check", { for: "export-exclude-pii" }, noPii, h("span", t("admin.export.exclude_pii")))),
+      link));
+}
+
+// -- start --------------------------------------------------------------------------------------
+
+async function boot() {
+  renderHeader(currentRoute()[0]);
+  try {
+    state.study = await api.get("/api/study");
+    state.user = (await api.get("/api/auth/me")).user;
+  } catch (err) {
+    if (err.status === 401) {
+      showLogin();
+      return;
+    }
+    mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
+    return;
+  }
+  if (state.user.role !== "admin") {
+    location.replace("/");
+    return;
+  }
+  if (state.user.language && state.user.language !== language()) setLanguage(state.user.language);
+  await route();
+}
+
+boot();

@@ -1,0 +1,825 @@
+// The participant page: consent -> register (or log in) -> task list -> timed chat -> questionnaire.
+// Everything goes through the JSON API; the server decides what is allowed and keeps the timer.
+// Nothing here knows or shows the memory condition (the API never sends it to a participant).
+
+import { api, forgetCsrfToken, postStream } from "./api.js";
+import { h, mount } from "./dom.js";
+import {
+  applyDocumentLanguage, formatDateTime, formatDuration, language, onLanguageChange, otherLanguage, setLanguage, t,
+} from "./i18n.js";
+import { buildQuestionnaire } from "./questionnaire.js";
+
+const HEARTBEAT_MS = 10_000;
+const TICK_MS = 250;
+const TASK_LIST_POLL_MS = 60_000;
+
+const main = document.getElementById("main");
+const announcer = document.getElementById("announcer");
+const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null };
+
+// -- small helpers ------------------------------------------------------------------------------
+
+function announce(text) {
+  announcer.textContent = "";
+  window.setTimeout(() => { announcer.textContent = text; }, 50);
+}
+
+function errorText(err) {
+  if (err.code === "network") return t("error.network");
+  if (err.status === 429) return t("error.rate");
+  return t("error.generic", { message: err.message });
+}
+
+function noticeBox(kind = "error") {
+  return h(`div.notice.${kind}`, { role: kind === "error" ? "alert" : "status" });
+}
+
+function takeFlash() {
+  const flash = state.flash;
+  state.flash = null;
+  if (!flash) return null;
+  const box = noticeBox(flash.kind);
+  box.textContent = flash.text;
+  return box;
+}
+
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function goToAdmin() {
+  const next = new URLSearchParams(location.search).get("next");
+  location.assign(next && next.startsWith("/admin") ? next : "/admin");
+}
+
+function render(title, ...children) {
+  document.title = `${title} · ${t("app.title")}`;
+  mount(main, ...children);
+}
+
+function focusMain() {
+  main.focus({ preventScroll: true });
+  window.scrollTo(0, 0);
+}
+
+function localised(value) {
+  if (value && typeof value === "object") return value[language()] || value.zh || Object.values(value)[0] || "";
+  return value || "";
+}
+
+function paragraphs(text) {
+  return String(text).split(/\n+/).filter((line) => line.trim()).map((line) => h("p", line));
+}
+
+function field(id, labelText, input, hint) {
+  return h("div.field",
+    h("label", { for: id }, labelText),
+    input,
+    hint ? h("p.hint", { id: `${id}-hint` }, hint) : null);
+}
+
+// -- header -------------------------------------------------------------------------------------
+
+const languageButton = document.getElementById("language-toggle");
+const logoutButton = document.getElementById("logout");
+const who = document.getElementById("who");
+
+function renderHeader() {
+  applyDocumentLanguage();
+  languageButton.textContent = t("app.switch_language");
+  languageButton.setAttribute("aria-label", t("app.switch_language_label"));
+  languageButton.lang = otherLanguage() === "zh" ? "zh-CN" : "en";
+  logoutButton.hidden = !state.user;
+  who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
+}
+
+languageButton.addEventListener("click", async () => {
+  const next = otherLanguage();
+  setLanguage(next);
+  if (state.user) {
+    try {
+      const data = await api.post("/api/auth/language", { language: next });
+      state.user = data.user;
+    } catch (err) {
+      announce(errorText(err));
+    }
+  }
+  route();
+});
+
+logoutButton.addEventListener("click", async () => {
+  try {
+    await api.post("/api/auth/logout");
+  } catch (err) {
+    announce(errorText(err));
+  }
+  forgetCsrfToken();
+  state.user = null;
+  state.consentGiven = false;
+  go("#/login");
+});
+
+onLanguageChange(renderHeader);
+
+// -- routing ------------------------------------------------------------------------------------
+
+async function route() {
+  if (state.cleanup) {
+    state.cleanup();
+    state.cleanup = null;
+  }
+  renderHeader();
+  const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
+  if (!state.user) {
+    if (name === "login") showLogin();
+    else if (name === "register" && state.consentGiven) showRegister();
+    else showConsent();
+  } else if (name === "task" && arg) {
+    await showTask(decodeURIComponent(arg));
+  } else {
+    await showTasks();
+  }
+  focusMain();
+}
+
+window.addEventListener("hashchange", route);
+
+function signedIn(user) {
+  state.user = user;
+  if (user.role === "admin") {
+    goToAdmin();
+    return;
+  }
+  if (user.language && user.language !== language()) setLanguage(user.language);
+  go("#/tasks");
+}
+
+// -- consent, register, log in ------------------------------------------------------------------
+
+function showConsent() {
+  const consent = state.study?.consent || {};
+  const agree = h("input#consent-agree", { type: "checkbox" });
+  const error = noticeBox();
+  const proceed = () => {
+    if (!agree.checked) {
+      error.textContent = t("consent.must_agree");
+      agree.focus();
+      return;
+    }
+    state.consentGiven = true;
+    go("#/register");
+  };
+  render(t("consent.title"),
+    h("section.card.narrow",
+      h("h1", t("consent.title")),
+      h("div.consent-text", paragraphs(localised(consent.text))),
+      consent.version ? h("p.muted.small-print", `v${consent.version}`) : null,
+      h("label.check", { for: "consent-agree" }, agree, h("span", t("consent.agree"))),
+      error,
+      h("div.actions", h("button#consent-continue", { type: "button", onclick: proceed }, t("consent.continue")))),
+    h("p.center", t("consent.have_account"), " ",
+      h("a", { href: "#/login" }, t("consent.login"))));
+}
+
+function showRegister() {
+  const error = noticeBox();
+  const username = h("input#username", { type: "text", autocomplete: "username", required: true, "aria-describedby": "username-hint", maxlength: 32 });
+  const password = h("input#password", { type: "password", autocomplete: "new-password", required: true, "aria-describedby": "password-hint" });
+  const repeat = h("input#password-repeat", { type: "password", autocomplete: "new-password", required: true });
+  const submit = h("button#register-submit", { type: "submit" }, t("register.submit"));
+  const form = h("form.card.narrow", { novalidate: true },
+    h("h1", t("register.title")),
+    field("username", t("register.username"), username, t("register.username_hint")),
+    field("password", t("register.password"), password, t("register.password_hint")),
+    field("password-repeat", t("register.password_repeat"), repeat),
+    error,
+    h("div.actions", submit, h("a", { href: "#/consent" }, t("register.back"))));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    if (password.value !== repeat.value) {
+      error.textContent = t("register.password_mismatch");
+      repeat.focus();
+      return;
+    }
+    submit.disabled = true;
+    try {
+      const data = await api.post("/api/auth/register", {
+        username: username.value.trim(), password: password.value, consent: true, language: language(),
+      });
+      signedIn(data.user);
+    } catch (err) {
+      if (err.code === "username_taken") error.textContent = t("register.taken");
+      else if (err.code === "invalid_username") error.textContent = t("register.username_hint");
+      else if (err.code === "invalid_password") error.textContent = t("register.password_hint");
+      else error.textContent = errorText(err);
+      (err.code === "invalid_password" ? password : username).focus();
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  render(t("register.title"), form);
+}
+
+function showLogin() {
+  const error = noticeBox();
+  const username = h("input#login-username", { type: "text", autocomplete: "username", required: true });
+  const password = h("input#login-password", { type: "password", autocomplete: "current-password", required: true });
+  const submit = h("button#login-submit", { type: "submit" }, t("login.submit"));
+  const form = h("form.card.narrow", { novalidate: true },
+    h("h1", t("login.title")),
+    field("login-username", t("register.username"), username),
+    field("login-password", t("register.password"), password),
+    error,
+    h("div.actions", submit));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    submit.disabled = true;
+    try {
+      const data = await api.post("/api/auth/login", { username: username.value.trim(), password: password.value });
+      signedIn(data.user);
+    } catch (err) {
+      error.textContent = err.status === 401 || err.status === 400 ? t("login.failed") : errorText(err);
+      password.focus();
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  render(t("login.title"), form,
+    h("p.center", t("login.new"), " ", h("a", { href: "#/consent" }, t("login.register"))));
+}
+
+// -- task list ----------------------------------------------------------------------------------
+
+function taskMeta(task) {
+  const future = task.available_at && new Date(task.available_at) > new Date();
+  switch (task.status) {
+    case "done":
+      return t("tasks.done_at", { time: formatDateTime(task.completed_at) });
+    case "available":
+    case "in_progress":
+      return t("tasks.available_since", { time: formatDateTime(task.available_at) });
+    default:
+      return future ? t("tasks.unlocks_at", { time: formatDateTime(task.available_at) }) : t("tasks.unlocks_after_previous");
+  }
+}
+
+function taskCard(task, onStart) {
+  let action = null;
+  if (task.status === "available") {
+    action = h("button.start-task", { type: "button", dataset: { task: task.id }, onclick: () => onStart(task) }, t("tasks.start"));
+  } else if (task.status === "in_progress") {
+    const label = task.phase === "questionnaire" ? t("tasks.questionnaire") : t("tasks.continue");
+    action = h("a.button.start-task", { href: `#/task/${encodeURIComponent(task.id)}`, dataset: { task: task.id } }, label);
+  }
+  return h("li.task-card", { class: `status-${task.status}`, dataset: { task: task.id, status: task.status } },
+    h("div.task-head",
+      h("h2", h("span.task-id", task.id), " ", task.title),
+      h(`span.badge.${task.status}`, t(`tasks.status.${task.status}`))),
+    h("p.task-meta", taskMeta(task)),
+    action ? h("div.actions", action) : null);
+}
+
+async function showTasks() {
+  render(t("tasks.title"), h("p.loading", t("app.loading")));
+  const error = noticeBox();
+  let timers = [];
+  const clearTimers = () => { timers.forEach((id) => window.clearTimeout(id)); timers = []; };
+  state.cleanup = clearTimers;
+
+  async function start(task) {
+    error.textContent = "";
+    try {
+      await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
+      go(`#/task/${encodeURIComponent(task.id)}`);
+    } catch (err) {
+      error.textContent = errorText(err);
+      refresh();
+    }
+  }
+
+  async function refresh() {
+    clearTimers();
+    let data;
+    try {
+      data = await api.get("/api/tasks");
+    } catch (err) {
+      if (err.status === 401) return signedOut();
+      error.textContent = errorText(err);
+      timers.push(window.setTimeout(refresh, TASK_LIST_POLL_MS));
+      return;
+    }
+    const tasks = data.tasks || [];
+    const summary = [];
+    if (state.user?.status === "withdrawn") summary.push(h("p.notice.info", t("tasks.withdrawn")));
+    else if (tasks.length && tasks.every((task) => task.status === "done")) summary.push(h("p.notice.ok", t("tasks.all_done")));
+    const upcoming = tasks
+      .filter((task) => task.status === "locked" && task.available_at && new Date(task.available_at) > new Date())
+      .map((task) => new Date(task.available_at))
+      .sort((a, b) => a - b)[0];
+    if (upcoming && !tasks.some((task) => task.status === "available" || task.status === "in_progress")) {
+      summary.push(h("p.notice.info.next-unlock", t("tasks.next_unlock", { time: formatDateTime(upcoming.toISOString()) })));
+    }
+    mount(main,
+      h("h1", t("tasks.title")),
+      takeFlash(),
+      error,
+      summary,
+      h("p.muted", t("tasks.intro")),
+      h("ol.task-list", tasks.map((task) => taskCard(task, start))));
+    // Re-read when the next task unlocks (minutes away in pilot mode), and now and then anyway.
+    const wait = upcoming ? Math.min(upcoming - new Date() + 500, TASK_LIST_POLL_MS) : TASK_LIST_POLL_MS;
+    timers.push(window.setTimeout(refresh, Math.max(wait, 500)));
+  }
+
+  await refresh();
+}
+
+function signedOut() {
+  state.user = null;
+  go("#/login");
+}
+
+// -- one task: start, chat, questionnaire -------------------------------------------------------
+
+async function showTask(taskId) {
+  render(taskId, h("p.loading", t("app.loading")));
+  let task;
+  try {
+    task = (await api.get(`/api/tasks/${encodeURIComponent(taskId)}`)).task;
+  } catch (err) {
+    if (err.status === 401) return signedOut();
+    if (err.status === 404) return go("#/tasks");
+    mount(main, backLink(), h("p.notice.error", { role: "alert" }, errorText(err)));
+    return;
+  }
+  if (task.status === "in_progress" && task.phase === "chat") return showChat(task);
+  if (task.status === "in_progress" && task.phase === "questionnaire") return showQuestionnaire(task);
+  if (task.status === "available") return showTaskIntro(task);
+  render(task.title, backLink(), h("h1", `${task.id} · ${task.title}`),
+    h("p.notice.info", task.status === "done" ? t("task.done") : t("task.not_available")));
+}
+
+function backLink() {
+  return h("p.back", h("a", { href: "#/tasks" }, t("task.back")));
+}
+
+function instructionsBlock(task, open = true) {
+  return h("details.card.instructions", { open },
+    h("summary", t("task.instructions")),
+    h("div", paragraphs(task.instructions || "")));
+}
+
+function showTaskIntro(task) {
+  const error = noticeBox();
+  const startButton = h("button.start-task", {
+    type: "button",
+    onclick: async () => {
+      startButton.disabled = true;
+      try {
+        await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
+        await showTask(task.id);
+      } catch (err) {
+        error.textContent = errorText(err);
+        startButton.disabled = false;
+      }
+    },
+  }, t("tasks.start"));
+  render(task.title, backLink(), h("h1", `${task.id} · ${task.title}`), instructionsBlock(task), error,
+    h("div.actions", startButton));
+}
+
+function draftKey(taskId) {
+  return `memorylab.draft.${state.user.id}.${taskId}`;
+}
+
+function showChat(task) {
+  const taskPath = `/api/tasks/${encodeURIComponent(task.id)}`;
+  const limit = state.study?.limits?.max_message_chars || 4000;
+  let sync = { at: performance.now(), timer: task.timer };
+  let sending = false;
+  let ended = false;
+  let checking = false;
+
+  const timeValue = h("strong#time-left", { "aria-hidden": "true" });
+  const timeLabel = h("span.visually-hidden#time-left-label");
+  const finishButton = h("button#finish", { type: "button", disabled: true }, t("task.finish"));
+  const finishHint = h("p.hint.finish-hint");
+  const confirmBox = h("div.confirm-finish", { hidden: true },
+    h("p", t("task.finish_confirm")),
+    h("div.actions",
+      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish")),
+      h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
+        t("task.cancel"))));
+  const statusError = noticeBox();
+  const log = h("div.chat-log#chat-log", { role: "log", "aria-live": "polite", "aria-label": t("task.chat_label"), tabindex: "0" });
+  const input = h("textarea#message-input", {
+    rows: 3, placeholder: t("task.input_placeholder"), "aria-describedby": "message-counter",
+  });
+  const counter = h("span.counter#message-counter", { "aria-live": "off" });
+  const sendButton = h("button#send", { type: "submit" }, t("task.send"));
+  const composerError = noticeBox();
+  const composer = h("form.composer", { novalidate: true },
+    h("label.visually-hidden", { for: "message-input" }, t("task.input_label")),
+    input,
+    composerError,
+    h("div.composer-row", counter, sendButton));
+
+  const byId = new Map();
+  const answered = new Set();
+
+  function bubble(message) {
+    const mine = message.role === "user";
+    return h(`div.msg.${mine ? "user" : "assistant"}`, { dataset: { id: String(message.id ?? "") } },
+      h("span.msg-who", mine ? t("task.you") : t("task.assistant")),
+      h("div.msg-text", message.content));
+  }
+
+  const textOf = (el) => el.querySelector(".msg-text");
+
+  function addMessage(message) {
+    log.querySelector(".chat-empty")?.remove();
+    const el = bubble(message);
+    log.append(el);
+    if (message.id) byId.set(message.id, el);
+    if (message.reply_to_id) answered.add(message.reply_to_id);
+    log.scrollTop = log.scrollHeight;
+    return el;
+  }
+
+  function pendingReply() {
+    const el = bubble({ role: "assistant", content: "" });
+    el.classList.add("pending");
+    textOf(el).append(h("span.typing", t("task.thinking")));
+    log.append(el);
+    log.scrollTop = log.scrollHeight;
+    return el;
+  }
+
+  function markFailed(messageId) {
+    const el = byId.get(messageId);
+    if (!el || el.querySelector(".msg-failed")) return;
+    el.classList.add("failed");
+    const retry = h("button.small.secondary.retry", { type: "button", onclick: () => retryReply(messageId, el) }, t("task.retry"));
+    el.append(h("div.msg-failed", { role: "alert" }, h("span", t("task.reply_failed")), " ", retry));
+  }
+
+  function clearFailed(el) {
+    el.classList.remove("failed");
+    el.querySelector(".msg-failed")?.remove();
+  }
+
+  // Reads the reply stream into a pending bubble. Resolves to true when a reply was stored.
+  async function streamReply(path, body, onStored) {
+    let replyEl = null;
+    let storedId = null;
+    let gotReply = false;
+    const ensureReply = () => { replyEl = replyEl || pendingReply(); return replyEl; };
+    // Screen readers announce the finished reply once instead of every streamed fragment.
+    log.setAttribute("aria-busy", "true");
+    try {
+      await postStream(path, body, (name, data) => {
+        if (name === "message") {
+          storedId = data.id;
+          onStored(data);
+          ensureReply();
+        } else if (name === "delta") {
+          const el = ensureReply();
+          if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
+          textOf(el).append(data.text);
+          log.scrollTop = log.scrollHeight;
+        } else if (name === "reset") {
+          const el = ensureReply();
+          textOf(el).textContent = "";
+        } else if (name === "reply") {
+          const el = ensureReply();
+          el.classList.remove("pending");
+          textOf(el).textContent = data.content;
+          el.dataset.id = String(data.id);
+          answered.add(data.reply_to_id);
+          gotReply = true;
+        } else if (name === "error") {
+          replyEl?.remove();
+          replyEl = null;
+          markFailed(data.message_id ?? storedId);
+        }
+      });
+    } catch (err) {
+      replyEl?.remove();
+      if (storedId !== null) {
+        markFailed(storedId);
+        return false;
+      }
+      throw err;
+    } finally {
+      log.removeAttribute("aria-busy");
+    }
+    if (!gotReply && storedId !== null && replyEl) {
+      replyEl.remove();
+      markFailed(storedId);
+    }
+    return gotReply;
+  }
+
+  async function send() {
+    if (sending || ended) return;
+    composerError.textContent = "";
+    const content = input.value;
+    if (!content.trim()) {
+      composerError.textContent = t("task.empty_message");
+      input.focus();
+      return;
+    }
+    if (content.length > limit) {
+      composerError.textContent = t("task.too_long", { limit });
+      input.focus();
+      return;
+    }
+    sending = true;
+    sendButton.disabled = true;
+    sendButton.textContent = t("task.sending");
+    try {
+      await streamReply(`${taskPath}/messages`, { content }, (stored) => {
+        // Only now is the text safe on the server: clear the box and the saved draft.
+        if (input.value === content) input.value = "";
+        sessionStorage.removeItem(draftKey(task.id));
+        updateCounter();
+        addMessage(stored);
+      });
+    } catch (err) {
+      if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
+        chatEnded();
+        return;
+      }
+      if (err.status === 503 && err.details?.message_id) {
+        // The message is stored even though no reply came: show it, offer a retry.
+        input.value = "";
+        sessionStorage.removeItem(draftKey(task.id));
+        addMessage({ id: err.details.message_id, role: "user", content: content.trim() });
+        markFailed(err.details.message_id);
+      } else if (err.code === "message_too_long") {
+        composerError.textContent = t("task.too_long", { limit: err.details?.limit ?? limit });
+      } else if (err.code === "empty_message") {
+        composerError.textContent = t("task.empty_message");
+      } else {
+        composerError.textContent = errorText(err);
+      }
+    } finally {
+      sending = false;
+      sendButton.disabled = ended;
+      sendButton.textContent = t("task.send");
+      if (!ended) {
+        input.focus();
+        refreshTimer();
+      }
+    }
+  }
+
+  async function retryReply(messageId, el) {
+    if (sending || ended) return;
+    sending = true;
+    sendButton.disabled = true;
+    clearFailed(el);
+    try {
+      await streamReply(`${taskPath}/messages/${messageId}/reply`, {}, () => {});
+    } catch (err) {
+      if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
+        chatEnded();
+        return;
+      }
+      if (err.code === "already_answered") {
+        showTask(task.id);
+        return;
+      }
+      markFailed(messageId);
+      composerError.textContent = errorText(err);
+    } finally {
+      sending = false;
+      sendButton.disabled = ended;
+    }
+  }
+
+  function estimate() {
+    const timer = sync.timer || {};
+    const elapsed = (performance.now() - sync.at) / 1000;
+    const remaining = Math.max(0, (timer.remaining_real_seconds ?? 0) - elapsed);
+    // real seconds per study second, from the server's own numbers (pilot mode compresses time)
+    const scale = timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1;
+    const active = (timer.active_seconds ?? 0) + (scale > 0 ? elapsed / scale : 0);
+    const canFinish = Boolean(timer.can_finish) || active >= (timer.min_active_seconds ?? 0);
+    return { remaining, canFinish, scale };
+  }
+
+  function minimumHint() {
+    const timer = sync.timer || {};
+    const { scale } = estimate();
+    const realMinimum = (timer.min_active_seconds ?? 0) * scale;
+    return realMinimum >= 120
+      ? t("task.min_hint", { minutes: Math.round(realMinimum / 60) })
+      : t("task.min_hint_seconds", { seconds: Math.ceil(realMinimum) });
+  }
+
+  function tick() {
+    if (ended) return;
+    const { remaining, canFinish } = estimate();
+    timeValue.textContent = formatDuration(remaining);
+    timeLabel.textContent = t("task.remaining_label", { time: formatDuration(remaining) });
+    finishButton.disabled = !canFinish;
+    finishHint.hidden = canFinish;
+    if (remaining <= 0 && !checking) heartbeat();
+  }
+
+  function applyTask(status) {
+    if (status.status === "in_progress" && status.phase === "chat" && status.timer) {
+      sync = { at: performance.now(), timer: status.timer };
+      tick();
+    } else {
+      chatEnded();
+    }
+  }
+
+  async function heartbeat() {
+    if (ended || checking) return;
+    checking = true;
+    try {
+      applyTask((await api.post(`${taskPath}/heartbeat`)).task);
+    } catch (err) {
+      if (err.status === 409) chatEnded();
+      else if (err.status === 401) signedOut();
+    } finally {
+      checking = false;
+    }
+  }
+
+  async function refreshTimer() {
+    try {
+      const data = await api.get("/api/tasks");
+      const status = (data.tasks || []).find((entry) => entry.id === task.id);
+      if (status && !ended) applyTask(status);
+    } catch {
+      // the next heartbeat resynchronises
+    }
+  }
+
+  async function finish() {
+    finishButton.disabled = true;
+    statusError.textContent = "";
+    try {
+      const data = await api.post(`${taskPath}/finish`);
+      if (data.task.status === "in_progress" && data.task.phase === "chat") applyTask(data.task);
+      else chatEnded(false);
+    } catch (err) {
+      confirmBox.hidden = true;
+      if (err.code === "too_early") {
+        statusError.textContent = t("task.too_early");
+        if (err.details?.timer) applyTask({ status: "in_progress", phase: "chat", timer: err.details.timer });
+      } else if (err.status === 409) {
+        chatEnded();
+      } else {
+        statusError.textContent = errorText(err);
+        tick();
+      }
+    }
+  }
+
+  function chatEnded(timeUp = true) {
+    if (ended) return;
+    ended = true;
+    stop();
+    if (timeUp) state.flash = { kind: "info", text: t("task.time_up") };
+    showTask(task.id).then(focusMain);
+  }
+
+  function updateCounter() {
+    counter.textContent = t("task.chars", { count: input.value.length, limit });
+    counter.classList.toggle("over", input.value.length > limit);
+  }
+
+  finishButton.addEventListener("click", () => {
+    confirmBox.hidden = false;
+    confirmBox.querySelector("#finish-confirm").focus();
+  });
+  composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
+  });
+  input.addEventListener("keydown", (event) => {
+    // Enter sends; Shift+Enter breaks the line; Enter that confirms an IME candidate does neither.
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing && event.keyCode !== 229) {
+      event.preventDefault();
+      send();
+    }
+  });
+  input.addEventListener("input", () => {
+    sessionStorage.setItem(draftKey(task.id), input.value);
+    updateCounter();
+  });
+
+  const onVisibility = () => { if (document.visibilityState === "visible") heartbeat(); };
+  document.addEventListener("visibilitychange", onVisibility);
+  const ticker = window.setInterval(tick, TICK_MS);
+  const beat = window.setInterval(() => { if (document.visibilityState === "visible") heartbeat(); }, HEARTBEAT_MS);
+  function stop() {
+    window.clearInterval(ticker);
+    window.clearInterval(beat);
+    document.removeEventListener("visibilitychange", onVisibility);
+  }
+  state.cleanup = () => { ended = true; stop(); };
+
+  render(task.title,
+    backLink(),
+    h("h1", `${task.id} · ${task.title}`),
+    takeFlash(),
+    instructionsBlock(task, !(task.messages || []).length),
+    h("div.chat-status.card",
+      h("p.timer", { role: "timer" }, h("span", { "aria-hidden": "true" }, `${t("task.remaining")} `), timeValue, timeLabel),
+      h("div.finish-area", finishButton, finishHint),
+      confirmBox),
+    statusError,
+    log,
+    composer);
+
+  const messages = task.messages || [];
+  if (!messages.length) log.append(h("p.chat-empty.muted", t("task.empty_chat")));
+  messages.forEach(addMessage);
+  messages.filter((m) => m.role === "user" && !answered.has(m.id)).forEach((m) => markFailed(m.id));
+  input.value = sessionStorage.getItem(draftKey(task.id)) || "";
+  updateCounter();
+  finishHint.textContent = minimumHint();
+  tick();
+  window.setTimeout(() => input.focus({ preventScroll: true }), 0);
+}
+
+async function showQuestionnaire(task) {
+  render(task.title, h("p.loading", t("app.loading")));
+  let data;
+  try {
+    data = await api.get(`/api/tasks/${encodeURIComponent(task.id)}/questionnaire`);
+  } catch (err) {
+    mount(main, backLink(), h("p.notice.error", { role: "alert" }, errorText(err)));
+    return;
+  }
+  const questionnaire = buildQuestionnaire(data.items || []);
+  const error = noticeBox();
+  const submit = h("button#questionnaire-submit", { type: "submit" }, t("q.submit"));
+  questionnaire.form.append(error, h("div.actions", submit));
+  questionnaire.form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    submit.disabled = true;
+    try {
+      await api.post(`/api/tasks/${encodeURIComponent(task.id)}/questionnaire`, { answers: questionnaire.answers() });
+      sessionStorage.removeItem(draftKey(task.id));
+      state.flash = { kind: "ok", text: t("tasks.thanks") };
+      go("#/tasks");
+    } catch (err) {
+      if (err.code === "invalid_answers" && err.details?.items) {
+        const count = questionnaire.showErrors(err.details.items);
+        error.textContent = t("q.fix_errors", { count });
+      } else {
+        error.textContent = errorText(err);
+      }
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  render(t("q.title", { task: task.title }),
+    h("h1", t("q.title", { task: `${task.id} · ${task.title}` })),
+    takeFlash(),
+    h("p.muted", t("q.intro")),
+    questionnaire.form);
+}
+
+// -- start --------------------------------------------------------------------------------------
+
+async function boot() {
+  renderHeader();
+  try {
+    state.study = await api.get("/api/study");
+  } catch (err) {
+    mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
+    return;
+  }
+  try {
+    state.user = (await api.get("/api/auth/me")).user;
+  } catch (err) {
+    if (err.status !== 401) {
+      mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
+      return;
+    }
+  }
+  if (state.user?.role === "admin") {
+    goToAdmin();
+    return;
+  }
+  if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
+  if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {
+    location.hash = "#/login";  // sent here from a page that needs a log-in (e.g. /admin)
+    return;
+  }
+  await route();
+}
+
+boot();

@@ -1,0 +1,177 @@
+// Renders a task's questionnaire from the server's items (likert | ios | choice | text),
+// collects the answers, and shows the server's per-item validation problems next to the
+// items they name. The server is the judge of what is valid; the page only displays.
+
+import { h, svg } from "./dom.js";
+import { t } from "./i18n.js";
+
+/** One IOS option: two circles ("me" and "the assistant") whose overlap grows with n. */
+function iosPicture(n, min, max) {
+  const radius = 20;
+  const overlap = max > min ? (n - min) / (max - min) : 0;
+  // n = min: the circles stand apart; n = max: they almost coincide.
+  const apart = 2 * radius * 1.2;
+  const distance = apart - (apart - radius * 0.25) * overlap;
+  const selfX = 50 - distance / 2;
+  const otherX = 50 + distance / 2;
+  return svg("svg", { viewBox: "0 0 100 50", width: "100", height: "50", "aria-hidden": "true", focusable: "false" },
+    svg("circle", { cx: selfX, cy: 25, r: radius, class: "ios-self" }),
+    svg("circle", { cx: otherX, cy: 25, r: radius, class: "ios-other" }),
+    svg("text", { x: selfX - radius * 0.45, y: 28.5, "text-anchor": "middle", class: "ios-label" }, t("q.ios_self")),
+    svg("text", { x: otherX + radius * 0.45, y: 28.5, "text-anchor": "middle", class: "ios-label" }, t("q.ios_other")),
+  );
+}
+
+function iosDescription(n, min, max) {
+  if (n === min) return t("q.ios_desc_1");
+  if (n === max) return t("q.ios_desc_7");
+  return t("q.ios_desc_mid", { n });
+}
+
+function range(min, max) {
+  const values = [];
+  for (let v = min; v <= max; v += 1) values.push(v);
+  return values;
+}
+
+function likertControls(item, base) {
+  const min = item.min ?? 1;
+  const max = item.max ?? 7;
+  const options = range(min, max).map((v) => {
+    const id = `${base}-${v}`;
+    let name = String(v);
+    if (v === min) name = `${v} ${t("q.likert_low")}`;
+    if (v === max) name = `${v} ${t("q.likert_high")}`;
+    return h("label.likert-option", { for: id },
+      h("input", { type: "radio", name: item.id, id, value: String(v), required: item.required, "aria-label": name }),
+      h("span.likert-number", { "aria-hidden": "true" }, String(v)));
+  });
+  return [
+    h("div.likert-scale", { style: { "--points": String(options.length) } }, options),
+    h("div.likert-anchors", { "aria-hidden": "true" },
+      h("span", `${min} = ${t("q.likert_low")}`), h("span", `${max} = ${t("q.likert_high")}`)),
+  ];
+}
+
+function iosControls(item, base) {
+  const min = item.min ?? 1;
+  const max = item.max ?? 7;
+  return h("div.ios-scale", range(min, max).map((v) => {
+    const id = `${base}-${v}`;
+    return h("label.ios-option", { for: id },
+      h("input.visually-hidden", {
+        type: "radio", name: item.id, id, value: String(v), required: item.required,
+        "aria-label": t("q.ios_option", { n: v, desc: iosDescription(v, min, max) }),
+      }),
+      iosPicture(v, min, max),
+      h("span.ios-number", { "aria-hidden": "true" }, String(v)));
+  }));
+}
+
+function choiceControls(item, base) {
+  return h("div.choice-list", (item.options || []).map((option, index) => {
+    const id = `${base}-${index}`;
+    return h("label.choice-option", { for: id },
+      h("input", { type: "radio", name: item.id, id, value: String(index), required: item.required }),
+      h("span", option.label ?? String(option.value)));
+  }));
+}
+
+function renderItem(item, number) {
+  const base = `q-${item.id}`;
+  const errorId = `${base}-error`;
+  const mark = item.required ? h("span.required-mark", { "aria-hidden": "true" }, " *") : null;
+  const error = h("p.item-error", { id: errorId, "aria-live": "polite" });
+  if (item.type === "text") {
+    const inputId = `${base}-input`;
+    return h("div.q-item.q-text", { id: base, dataset: { itemId: item.id, type: item.type } },
+      h("label.q-question", { for: inputId }, h("span.q-number", `${number}. `), item.text, mark),
+      h("textarea", {
+        id: inputId, name: item.id, rows: 4, required: item.required, placeholder: item.required ? "" : t("q.text_placeholder"),
+        "aria-describedby": errorId,
+      }),
+      error);
+  }
+  let controls;
+  if (item.type === "ios") controls = iosControls(item, base);
+  else if (item.type === "choice") controls = choiceControls(item, base);
+  else controls = likertControls(item, base);
+  return h(`fieldset.q-item.q-${item.type}`, { id: base, dataset: { itemId: item.id, type: item.type }, "aria-describedby": errorId },
+    h("legend.q-question", h("span.q-number", `${number}. `), item.text, mark),
+    controls,
+    error);
+}
+
+/**
+ * Build the form. Returns {form, answers(), showErrors(problems) -> count, clearErrors()}.
+ * problems is the server's details.items: {item_id: reason}.
+ */
+export function buildQuestionnaire(items) {
+  const form = h("form.questionnaire", { novalidate: true });
+  const byId = new Map(items.map((item) => [item.id, item]));
+  let section = null;
+  let sectionTitle = null;
+  items.forEach((item, index) => {
+    const title = item.instrument_title || "";
+    if (section === null || title !== sectionTitle) {
+      sectionTitle = title;
+      section = h("section.instrument", title ? h("h2", title) : null);
+      form.append(section);
+    }
+    section.append(renderItem(item, index + 1));
+  });
+
+  form.addEventListener("change", (event) => {
+    const wrapper = event.target.closest(".q-item");
+    if (wrapper) clearItemError(wrapper);
+  });
+
+  function answers() {
+    const result = {};
+    for (const item of items) {
+      if (item.type === "text") {
+        const value = form.querySelector(`#q-${CSS.escape(item.id)}-input`).value;
+        if (value.trim()) result[item.id] = value;
+        continue;
+      }
+      const checked = form.querySelector(`input[name="${CSS.escape(item.id)}"]:checked`);
+      if (!checked) continue;
+      if (item.type === "choice") result[item.id] = item.options[Number(checked.value)].value;
+      else result[item.id] = Number.parseInt(checked.value, 10);
+    }
+    return result;
+  }
+
+  function clearItemError(wrapper) {
+    wrapper.classList.remove("has-error");
+    wrapper.querySelector(".item-error").textContent = "";
+    wrapper.querySelectorAll("input, textarea").forEach((el) => el.removeAttribute("aria-invalid"));
+  }
+
+  function clearErrors() {
+    form.querySelectorAll(".q-item").forEach(clearItemError);
+  }
+
+  function showErrors(problems) {
+    clearErrors();
+    let first = null;
+    let count = 0;
+    for (const [itemId, reason] of Object.entries(problems || {})) {
+      count += 1;
+      if (!byId.has(itemId)) continue;
+      const wrapper = form.querySelector(`#q-${CSS.escape(itemId)}`);
+      wrapper.classList.add("has-error");
+      wrapper.querySelector(".item-error").textContent =
+        reason === "required" ? t("q.required") : t("q.invalid", { reason });
+      wrapper.querySelectorAll("input, textarea").forEach((el) => el.setAttribute("aria-invalid", "true"));
+      if (!first) first = wrapper;
+    }
+    if (first) {
+      first.scrollIntoView({ block: "center" });
+      first.querySelector("input, textarea").focus({ preventScroll: true });
+    }
+    return count;
+  }
+
+  return { form, answers, showErrors, clearErrors };
+}
