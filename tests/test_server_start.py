@@ -40,6 +40,18 @@ class Browserless:
             return err.code, json.loads(err.read() or b"{}")
 
 
+def wait_until_up(api: Browserless, log) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if api.call("GET", "/healthz")[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    log.seek(0)
+    pytest.fail("server did not come up:\n" + log.read())
+
+
 @pytest.mark.slow
 def test_server_starts_offline_and_serves_a_participant(tmp_path):
     port = free_port()
@@ -51,16 +63,7 @@ def test_server_starts_offline_and_serves_a_participant(tmp_path):
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         api = Browserless(f"http://127.0.0.1:{port}")
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if api.call("GET", "/healthz")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            log.seek(0)
-            pytest.fail("server did not come up:\n" + log.read())
+        wait_until_up(api, log)
         log.seek(0)
         output = log.read()
         assert "First start: created admin 'admin' with password:" in output
@@ -87,14 +90,7 @@ def test_server_starts_offline_and_serves_a_participant(tmp_path):
     env["PORT"] = str(free_port())
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log2, stderr=subprocess.STDOUT)
     try:
-        api = Browserless(f"http://127.0.0.1:{env['PORT']}")
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if api.call("GET", "/healthz")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
+        wait_until_up(Browserless(f"http://127.0.0.1:{env['PORT']}"), log2)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
