@@ -162,6 +162,20 @@ INSTRUMENTS: dict[str, dict[str, Any]] = {
             ("我担心我分享的信息会被滥用。", "I worry the information I shared could be misused."),
         ]),
     },
+    "memory_preference": {
+        "title": {"zh": "记忆偏好", "en": "Memory preference"},
+        "items": [{
+            "id": "mempref_1", "type": "choice",
+            "text": {"zh": "如果可以选择，你希望这样的助手记住多少关于你的事情？",
+                     "en": "If you could choose, how much about you should an assistant like this remember?"},
+            "options": [
+                {"value": "nothing", "label": {"zh": "什么都不记", "en": "Nothing"}},
+                {"value": "session", "label": {"zh": "只记得当次对话", "en": "Only the current conversation"}},
+                {"value": "key_facts", "label": {"zh": "只记得关键信息", "en": "Only key facts"}},
+                {"value": "everything", "label": {"zh": "尽可能多地记住", "en": "As much as possible"}},
+            ],
+        }],
+    },
     "open_questions": {
         "title": {"zh": "开放问题", "en": "Open questions"},
         "items": [
@@ -273,7 +287,7 @@ DEFAULT_STUDY: dict[str, Any] = {
                 "en": "Look back on these three weeks with the assistant, then say goodbye.",
             },
             "questionnaire": _EVERY_TASK + ["mind_perception", "self_disclosure", "manipulation_check",
-                                            "privacy_concern", "open_questions"],
+                                            "privacy_concern", "memory_preference", "open_questions"],
         },
     ],
     # Timer, in study seconds (compressed in pilot mode). Active time excludes idle gaps.

@@ -182,7 +182,16 @@ def walk_task(api: ApiClient, clock, task_id: str, messages: list[str], *, study
             break
         assert response.get_json()["error"] == "too_early"
     items = api.get(f"/api/tasks/{task_id}/questionnaire").get_json()["items"]
-    answers = {i["id"]: (i["min"] if i["type"] in ("likert", "ios") else "fine") for i in items}
+    answers = {i["id"]: answer_for(i) for i in items}
     response = api.post(f"/api/tasks/{task_id}/questionnaire", json={"answers": answers})
     assert response.status_code == 201, response.get_json()
     return response.get_json()
+
+
+def answer_for(item: dict):
+    """A valid answer to any questionnaire item."""
+    if item["type"] in ("likert", "ios"):
+        return item["min"]
+    if item["type"] == "choice":
+        return item["options"][0]["value"]
+    return "fine"

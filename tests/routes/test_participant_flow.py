@@ -246,3 +246,22 @@ def test_pilot_timer_scale_keeps_tasks_long_enough_for_a_person(settings, clock,
     clock.advance(120)  # unlocks still follow PILOT_DAY_SECONDS: T2 two study days later
     assert statuses(api)["T2"] == "available"
     app.extensions["memory_lab"].db.dispose()
+
+
+def test_choice_items_accept_only_their_options(app, make_participant, clock, study):
+    from services.questionnaire_service import items_for_task, validate_answers
+
+    t4 = next(t for t in study["tasks"] if t["id"] == "T4")
+    items = items_for_task(study, t4, "en")
+    choice = next(i for i in items if i["type"] == "choice")
+    assert [o["value"] for o in choice["options"]] == ["nothing", "session", "key_facts", "everything"]
+    assert choice["options"][0]["label"] == "Nothing"
+    good = {i["id"]: (i["min"] if i["type"] in ("likert", "ios") else "ok") for i in items}
+    good[choice["id"]] = "key_facts"
+    assert validate_answers(items, good, 2000)[choice["id"]] == "key_facts"
+    from services.errors import BadInput
+
+    for bad in ("all", 1, ["key_facts"]):
+        with pytest.raises(BadInput) as err:
+            validate_answers(items, dict(good, **{choice["id"]: bad}), 2000)
+        assert set(err.value.details["items"]) == {choice["id"]}

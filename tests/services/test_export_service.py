@@ -45,6 +45,8 @@ def _answers(items: list[dict], seed: int) -> dict:
     for n, item in enumerate(items):
         if item["type"] in ("likert", "ios"):
             answers[item["id"]] = item["min"] + (seed * 3 + n) % (item["max"] - item["min"] + 1)
+        elif item["type"] == "choice":
+            answers[item["id"]] = item["options"][seed % len(item["options"])]["value"]
         elif item["type"] == "text":
             answers[item["id"]] = f"{OPEN_ANSWER}（{seed}）"
     return answers
@@ -221,7 +223,8 @@ def test_questionnaire_values_equal_the_database(exported):
         stored = {(codes[a.user_id], a.task_id, a.item_id): a.value
                   for a in session.scalars(select(QuestionnaireResponse))}
     exported_values = {(r["participant_code"], r["task_id"], r["item_id"]):
-                       (r["text_answer"] if r["item_type"] == "text" else int(r["value"]))
+                       (r["text_answer"] if r["item_type"] == "text"
+                        else r["value"] if r["item_type"] == "choice" else int(r["value"]))
                        for r in _read(archive, "questionnaires_long.csv")}
     assert exported_values == stored
     assert len(set(stored.values())) > 3, "answers must vary, or a column mix-up would go unnoticed"
@@ -252,7 +255,7 @@ def test_exclude_pii_removes_usernames_and_free_text(exported):
         usernames = [u.username for u in session.scalars(select(User).where(User.role == "participant"))]
         texts = [m.content for m in session.scalars(select(Message))]
         open_answers = [a.value for a in session.scalars(select(QuestionnaireResponse))
-                        if isinstance(a.value, str)]
+                        if a.instrument == "open_questions"]
         profile_texts = [p.rendered for p in session.scalars(select(ProfileVersion)) if p.rendered]
     assert open_answers and profile_texts
     for bom in (False, True):
