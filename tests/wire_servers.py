@@ -61,7 +61,13 @@ def ok() -> Fault:
     return Fault("ok")
 
 
-def timeout(seconds: float = 3.0) -> Fault:
+# Client timeout used by the provider tests: generous, because a loaded 2-core machine can take
+# more than half a second to answer even a canned response; a hung server outlasts it.
+CLIENT_TIMEOUT = 2.0
+HANG_SECONDS = 4.0
+
+
+def timeout(seconds: float = HANG_SECONDS) -> Fault:
     return Fault("timeout", seconds=seconds)
 
 

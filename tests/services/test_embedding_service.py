@@ -90,7 +90,7 @@ def test_build_embedder_from_settings_attaches_the_failure_hook(settings):
         settings.openai_base_url = server.url
         settings.openai_api_key = None
         settings.openai_embedding_model = "nomic-embed-text"
-        settings.llm_timeout_seconds = 0.5
+        settings.llm_timeout_seconds = wire.CLIENT_TIMEOUT
         reported = []
         embedder = build_embedder(settings, on_failure=reported.append)
         waits = []

@@ -141,7 +141,8 @@ def test_a_failing_failure_hook_does_not_take_the_reply_down():
     with wire.OpenAIWireServer() as server:
         from services.providers.openai_compatible import OpenAICompatibleChatProvider
 
-        provider = OpenAICompatibleChatProvider(model="m", api_key="k", base_url=server.url, timeout=0.5)
+        provider = OpenAICompatibleChatProvider(model="m", api_key="k", base_url=server.url,
+                                                timeout=wire.CLIENT_TIMEOUT)
         service = LLMService([provider, OfflineChatProvider()], on_failure=broken_hook,
                              retry=RetryPolicy(max_retries=0))
         server.script(wire.status(500))
@@ -170,7 +171,7 @@ def test_llm_providers_from_the_environment_build_the_chain(servers, monkeypatch
         "DASHSCOPE_BASE_URL": dashscope.url,
         "OPENAI_BASE_URL": local.url,
         "OPENAI_CHAT_MODEL": "Qwen2.5-7B-Instruct",
-        "LLM_TIMEOUT_SECONDS": "0.5",
+        "LLM_TIMEOUT_SECONDS": str(wire.CLIENT_TIMEOUT),
         "LLM_MAX_RETRIES": "0",
         "SECRET_KEY": "test",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'env.db'}",
@@ -184,13 +185,13 @@ def test_llm_providers_from_the_environment_build_the_chain(servers, monkeypatch
     assert [(p.name, p.model) for p in service.providers] == [
         ("dashscope", "qwen-plus"), ("openai_compatible", "Qwen2.5-7B-Instruct"),
         ("offline", "offline-template-responder")]
-    assert service.retry.max_retries == 0 and service.retry.budget_seconds == 0.5
+    assert service.retry.max_retries == 0 and service.retry.budget_seconds == wire.CLIENT_TIMEOUT
 
     assert service.complete(request()).provider == "dashscope"
     dashscope.script(wire.status(503))
     assert service.complete(request()).text == "local model reply"
     dashscope.script(wire.status(503))
-    local.script(wire.timeout(2.0))
+    local.script(wire.timeout())
     last = service.complete(request())
     assert last.provider == "offline"
     assert [a["provider"] for a in last.attempts] == ["dashscope", "openai_compatible", "offline"]

@@ -63,7 +63,7 @@ def fallback_server(openai_wire, server):
 
 
 def qwen(server: wire.WireServer, **overrides) -> DashScopeChatProvider:
-    options = {"model": "qwen-plus", "api_key": KEY, "base_url": server.url, "timeout": 0.5}
+    options = {"model": "qwen-plus", "api_key": KEY, "base_url": server.url, "timeout": wire.CLIENT_TIMEOUT}
     return DashScopeChatProvider(**{**options, **overrides})
 
 
@@ -71,7 +71,7 @@ def chain(server, fallback_server=None, *, retry: RetryPolicy = NO_RETRY, record
     providers = [qwen(server)]
     if fallback_server is not None:
         providers.append(OpenAICompatibleChatProvider(model="deepseek-chat", api_key="sk-other-0123456789",
-                                                      base_url=fallback_server.url, timeout=0.5))
+                                                      base_url=fallback_server.url, timeout=wire.CLIENT_TIMEOUT))
     sleeps = Sleeps()
     return LLMService(providers, on_failure=recorder, retry=retry, sleep=sleeps, rng=lambda: 0.0), sleeps
 
@@ -95,7 +95,7 @@ def failure_rows(database) -> list[ProviderFailure]:
 
 
 FAULTS = [
-    pytest.param(wire.timeout(2.0), "timeout", "timeout", id="timeout"),
+    pytest.param(wire.timeout(), "timeout", "timeout", id="timeout"),
     pytest.param(wire.status(500), "server_error", "server_error", id="http500"),
     pytest.param(wire.rate_limited("1"), "rate_limited", "rate_limited", id="http429"),
     pytest.param(wire.malformed(), "malformed_response", "malformed_response", id="malformed"),
@@ -262,7 +262,7 @@ def test_configuration_comes_from_settings_and_a_missing_key_fails_at_build_time
 
 
 def embedder(server, **overrides) -> DashScopeEmbeddingProvider:
-    options = {"model": "text-embedding-v3", "api_key": KEY, "base_url": server.url, "timeout": 0.5,
+    options = {"model": "text-embedding-v3", "api_key": KEY, "base_url": server.url, "timeout": wire.CLIENT_TIMEOUT,
                "retry": RetryPolicy(max_retries=2), "sleep": Sleeps()}
     return DashScopeEmbeddingProvider(**{**options, **overrides})
 

@@ -56,7 +56,7 @@ def server(wire_server):
 
 
 def chat_provider(server: wire.WireServer, **overrides) -> OpenAICompatibleChatProvider:
-    options = {"model": "deepseek-chat", "api_key": KEY, "base_url": server.url, "timeout": 0.5}
+    options = {"model": "deepseek-chat", "api_key": KEY, "base_url": server.url, "timeout": wire.CLIENT_TIMEOUT}
     return OpenAICompatibleChatProvider(**{**options, **overrides})
 
 
@@ -88,7 +88,7 @@ def failure_rows(database) -> list[ProviderFailure]:
 
 # What each fault looks like to a plain call and to a stream.
 FAULTS = [
-    pytest.param(wire.timeout(2.0), "timeout", "timeout", id="timeout"),
+    pytest.param(wire.timeout(), "timeout", "timeout", id="timeout"),
     pytest.param(wire.status(500), "server_error", "server_error", id="http500"),
     pytest.param(wire.rate_limited("1"), "rate_limited", "rate_limited", id="http429"),
     pytest.param(wire.malformed(), "malformed_response", "malformed_response", id="malformed"),
@@ -222,8 +222,8 @@ def test_no_retry_on_other_4xx(server, code, kind):
 
 
 def test_a_timeout_uses_up_the_budget_so_the_fallback_answers_without_retrying(server):
-    service, sleeps = chain(server, retry=RetryPolicy(max_retries=2, budget_seconds=0.5))
-    server.script(wire.timeout(2.0))
+    service, sleeps = chain(server, retry=RetryPolicy(max_retries=2, budget_seconds=wire.CLIENT_TIMEOUT))
+    server.script(wire.timeout())
 
     result = service.complete(request())
 
@@ -398,7 +398,7 @@ def test_deepseek_without_a_base_url_says_which_url_to_set(settings):
 
 
 def embedder(server, **overrides) -> OpenAICompatibleEmbeddingProvider:
-    options = {"model": "bge-m3", "api_key": KEY, "base_url": server.url, "timeout": 0.5,
+    options = {"model": "bge-m3", "api_key": KEY, "base_url": server.url, "timeout": wire.CLIENT_TIMEOUT,
                "retry": RetryPolicy(max_retries=2), "sleep": Sleeps()}
     return OpenAICompatibleEmbeddingProvider(**{**options, **overrides})
 
