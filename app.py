@@ -184,12 +184,13 @@ def bootstrap_admin_once(app: Flask) -> None:
     if created:
         banner = "=" * 64
         print(f"{banner}\nFirst start: created admin '{created[0]}' with password: {created[1]}\n"
-              f"It is shown only this once. Change it with: flask --app app create-admin admin\n{banner}",
+              f"It is shown only this once. Change it with: .venv/bin/flask --app app create-admin admin\n{banner}",
               flush=True)
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
     app = create_app()
     runtime = app.extensions["memory_lab"]
     check_embedder(runtime)
