@@ -38,6 +38,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         MAX_CONTENT_LENGTH=1024 * 1024,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.cookie_secure,
+        REMEMBER_COOKIE_SECURE=settings.cookie_secure,
         REMEMBER_COOKIE_SAMESITE="Lax",
         WTF_CSRF_TIME_LIMIT=None,  # a participant's page stays open for a whole task
         WTF_CSRF_HEADERS=["X-CSRFToken", "X-CSRF-Token"],

@@ -428,6 +428,7 @@ class Settings:
     consolidate_inline: bool = False  # tests: run consolidation synchronously after the response
     assignment_seed: int | None = None
     rate_limits_enabled: bool = True
+    cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
     run_migrations_on_start: bool = True
     study: dict[str, Any] = field(default_factory=load_study)
 
@@ -479,6 +480,7 @@ class Settings:
             scheduler_enabled=_env_bool("SCHEDULER_ENABLED", True),
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
+            cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:
