@@ -8,6 +8,12 @@ the ``top_k`` most similar as candidates, applies the forgetting curve of
 ``RecallEvent`` per candidate. It flushes but never commits: the caller owns
 the transaction.
 
+Only memories that carry content are candidates (``RecallParams.candidates``,
+docs/recall_calibration.md): a message without content words and with low
+salience ("好的，谢谢", "OK thanks") is skipped, and a new message without
+content words recalls nothing. Both are counted on the store after each recall
+(``last_excluded``, ``last_query_content_free``) so the memory context can say so.
+
 Vectors of different embedding models live in different spaces, so only
 memories embedded by the current embedder's model are compared; others are
 skipped with a warning (or refused with ``ForeignEmbeddingError``).
@@ -100,6 +106,8 @@ class _ParticipantMatrix:
     message_ids: np.ndarray  # int64, ascending
     task_session_ids: np.ndarray  # int64, aligned with message_ids
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
+    content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
+    salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
 
 
 class VectorStore:
@@ -125,6 +133,8 @@ class VectorStore:
         self.use_cache = use_cache
         self.on_foreign_vectors = on_foreign_vectors
         self.last_skipped_foreign = 0  # memories of other models left out by the latest recall
+        self.last_excluded = 0  # memories of earlier tasks the candidate rule left out of the latest recall
+        self.last_query_content_free = False  # the latest query had no content words, so recalled nothing
         mismatch = (self.params.preset, self.params.relevance.embedder_model, embedder.model)
         if not self.params.relevance.measured_for(embedder.model) and mismatch not in _warned_mismatches:
             _warned_mismatches.add(mismatch)
@@ -146,6 +156,10 @@ class VectorStore:
         if query_message.id is None:
             self.session.add(query_message)
             self.session.flush()
+        self.last_excluded = 0
+        self.last_query_content_free = not self.params.candidates.admits_query(query_message.content)
+        if self.last_query_content_free:
+            return []
         found = self._candidates(user_id, query_message, query_vector, reload=False)
         if found is None:  # the cached matrix is stale: read it again
             found = self._candidates(user_id, query_message, query_vector, reload=True)
@@ -224,7 +238,9 @@ class VectorStore:
         query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
         cosines = cosine_scores(store.matrix, query)
         own_session = store.task_session_ids == query_message.task_session_id
-        chosen = rm.top_k_indices(cosines, self.params.top_k, exclude=own_session)
+        without_content = ~np.asarray(self.params.candidates.admits(store.content_words, store.salience), dtype=bool)
+        self.last_excluded = int((without_content & ~own_session).sum())
+        chosen = rm.top_k_indices(cosines, self.params.top_k, exclude=own_session | without_content)
         ids = [int(i) for i in store.message_ids[chosen]]
         rows = {m.id: m for m in self.session.scalars(select(Message).where(Message.id.in_(ids)))} if ids else {}
         for message_id, index in zip(ids, chosen, strict=True):
@@ -300,7 +316,9 @@ class VectorStore:
 
     def _load_matrix(self, user_id: int, model: str, runs: tuple[Any, ...]) -> _ParticipantMatrix:
         rows = self.session.execute(
-            select(Message.id, Message.task_session_id, Message.embedding_model, Message.embedding)
+            select(Message.id, Message.task_session_id, Message.embedding_model, Message.embedding, Message.content,
+                   Message.emotional_salience, Message.emotional_intensity, Message.self_disclosure,
+                   Message.value_relevance)
             .where(*self._consolidated(user_id)).order_by(Message.id)
         ).all()
         own = [r for r in rows if r.embedding_model == model]
@@ -321,6 +339,8 @@ class VectorStore:
             message_ids=np.array([r.id for r in own], dtype=np.int64),
             task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
             matrix=np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32),
+            content_words=np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64),
+            salience=np.array([self._salience(r) for r in own], dtype=np.float64),
         )
 
     def _turns_since(self, user_id: int, references: list[datetime], now: datetime) -> np.ndarray:

@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -197,6 +197,17 @@ OPEN_ANSWERS = {"zh": "这是一个模拟参与者的回答。", "en": "This ans
 
 def facts_in(text: str) -> set[str]:
     return {fact.id for fact in FACTS if fact.pattern.search(text or "")}
+
+
+def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
+    """Whether a recalled memory passes the recall-candidate rule the reply was built with
+    (services.recall_model.CandidateRule): a content word, or a high salience."""
+    from services import recall_model
+
+    rule = (recall_params or {}).get("candidates") or {}
+    return recall_model.CandidateRule(
+        min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
+    ).admits_text(memory.get("text") or "", memory.get("salience"))
 
 
 def context_facts(context: dict[str, Any] | None) -> dict[str, set[str]]:
@@ -522,6 +533,7 @@ def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, A
     for bot in bots:
         record = admin.get(f"/api/admin/participants/{bot.user_id}")
         messages = {m["id"]: m for m in record["messages"]}
+        kinds = {t.message_id: t.kind.split(":")[0] for t in bot.turns}
         per_task: dict[str, dict[str, Any]] = {}
         for task_id in PROBE_TASKS:
             probes = [t for t in bot.turns if t.task_id == task_id and t.kind.startswith("probe:")]
@@ -529,16 +541,23 @@ def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, A
                 continue
             sources = {s: set() for s in SOURCES}
             recalled_ids: set[int] = set()
+            without_content: set[int] = set()
             for probe in probes:
                 context = messages[probe.reply_id].get("memory_context") or {}
                 for source, found in context_facts(context).items():
                     sources[source] |= found
                 recalled_ids |= {m["message_id"] for m in context.get("recalled") or []}
+                without_content |= {m["message_id"] for m in context.get("recalled") or []
+                                    if not carries_content(m, context.get("recall_params"))}
             per_task[task_id] = {
                 "probes": len(probes),
                 "facts": sorted(set().union(*sources.values()), key=FACT_IDS.index),
                 "sources": {s: sorted(v, key=FACT_IDS.index) for s, v in sources.items()},
                 "recalled_memories": len(recalled_ids),
+                # what the recalled memories were in the bot's script: a planted fact, an earlier probe, a filler
+                "recalled_kinds": dict(sorted(Counter(kinds.get(i, "other") for i in recalled_ids).items())),
+                "recalled_texts": sorted(messages[i]["content"] for i in recalled_ids if i in messages),
+                "recalled_without_content": len(without_content),
                 "l2_window_facts": sorted(_l2_window_facts(list(messages.values()), task_id, l2_turns),
                                           key=FACT_IDS.index),
             }
@@ -564,6 +583,7 @@ def summarise(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "facts_mean": round(mean(counts), 2), "facts_min": min(counts), "facts_max": max(counts),
             **{f"from_{s}_mean": round(mean(len(t["sources"][s]) for t in tasks), 2) for s in SOURCES},
             "recalled_memories_mean": round(mean(t["recalled_memories"] for t in tasks), 2),
+            "recalled_kinds": dict(sum((Counter(t.get("recalled_kinds", {})) for t in tasks), Counter())),
             "by_fact": {f: sum(1 for t in tasks if f in t["facts"]) for f in FACT_IDS},
         })
     return rows
@@ -611,6 +631,20 @@ def check_pattern(participants: list[dict[str, Any]], table: list[dict[str, Any]
                            if tt == t) for t in PROBE_TASKS}
         add("L4 recalls specific earlier messages by the forgetting curve", sum(recalled.values()) > 0,
             ", ".join(f"{t}: {n} recalled" for t, n in recalled.items()))
+        languages = sorted({p["language"] for p in by_group["L4"]})
+        specifics = {lang: {t: sorted({f for p in by_group["L4"] if p["language"] == lang
+                                       for f in p["tasks"].get(t, {}).get("sources", {}).get("recalled", [])},
+                                      key=FACT_IDS.index) for t in PROBE_TASKS} for lang in languages}
+        add("L4 recalls planted facts as specific messages in every language (at some of T2-T4)",
+            all(any(facts.values()) for facts in specifics.values()),
+            "; ".join(f"{lang}: " + (", ".join(f"{t} {facts}" for t, facts in by_task.items() if facts) or "none")
+                      for lang, by_task in specifics.items()))
+        empty = sum(task.get("recalled_without_content", 0) for p in by_group["L4"] for task in p["tasks"].values())
+        kinds = sum((Counter(task.get("recalled_kinds", {})) for p in by_group["L4"] for task in p["tasks"].values()),
+                    Counter())
+        add("L4 never recalls a message without content (acknowledgements, generic questions)", empty == 0,
+            f"{empty} recalled; recalled memories were, in the bots' script: "
+            + (", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())) or "nothing"))
     return checks
 
 
@@ -640,7 +674,13 @@ def format_report(report: dict[str, Any]) -> str:
             f"{row['recalled_memories_mean']:>13.2f}  {seen}")
     lines += ["", "  facts = distinct planted facts in any probe reply's context (mean per participant); "
                   "profile / recent / recalled = in that section; recalled msgs = memories recalled by the "
-                  "forgetting curve in the probe replies", "", "Checks:"]
+                  "forgetting curve in the probe replies"]
+    recall_rows = [r for r in report["table"] if r.get("recalled_kinds")]
+    if recall_rows:
+        lines += ["", "  memories recalled in probe replies, by what they were in the bots' script (all participants):"]
+        lines += [f"    {r['group']} {r['task']} {r['language']}: "
+                  + ", ".join(f"{kind} {n}" for kind, n in sorted(r["recalled_kinds"].items())) for r in recall_rows]
+    lines += ["", "Checks:"]
     for check in report["checks"]:
         lines.append(f"  {'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
     problems = [(p["participant_code"], p["memory_group"], e) for p in report["participants"] for e in p["errors"]]

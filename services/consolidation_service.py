@@ -30,6 +30,10 @@ transaction, so a rerun starts from exactly the state a clean run would have
 started from. A run that died without recording anything (killed process)
 holds its claim only for ``lease_seconds``; after that a rerun takes over.
 
+Messages that carry no content ("好的，谢谢") are consolidated like any other, but
+are not recall candidates (``recall_model.CandidateRule``, applied by the
+VectorStore); the run's ``steps["messages"]["not_recall_candidates"]`` lists them.
+
 Importance (``Message.importance_score``) is how much lasting information about
 the person a message carries: half from the durable personal facts the rule
 extractor finds in it (two or more facts count fully), half from its emotional
@@ -342,7 +346,12 @@ class ConsolidationService:
                 "importance_score": round(0.5 * facts + 0.5 * salience, 6),
                 "consolidation_g": recall_model.initial_g(salience, params.g0_base, params.g0_salience),
             }
-        plan.steps["messages"] = {"status": "done", "count": len(plan.message_fields)}
+        # Recorded, not enforced here: the VectorStore applies the rule at recall time, so a changed rule
+        # takes effect without re-consolidating, and every message keeps its embedding for analysis.
+        without_content = [mid for mid, text in data["user_messages"]
+                           if not params.candidates.admits_text(text, plan.message_fields[mid]["emotional_salience"])]
+        plan.steps["messages"] = {"status": "done", "count": len(plan.message_fields),
+                                  "not_recall_candidates": without_content}
         return data
 
     def _compute_profile(self, data: dict[str, Any], language: str, extraction, plan: _Plan) -> None:
@@ -578,6 +587,9 @@ def describe(summary: RunSummary) -> str:
         lines += [f"    - {item}" for item in profile["diff"]["removed"]]
         lines += ["  gist:"] + [f"    {line}" for line in profile["rendered"].splitlines()]
     if summary.status == "dry_run":
+        skipped = summary.steps.get("messages", {}).get("not_recall_candidates") or []
+        if skipped:
+            lines.append(f"  not recall candidates (no content): message(s) {', '.join(map(str, skipped))}")
         for message in summary.changes.get("messages", []):
             lines.append(f"  message {message['message_id']}: salience {message['emotional_salience']:.3f}, "
                          f"importance {message['importance_score']:.3f}, g0 {message['consolidation_g']:.3f}")

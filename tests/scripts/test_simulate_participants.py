@@ -51,6 +51,15 @@ def test_context_facts_by_section():
     assert sim.facts_in("my application, Alexander") == set()
 
 
+def test_recalled_memories_are_judged_by_the_rule_the_reply_was_built_with():
+    params = {"candidates": {"min_content_words": 1, "min_salience": 0.5}}
+    assert not sim.carries_content({"text": "好的，谢谢！", "salience": 0.0}, params)
+    assert not sim.carries_content({"text": "Okay, that's all for today. Thanks for chatting with me!"}, params)
+    assert sim.carries_content({"text": "我对海鲜过敏", "salience": 0.1}, params)
+    assert sim.carries_content({"text": "呜呜呜……", "salience": 0.8}, params)
+    assert sim.carries_content({"text": "好的", "salience": 0.0}, {"candidates": {"min_content_words": 0}})
+
+
 def test_a_small_offline_run_shows_the_expected_pattern():
     lines = []
     report = sim.run_simulation(per_group=1, language="zh", day_seconds=1.0, log=lines.append)
@@ -79,6 +88,8 @@ def test_a_small_offline_run_shows_the_expected_pattern():
             assert seen & sim.EARLY_FACTS, (group, task)
             assert rows[(group, task)]["from_profile_mean"] > 0
             assert rows[("L4", task)]["facts_mean"] >= rows[("L3", task)]["facts_mean"]
+    assert "L4 never recalls a message without content (acknowledgements, generic questions)" in {
+        c["check"] for c in report["checks"]}
     by_name = {c["check"]: c for c in report["checks"]}
     for name, check in by_name.items():
         if not name.startswith("L4 recalls"):  # recall depends on the embedder's calibration; reported, not forced

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession
 from services import recall_model
-from services.consolidation_service import OFFLINE_RULES, ConsolidationService
+from services.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
 from services.embedding_service import from_blob
 from services.llm_service import ChatRequest, ChatResult, LLMService, ProviderError, RetryPolicy
 from services.profile import split_tag, validation_errors
@@ -150,6 +150,8 @@ def test_offline_consolidation_writes_a_chinese_profile_and_memory_fields(databa
     [run] = runs(database, ts_id)
     assert run.status == "succeeded" and run.steps["profile"]["source"] == OFFLINE_RULES
     assert run.steps["profile"]["version"] == 1 and run.trigger == "task_end"
+    # every message is embedded, but the run records which ones are not recall candidates (no content)
+    assert run.steps["messages"]["not_recall_candidates"] == [by_text["好的，今天就聊到这里吧。"].id]
 
 
 def test_english_conversation_gives_an_english_profile(database, settings, clock):
@@ -158,7 +160,7 @@ def test_english_conversation_gives_an_english_profile(database, settings, clock
     [version] = profiles(database, user_id)
     assert version.content["basic_info"]["name"] == "Anna [T1]"
     assert "allergic to shellfish [T1]" in version.content["constraints"]
-    assert "has a cat [T1]" in version.content["social"]
+    assert "has a cat called Milo [T1]" in version.content["social"]
     assert any("anxious" in item for item in version.content["significant_events"])
     assert version.rendered.startswith("Basic info: name: Anna [T1]")
     assert not any("\u4e00" <= c <= "\u9fff" for c in version.rendered)
@@ -198,7 +200,7 @@ def test_second_task_merges_incrementally_with_corrections_and_keeps_old_version
 
     v1, v2 = profiles(database, user_id)
     assert v1.version == 1 and v1.content["basic_info"]["name"] == "李明 [T1]"  # old version untouched
-    assert "养了一只猫 [T1]" in v1.content["social"]
+    assert "养了一只猫，叫团子 [T1]" in v1.content["social"]
     assert v2.version == 2 and v2.task_id == "T2"
     assert v2.content["basic_info"]["name"] == "李小明 [T2]"
     assert not any("养了一只猫" in item for item in v2.content["social"])
@@ -266,6 +268,7 @@ def test_dry_run_reports_and_writes_nothing(database, settings, clock):
     assert "constraints: 对海鲜过敏 [T1]" in summary.changes["profile"]["diff"]["added"]
     assert summary.changes["profile"]["new_version"] == 1
     assert len(summary.changes["messages"]) == 10
+    assert "not recall candidates (no content): message(s) " in describe(summary)
     assert snapshot(database, user_id) == before
     assert runs(database, ts_id) == []
 

@@ -84,7 +84,7 @@ def test_l3_shows_the_profile_with_task_tags_and_three_turns(run_scenario):
     assert context.profile["version"] == 1 and context.profile["task_id"] == "T1"
     text = context.profile["text"]
     assert "姓名：李明 [T1]" in text and "对海鲜过敏 [T1]" in text
-    assert "养了一只猫 [T1]" in text and "申请博士 [T1]" in text
+    assert "养了一只猫，叫团子 [T1]" in text and "申请博士 [T1]" in text
     assert any("焦虑" in line and "[T1]" in line for line in text.splitlines())
     assert len(text) <= 500
     assert [t["user"] for t in context.recent_turns] == [u for u, _ in T1_ZH[-3:]]
@@ -114,6 +114,17 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert [e.memory_message_id for e in events] == [c["message_id"] for c in context.recall_candidates]
     assert context.recall_params["preset"] == "calibrated"
     assert "[想起的往事]\n[T1] 我对海鲜过敏，吃饭得特别注意。" in context.render()
+    # T1's closing "好的，今天就聊到这里吧。" carries no content: never a candidate, and the context says so
+    assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.recall_candidates]
+    assert context.recall_params["candidates"] == {"min_content_words": 1, "min_salience": 0.5}
+    assert "1 earlier message(s) without content are not recall candidates (recall candidate rule)" in context.notes
+
+
+def test_l4_a_message_without_content_recalls_nothing_and_says_why(run_scenario):
+    session, context = run_scenario("L4", question="嗯嗯，好的，谢谢！")
+    assert context.recalled == [] and context.recall_candidates == []
+    assert any("no content words" in note for note in context.notes)
+    assert session.scalars(select(RecallEvent)).all() == []
 
 
 def test_l4_recall_follows_the_topic(run_scenario):

@@ -152,6 +152,90 @@ def test_a_correction_later_in_the_same_task_cancels_the_earlier_statement():
     assert profile["social"] == ["现在不养猫了 [T1]"]
 
 
+# Found by the bot simulation and in realistic sentences around it: a pet's or relative's name must never
+# become the participant's, and pets described with a colour, breed or age are still pets.
+@pytest.mark.parametrize(("message", "social"), [
+    ("我养了一只橘猫，名字叫麻薯", "养了一只橘猫，叫麻薯"),
+    ("我养了一只猫，叫麻薯，特别黏人。", "养了一只猫，叫麻薯"),
+    ("我养了一只叫麻薯的猫，白色的，很胆小。", "养了一只叫麻薯的猫"),
+    ("我有一只两岁的英短，叫奶茶。", "养了一只两岁的英短，叫奶茶"),
+    ("家里有一条柯基，叫可乐，特别能吃。", "养了一条柯基，叫可乐"),
+    ("我家有只小狗叫旺财", "养了只小狗，叫旺财"),
+    ("我的猫叫年糕。", "猫叫年糕"),
+    ("我妹妹叫小美，在读高中。", "妹妹叫小美"),
+    ("我儿子叫豆豆，今年五岁。", "儿子叫豆豆"),
+    ("I have an orange cat.", "has an orange cat"),
+    ("I have an orange cat, Pumpkin, who sleeps on my keyboard.", "has an orange cat called Pumpkin"),
+    ("I have a fluffy white dog named Snow.", "has a fluffy white dog called Snow"),
+    ("We've got a scruffy terrier named Biscuit who steals socks.", "has a scruffy terrier called Biscuit"),
+    ("I have a three-year-old golden retriever.", "has a three-year-old golden retriever"),
+    ("We keep two guinea pigs, Salt and Pepper.", "has two guinea pigs called Salt and Pepper"),
+    ("My dog's name is Biscuit.", "has a dog called Biscuit"),
+    ("My sister is called Emma.", "sister is called Emma"),
+    ("My sister's name is Emma.", "sister is called Emma"),
+    ("My little brother is called Tom.", "brother is called Tom"),
+])
+def test_pets_and_relatives_keep_their_names_and_never_give_the_participant_theirs(message, social):
+    profile = extract([message])
+    assert profile["social"] == [f"{social} [T1]"]
+    assert profile["basic_info"] == {}  # no name, and no age (豆豆's five years are not the participant's)
+
+
+def test_the_participants_name_survives_a_pet_named_in_the_same_conversation():
+    profile = extract(["你好，我叫林晓雨。", "我养了一只橘猫，名字叫麻薯。"])
+    assert profile["basic_info"] == {"name": "林晓雨 [T1]"}
+    profile = extract(["Hi! My name is Alex Chen and I'm a graduate student in Boston.", "My cat is called Mochi."])
+    assert profile["basic_info"] == {"name": "Alex Chen [T1]", "occupation": "graduate student [T1]"}
+    assert profile["social"] == ["has a cat called Mochi [T1]"]
+
+
+@pytest.mark.parametrize(("message", "basic_info"), [
+    ("叫我小林就好", {"name": "小林 [T1]"}),
+    ("我叫林晓雨，朋友们都叫我小雨。", {"name": "林晓雨 [T1]", "nickname": "小雨 [T1]"}),
+    ("大家都叫我阿凯。", {"nickname": "阿凯 [T1]"}),
+    ("Call me Sam.", {"name": "Sam [T1]"}),
+    ("My friends call me Lizzie but my name is Elizabeth.", {"nickname": "Lizzie [T1]", "name": "Elizabeth [T1]"}),
+])
+def test_names_and_what_others_call_the_participant(message, basic_info):
+    assert extract([message])["basic_info"] == basic_info
+
+
+@pytest.mark.parametrize(("message", "constraints"), [
+    ("我不吃辣", ["不吃辣"]),
+    ("我不太能吃辣。", ["不吃辣"]),
+    ("我吃不了辣", ["不吃辣"]),
+    ("虽然是成都人，但我一点辣都不吃。", ["不吃辣"]),
+    ("我对花生和芒果过敏", ["对花生和芒果过敏"]),
+    ("我对海鲜过敏，螃蟹虾都不能碰。", ["对海鲜过敏", "不吃螃蟹虾"]),
+    ("I'm allergic to peanuts and shellfish.", ["allergic to peanuts and shellfish"]),
+    ("I'm allergic to peanuts and I always carry an EpiPen.", ["allergic to peanuts"]),
+    ("I'm allergic to cats, which is awkward because my flatmate has one.", ["allergic to cats"]),
+    ("I can't eat spicy food.", ["does not eat spicy food"]),
+])
+def test_food_constraints_in_everyday_wording(message, constraints):
+    profile = extract([message])
+    assert profile["constraints"] == [f"{c} [T1]" for c in constraints]
+    assert not any(item.startswith(("has", "养")) for item in profile["social"])  # an allergy to cats is no cat
+
+
+@pytest.mark.parametrize("message", ["I have a lot of cat hair on my sofa.", "I have a cat allergy.",
+                                     "我没有养猫。", "我有点怕狗。", "最近胃口不好，什么都吃不了。"])
+def test_near_misses_are_not_pets_or_constraints(message):
+    profile = extract([message])
+    assert profile["social"] == [] and profile["constraints"] == []
+
+
+def test_questions_and_requests_are_not_statements_about_oneself():
+    # the bots' probes once became "likes to do at weekends" and the goal "一下自我介绍吗"
+    profile = extract(["你还记得我周末喜欢做什么吗？", "下个月有一场面试，能帮我准备一下自我介绍吗？",
+                       "Do you remember what I like to do at weekends?", "Could you help me plan my dinners?"])
+    assert profile == empty_profile()
+    profile = extract(["我对海鲜过敏，能推荐几道菜吗？", "Can you make me a meal plan? I'm allergic to nuts.",
+                       "I'm so anxious about my exam, what should I do?"])
+    assert profile["constraints"] == ["对海鲜过敏 [T1]", "allergic to nuts [T1]"]
+    assert profile["significant_events"] == ["so anxious about my exam, what should I do [T1]"]
+
+
 def test_conversational_phrases_are_not_facts():
     profile = extract(["我想问你一个问题。", "我想知道你怎么看。", "他是老师。", "I want to ask you something.",
                        "I'm fine, thanks.", "今天天气还不错。"])

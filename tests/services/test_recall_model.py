@@ -137,8 +137,9 @@ def test_default_study_resolves_to_the_calibrated_preset():
     assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
     assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 30)
     assert params.relevance.method == "linear"
-    assert params.relevance.bounds("zh") == (0.87, 0.91)
-    assert params.relevance.bounds("en") == (0.80, 0.84)
+    assert params.relevance.bounds("zh") == (0.875, 0.895)
+    assert params.relevance.bounds("en") == (0.795, 0.835)
+    assert params.candidates == rm.CandidateRule(min_content_words=1, min_salience=0.5)
 
 
 def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
@@ -155,14 +156,15 @@ def test_overrides_layer_on_top_of_the_preset():
     study["memory"]["recall"]["overrides"] = {"time_scale": 0.1, "relevance": {"floor": 0.85}}
     params = rm.resolve_recall_params(study, overrides={"top_k": 3})
     assert params.time_scale == pytest.approx(0.1)
-    assert params.relevance.bounds("zh") == (0.85, 0.91)  # nested keys merge; the ceiling stays
+    assert params.relevance.bounds("zh") == (0.85, 0.895)  # nested keys merge; the ceiling stays
     assert params.top_k == 3
-    assert params.to_dict()["relevance"]["by_language"]["en"] == {"floor": 0.80, "ceiling": 0.84}
+    assert params.to_dict()["relevance"]["by_language"]["en"] == {"floor": 0.795, "ceiling": 0.835}
 
 
 @pytest.mark.parametrize("override", [
     {"time_unit": "weeks"}, {"time_scale": 0}, {"threshold": 1.5}, {"top_k": 0},
     {"relevance": {"floor": 0.9, "ceiling": 0.9}}, {"relevance": {"method": "cosine"}},
+    {"candidates": {"min_content_words": -1}}, {"candidates": {"min_salience": 1.5}},
 ])
 def test_invalid_parameters_fail_clearly(override):
     with pytest.raises(ValueError):
@@ -233,3 +235,50 @@ def test_g_never_decreases(g, t, e, k):
        v=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
 def test_salience_always_in_unit_interval(i, d, v):
     assert 0.0 <= rm.emotional_salience(i, d, v) <= 1.0
+
+
+# ---------------------------------------------------------------------------
+# Which messages are recall candidates
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "好的，谢谢", "嗯嗯，好的。", "哈哈哈，对啊。", "收到，谢谢！", "好啦，今天先聊到这里，谢谢你陪我聊天！",
+    "你还记得我是谁吗？", "没问题！", "ok thanks", "OK, sure.", "Haha, fair enough.", "No worries.",
+    "Okay, that's all for today. Thanks for chatting with me!", "Do you remember what I told you before?",
+    "See you tomorrow.", "我先去准备了，回头聊！", "I'll go and get ready now. Talk later!", "", "   ",
+])
+def test_acknowledgements_and_generic_questions_have_no_content_words(text):
+    assert rm.content_words(text) == []
+    assert not rm.CandidateRule().admits_text(text, 0.0)
+    assert not rm.CandidateRule().admits_query(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("我不吃辣", ["不吃", "辣"]), ("猫又吐了", ["猫", "吐"]), ("I'm vegan.", ["vegan"]), ("My back hurts.", ["hurt"]),
+    ("谢谢你，我对海鲜过敏", ["海鲜", "过敏"]), ("Thanks, I'm allergic to peanuts", ["allergic", "peanut"]),
+    ("我先去医院了", ["医院"]), ("I have to go to the dentist now.", ["dentist"]),
+])
+def test_short_messages_with_content_keep_their_content_words(text, expected):
+    assert rm.content_words(text) == expected
+    assert rm.CandidateRule().admits_text(text, 0.0)
+
+
+def test_candidate_rule_admits_by_content_or_by_salience_and_can_be_switched_off():
+    rule = rm.CandidateRule(min_content_words=1, min_salience=0.5)
+    np.testing.assert_array_equal(rule.admits(np.array([0, 1, 0, 2]), np.array([0.0, 0.0, 0.5, 0.9])),
+                                  [False, True, True, True])
+    assert rule.admits_text("呜呜呜……", 0.7)  # strongly emotional without content words: kept
+    assert not rule.admits_text("呜呜呜……", None)  # a missing salience counts as 0
+    assert not rm.CandidateRule(min_salience=None).admits_text("呜呜呜……", 0.9)
+    everything = rm.CandidateRule(min_content_words=0)
+    assert everything.admits_text("好的", 0.0) and everything.admits_query("好的")
+
+
+def test_candidate_rule_comes_from_the_study_and_overrides():
+    study = load_study()
+    study["memory"]["recall"]["overrides"] = {"candidates": {"min_content_words": 2, "min_salience": None}}
+    params = rm.resolve_recall_params(study)
+    assert params.candidates == rm.CandidateRule(min_content_words=2, min_salience=None)
+    assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None}
+    del study["memory"]["recall"]["candidates"], study["memory"]["recall"]["overrides"]
+    assert rm.resolve_recall_params(study).candidates == rm.CandidateRule()  # absent: the documented default
