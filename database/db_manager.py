@@ -6,8 +6,8 @@ as a context manager. Schema changes are applied only through Alembic.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect
@@ -33,18 +33,9 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self) -> AbstractContextManager[Session]:
         """A session that commits on success and rolls back on any error."""
-        session = self.Session()
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+        return transaction(self.Session)
 
     def upgrade(self, revision: str = "head") -> None:
         """Apply Alembic migrations up to ``revision``."""
@@ -63,6 +54,20 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@contextmanager
+def transaction(session_factory: Callable[[], Session]) -> Iterator[Session]:
+    """Open a session from ``session_factory``; commit on success, roll back on any error, close."""
+    session = session_factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
 
 
 def alembic_config(url: str):

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -52,6 +52,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from database.db_manager import transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import recall_model
 from services.clock import Clock
@@ -156,17 +157,8 @@ class ConsolidationService:
             self._embedder = build_embedder(self.settings)
         return self._embedder
 
-    @contextmanager
-    def _session(self) -> Iterator[Session]:
-        session = self._session_factory()
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+    def _session(self) -> AbstractContextManager[Session]:
+        return transaction(self._session_factory)
 
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
