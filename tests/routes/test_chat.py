@@ -5,29 +5,10 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProviderFailure, User
-from services.llm_service import LLMService, ProviderError
+from services.llm_service import LLMService
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import ApiClient, walk_task
-
-
-class UnreachableProvider:
-    """Stands in for a model server that refuses connections (the SDK paths are tested against
-    local wire-format servers in tests/services)."""
-
-    name = "unreachable"
-    model = "nowhere-1"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def complete(self, request):
-        self.calls += 1
-        raise ProviderError("connection refused", provider=self.name, retryable=True)
-
-    def stream(self, request):
-        self.calls += 1
-        raise ProviderError("connection refused", provider=self.name, retryable=True)
-        yield  # pragma: no cover - makes this a generator like a real stream
+from tests.model_doubles import DownModel
 
 
 def build_app(settings, clock, providers):
@@ -79,7 +60,7 @@ def test_reply_stores_exact_context_prompt_and_provenance(app, clock, make_parti
 
 
 def test_a_failing_primary_falls_back_and_is_logged(settings, clock, database):
-    dead = UnreachableProvider()
+    dead = DownModel()
     app = build_app(settings, clock, [dead, OfflineChatProvider()])
     api = started_participant(app, clock)
     response = api.post("/api/tasks/T1/messages", json={"content": "hello there"})
@@ -96,7 +77,7 @@ def test_a_failing_primary_falls_back_and_is_logged(settings, clock, database):
 
 
 def test_when_every_provider_fails_the_message_is_kept_and_can_be_answered_later(settings, clock, database):
-    dead = UnreachableProvider()
+    dead = DownModel()
     app = build_app(settings, clock, [dead])
     api = started_participant(app, clock)
     response = api.post("/api/tasks/T1/messages", json={"content": "please remember this"})
@@ -147,7 +128,7 @@ def test_streaming_reply_over_sse(app, clock, make_participant):
 
 
 def test_streaming_when_every_provider_fails_keeps_the_message(settings, clock, database):
-    app = build_app(settings, clock, [UnreachableProvider()])
+    app = build_app(settings, clock, [DownModel()])
     api = started_participant(app, clock)
     events = sse_events(api.post("/api/tasks/T1/messages?stream=1", json={"content": "still here"}))
     assert [name for name, _ in events] == ["message", "error"]
@@ -206,7 +187,7 @@ def test_l4_recall_is_written_with_the_reply_and_not_when_the_reply_fails(app, c
             select(Message).where(Message.role == "user", Message.task_id == "T1"))}
     assert all(g is not None for g, _ in before.values())  # T1 was consolidated when its chat closed
     working = runtime.llm
-    runtime.llm = LLMService([UnreachableProvider()])
+    runtime.llm = LLMService([DownModel()])
     failed = api.post("/api/tasks/T2/messages", json={"content": "你还记得我对什么过敏吗？"})
     assert failed.status_code == 503
     assert count(app, RecallEvent) == 0

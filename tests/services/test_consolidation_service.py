@@ -10,31 +10,11 @@ from database.models import ConsolidationRun, Message, ProfileVersion, ProviderF
 from services import recall_model
 from services.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
 from services.embedding_service import from_blob
-from services.llm_service import ChatRequest, ChatResult, LLMService, ProviderError, RetryPolicy
+from services.llm_service import LLMService, ProviderError, RetryPolicy
 from services.profile import split_tag, validation_errors
 from services.providers.offline import OfflineChatProvider
 from tests.memory_factories import EMBEDDER, T1_EN, T1_ZH, add_task, make_participant
-
-
-class ScriptedModel:
-    """Test double for a model's *output*: answers each request with the next scripted text, or raises it."""
-
-    name = "scripted"
-    model = "scripted-json-1"
-
-    def __init__(self, *answers: str | Exception) -> None:
-        self.answers = list(answers)
-        self.requests: list[ChatRequest] = []
-
-    def complete(self, request: ChatRequest) -> ChatResult:
-        self.requests.append(request)
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return ChatResult(text=answer, provider=self.name, model=self.model)
-
-    def stream(self, request: ChatRequest):
-        yield self.complete(request).text
+from tests.model_doubles import ScriptedModel
 
 
 def chain(*providers) -> LLMService:
@@ -378,7 +358,7 @@ def test_a_repaired_answer_is_used(database, settings, clock):
     summary = service(database, settings, clock, llm=chain(model)).consolidate_task_session(t2)
     assert summary.status == "succeeded", summary.error
     v1, v2 = profiles(database, user_id)
-    assert v2.source == "scripted/scripted-json-1" and summary.steps["profile"]["repaired"] is True
+    assert v2.source == "scripted/scripted-json" and summary.steps["profile"]["repaired"] is True
     assert "升学考试顺利 [T2]" in v2.content["significant_events"]
     assert v2.rendered.startswith("基本信息：姓名：李明 [T1]")
 

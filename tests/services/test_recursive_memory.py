@@ -9,10 +9,11 @@ from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import recursive_memory as r1
-from services.llm_service import ChatResult, LLMService
+from services.llm_service import LLMService
 from services.memory_engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import walk_task
+from tests.model_doubles import ScriptedModel
 
 OFFLINE = LLMService([OfflineChatProvider()])
 
@@ -69,25 +70,6 @@ def memory_versions(session, user) -> list[ProfileVersion]:
     return session.scalars(select(ProfileVersion).where(ProfileVersion.user_id == user.id,
                                                         ProfileVersion.kind == "r1_memory")
                            .order_by(ProfileVersion.version)).all()
-
-
-class ScriptedProvider:
-    """A test double for an LLM: answers with the given texts in turn (the last one repeats)."""
-
-    name = "scripted"
-    model = "scripted-json"
-
-    def __init__(self, *answers: str) -> None:
-        self.answers = list(answers)
-        self.requests = []
-
-    def complete(self, request):
-        self.requests.append(request)
-        text = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        return ChatResult(text=text, provider=self.name, model=self.model)
-
-    def stream(self, request):
-        yield self.complete(request).text
 
 
 def memory(*items: tuple[str, str]) -> dict:
@@ -210,7 +192,7 @@ def test_malformed_update_keeps_previous_memory(db_session, clock, study):
     t2 = run_task(db_session, clock, user, "T2", T2_TURNS, provider="scripted")
     unsynced = memory(("m-T1-01", "用户叫李明"), ("m-T2-01", "用户在学游泳"))
     unsynced["raw_memory_entries"].pop()
-    provider = ScriptedProvider('{"memory_summary": [}', json.dumps(unsynced, ensure_ascii=False))
+    provider = ScriptedModel('{"memory_summary": [}', json.dumps(unsynced, ensure_ascii=False))
     steps = r1.consolidate_task(db_session, llm=LLMService([provider]), user=user, task_session=t2, run=None,
                                 clock=clock, study=study)
     assert steps["status"] == "kept_previous" and steps["version"] == 1 and steps["model_calls"] == 2
@@ -231,7 +213,7 @@ def test_llm_iteration_is_validated_and_stored(db_session, clock, study):
     user = make_user(db_session, clock)
     t1 = run_task(db_session, clock, user, "T1", T1_TURNS[:3], provider="scripted")
     new_memory = memory(("m-T1-01", "用户叫李明，在北京读研究生"), ("m-T1-02", "用户对海鲜过敏，吃虾会起疹子"))
-    provider = ScriptedProvider(json.dumps(new_memory, ensure_ascii=False))
+    provider = ScriptedModel(json.dumps(new_memory, ensure_ascii=False))
     run = make_run(db_session, clock, t1)
     steps = r1.consolidate_task(db_session, llm=LLMService([provider]), user=user, task_session=t1, run=run,
                                 clock=clock, study=study)

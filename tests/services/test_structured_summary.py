@@ -11,10 +11,11 @@ from sqlalchemy import func, select
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import structured_summary as s1
 from services.embedding_service import from_blob, normalise, to_blob
-from services.llm_service import ChatResult, LLMService, ProviderError
+from services.llm_service import LLMService, ProviderError
 from services.memory_engine import MemoryContext, MemoryEngine
 from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
 from tests.conftest import walk_task
+from tests.model_doubles import DownModel, ScriptedModel
 
 # ---------------------------------------------------------------------------
 # Helpers: participants, tasks and messages written straight into the database
@@ -61,36 +62,6 @@ def versions(session, user) -> list[ProfileVersion]:
     return session.scalars(select(ProfileVersion).where(ProfileVersion.user_id == user.id,
                                                         ProfileVersion.kind == "s1_summary")
                            .order_by(ProfileVersion.version)).all()
-
-
-class ScriptedProvider:
-    """A test double for an LLM: answers with the given texts in turn (the last one repeats)."""
-
-    name = "scripted"
-    model = "scripted-json"
-
-    def __init__(self, *answers: str) -> None:
-        self.answers = list(answers)
-        self.requests = []
-
-    def complete(self, request):
-        self.requests.append(request)
-        text = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        return ChatResult(text=text, provider=self.name, model=self.model)
-
-    def stream(self, request):
-        yield self.complete(request).text
-
-
-class DownProvider:
-    name = "down"
-    model = "down-model"
-
-    def complete(self, request):
-        raise ProviderError("connection refused", provider=self.name, retryable=True)
-
-    def stream(self, request):
-        raise ProviderError("connection refused", provider=self.name, retryable=True)
 
 
 class VectorEmbedder:
@@ -428,7 +399,7 @@ def test_bad_json_keeps_previous_summary_after_one_repair(db_session, clock, stu
     msg, reply = say(db_session, clock, t1, "我对海鲜过敏。")
     first = s1.update_after_turn(db_session, llm=LLMService([OfflineChatProvider()]), user=user, task_session=t1,
                                  user_message=msg, reply=reply, clock=clock, study=study)
-    bad = ScriptedProvider('{"core_topic": "饮食", "constraints": [', "I cannot do JSON, sorry.")
+    bad = ScriptedModel('{"core_topic": "饮食", "constraints": [', "I cannot do JSON, sorry.")
     msg2, reply2 = say(db_session, clock, t1, "我不想去日本了，因为太贵了。")
     result = s1.update_after_turn(db_session, llm=LLMService([bad]), user=user, task_session=t1, user_message=msg2,
                                   reply=reply2, clock=clock, study=study)
@@ -442,7 +413,7 @@ def test_bad_json_keeps_previous_summary_after_one_repair(db_session, clock, stu
     assert failure.provider == "scripted" and failure.user_id == user.id
 
     # The next successful update catches up on the turn whose update failed.
-    good = ScriptedProvider(json.dumps(ZH_SUMMARY, ensure_ascii=False))
+    good = ScriptedModel(json.dumps(ZH_SUMMARY, ensure_ascii=False))
     msg3, reply3 = say(db_session, clock, t1, "你能帮我制定一周的饮食计划吗？")
     row = s1.update_after_turn(db_session, llm=LLMService([good]), user=user, task_session=t1, user_message=msg3,
                                reply=reply3, clock=clock, study=study)
@@ -459,7 +430,7 @@ def test_repair_retry_can_succeed(db_session, clock, study):
     t1 = start_task(db_session, clock, user, "T1")
     msg, reply = say(db_session, clock, t1, "我对海鲜过敏。")
     missing_key = {k: v for k, v in ZH_SUMMARY.items() if k != "open_questions"}
-    provider = ScriptedProvider("```json\n" + json.dumps(missing_key, ensure_ascii=False) + "\n```",
+    provider = ScriptedModel("```json\n" + json.dumps(missing_key, ensure_ascii=False) + "\n```",
                                 "好的：" + json.dumps(ZH_SUMMARY, ensure_ascii=False))
     row = s1.update_after_turn(db_session, llm=LLMService([provider]), user=user, task_session=t1, user_message=msg,
                                reply=reply, clock=clock, study=study)
@@ -474,7 +445,7 @@ def test_summary_in_the_wrong_language_is_rejected(db_session, clock, study):
     english = {**ZH_SUMMARY, "core_topic": "meal planning [T1]", "constraints": ["allergic to seafood [T1]"],
                "confirmed_requirements": ["a weekly meal plan [T1]"], "key_facts": ["Li Ming, a student [T1]"],
                "excluded_options": [{"option": "a trip to Japan [T1]", "reason": "too expensive"}]}
-    provider = ScriptedProvider(json.dumps(english))
+    provider = ScriptedModel(json.dumps(english))
     assert s1.update_after_turn(db_session, llm=LLMService([provider]), user=user, task_session=t1,
                                 user_message=msg, reply=reply, clock=clock, study=study) is None
     assert "Simplified Chinese" in provider.requests[1].messages[-1]["content"]
@@ -485,10 +456,10 @@ def test_no_provider_keeps_previous_and_offline_fallback_uses_rules(db_session, 
     user = make_user(db_session, clock)
     t1 = start_task(db_session, clock, user, "T1")
     msg, reply = say(db_session, clock, t1, "我对海鲜过敏。")
-    assert s1.update_after_turn(db_session, llm=LLMService([DownProvider()]), user=user, task_session=t1,
+    assert s1.update_after_turn(db_session, llm=LLMService([DownModel()]), user=user, task_session=t1,
                                 user_message=msg, reply=reply, clock=clock, study=study) is None
     assert db_session.scalar(select(ProviderFailure.error_class)) == "NoProvider"
-    row = s1.update_after_turn(db_session, llm=LLMService([DownProvider(), OfflineChatProvider()]), user=user,
+    row = s1.update_after_turn(db_session, llm=LLMService([DownModel(), OfflineChatProvider()]), user=user,
                                task_session=t1, user_message=msg, reply=reply, clock=clock, study=study)
     assert row.source == "offline-rules" and row.content["constraints"] == ["我对海鲜过敏 [T1]"]
 
