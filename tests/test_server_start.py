@@ -39,6 +39,23 @@ class Browserless:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
 
+    def stream(self, path: str, body) -> list[tuple[str, dict]]:
+        """POST and read a server-sent event stream to its end (served by waitress, as in `make run`)."""
+        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", "X-CSRFToken": self.token,
+                                                  "Accept": "text/event-stream"})
+        with self.opener.open(request, timeout=30) as response:
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            return _sse(response.read().decode("utf-8"))
+
+
+def _sse(raw: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in raw.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
 
 def wait_until_up(api: Browserless, log) -> None:
     deadline = time.time() + 60
@@ -78,6 +95,9 @@ def test_server_starts_offline_and_serves_a_participant(tmp_path):
         status, body = api.call("POST", "/api/tasks/T1/messages", {"content": "你好，我叫小周。"})
         assert status == 201, body
         assert body["reply"]["content"]
+        events = api.stream("/api/tasks/T1/messages?stream=1", {"content": "我喜欢爬山。"})
+        assert [name for name, _ in events][0] == "message" and events[-1][0] == "reply"
+        assert "".join(data["text"] for name, data in events if name == "delta") == events[-1][1]["content"]
         time.sleep(0.3)  # 300 study seconds are 0.21 real seconds at 60 s per study day
         status, body = api.call("POST", "/api/tasks/T1/finish")
         assert status == 200, body

@@ -76,6 +76,7 @@ def test_a_failing_primary_falls_back_and_is_logged(settings, clock, database):
         assert failure.user_id == reply.user_id and failure.purpose == "reply"
 
 
+@pytest.mark.postgres
 def test_when_every_provider_fails_the_message_is_kept_and_can_be_answered_later(settings, clock, database):
     dead = DownModel()
     app = build_app(settings, clock, [dead])
@@ -172,6 +173,7 @@ def test_within_task_window_switch_truncates_the_task_in_progress(app, clock, ma
     assert prompt[-1]["content"] == "message 8"
 
 
+@pytest.mark.postgres
 def test_l4_recall_is_written_with_the_reply_and_not_when_the_reply_fails(app, clock, make_participant, study):
     from database.models import RecallEvent
 

@@ -166,6 +166,7 @@ def test_groups_without_a_profile_still_get_memory_fields(database, settings, cl
             select(Message).where(Message.task_session_id == ts_id, Message.role == "user")))
 
 
+@pytest.mark.postgres
 def test_second_task_merges_incrementally_with_corrections_and_keeps_old_versions(database, settings, clock):
     user_id, t1 = seed(database, clock)
     svc = service(database, settings, clock)
@@ -194,6 +195,7 @@ def test_second_task_merges_incrementally_with_corrections_and_keeps_old_version
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_running_twice_changes_nothing(database, settings, clock):
     user_id, ts_id = seed(database, clock)
     svc = service(database, settings, clock)
@@ -262,6 +264,7 @@ class Killed(BaseException):
     """Stands for the process dying: not an Exception, so nothing gets to record it."""
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("crash_at", ["profile", "salience", "embeddings", "before_commit"])
 def test_crash_between_steps_leaves_nothing_and_rerun_equals_clean_run(database, settings, clock, crash_at):
     clean_user, clean_ts = seed(database, clock, username="clean")
@@ -289,6 +292,7 @@ def test_crash_between_steps_leaves_nothing_and_rerun_equals_clean_run(database,
     assert [r.status for r in runs(database, crash_ts)] == ["failed", "succeeded"]
 
 
+@pytest.mark.postgres
 def test_killed_run_holds_its_claim_until_the_lease_expires(database, settings, clock):
     clean_user, clean_ts = seed(database, clock, username="clean")
     crash_user, crash_ts = seed(database, clock, username="crash")
@@ -328,6 +332,7 @@ def consolidated_t1(database, settings, clock):
     return user_id, t2
 
 
+@pytest.mark.postgres
 def test_invalid_json_twice_keeps_the_old_profile_and_logs_the_failure(database, settings, clock):
     user_id, t2 = consolidated_t1(database, settings, clock)
     before = snapshot(database, user_id)
