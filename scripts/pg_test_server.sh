@@ -2,9 +2,11 @@
 # A throwaway PostgreSQL server on 127.0.0.1 for the test suite.
 #   scripts/pg_test_server.sh start   -> prints TEST_POSTGRES_URL=... (server running)
 #   scripts/pg_test_server.sh stop
+# The port is below the kernel's ephemeral range (32768+), where an outgoing connection of an
+# earlier test could hold it; if it is taken all the same, the next ports are tried.
 set -euo pipefail
 DIR=${PG_TEST_DIR:-/tmp/memory-lab-pg}
-PORT=${PG_TEST_PORT:-55432}
+PORT=${PG_TEST_PORT:-25432}
 BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$BIN" ] || { echo "pg_test_server: PostgreSQL is not installed" >&2; exit 1; }
 # PostgreSQL refuses to run as root: run it as the 'postgres' system user the package creates.
@@ -15,10 +17,18 @@ case "${1:-start}" in
     as_pg "$BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1 && as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null
     rm -rf "$DIR/data"
     as_pg "$BIN/initdb" -D "$DIR/data" -U memlab --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
-    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-      -o "-h 127.0.0.1 -p $PORT -k $DIR -c fsync=off -c full_page_writes=off" start >/dev/null
-    as_pg "$BIN/createdb" -h 127.0.0.1 -p "$PORT" -U memlab memlab_test
-    echo "TEST_POSTGRES_URL=postgresql+psycopg://memlab@127.0.0.1:$PORT/memlab_test"
+    for try in 0 1 2 3 4; do
+      port=$((PORT + try))
+      if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
+          -o "-h 127.0.0.1 -p $port -k $DIR -c fsync=off -c full_page_writes=off" start >/dev/null; then
+        as_pg "$BIN/createdb" -h 127.0.0.1 -p "$port" -U memlab memlab_test
+        echo "TEST_POSTGRES_URL=postgresql+psycopg://memlab@127.0.0.1:$port/memlab_test"
+        exit 0
+      fi
+      echo "pg_test_server: port $port unavailable, trying the next one" >&2
+    done
+    tail -n 20 "$DIR/server.log" >&2
+    exit 1
     ;;
   stop)
     as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null 2>&1 || true
