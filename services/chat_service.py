@@ -11,6 +11,8 @@ Order matters for a study whose data are irreplaceable:
 from __future__ import annotations
 
 import logging
+import threading
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -190,10 +192,20 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
     runtime.background.submit(_update_s1_summary, runtime, reply_id)
 
 
+# One S1 rewrite at a time per participant: two background workers rewriting the same summary
+# would race for its next version number.
+_s1_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
+_s1_locks_guard = threading.Lock()
+
+
 def _update_s1_summary(runtime: Runtime, reply_id: int) -> None:
     from services import structured_summary
 
-    with runtime.db.session() as session:
+    with runtime.db.Session() as session:
+        user_id = session.get(Message, reply_id).user_id
+    with _s1_locks_guard:
+        lock = _s1_locks[user_id]
+    with lock, runtime.db.session() as session:
         reply = session.get(Message, reply_id)
         structured_summary.update_after_turn(
             session, llm=runtime.consolidation_llm, user=session.get(User, reply.user_id),

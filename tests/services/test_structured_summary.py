@@ -580,3 +580,50 @@ def test_s1_participant_through_the_api(app, make_participant, clock, study):
         assert "海鲜" in reply.content  # the offline responder repeats what the context remembers
         assert "[对话摘要]" in reply.prompt[0]["content"]
         assert [v.version for v in versions(session, user)] == [1, 2, 3, 4]
+
+
+
+def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participant, monkeypatch):
+    """Two background workers must not rewrite one participant's summary at the same time (they would
+    race for its next version number); different participants may run side by side."""
+    import threading as _threading
+    import time as _time
+
+    from database.models import Message as _Message
+    from services.chat_service import _update_s1_summary
+
+    runtime = app.extensions["memory_lab"]
+    runtime.study["enabled_conditions"] = ["S1"]
+    for name in ("s1one", "s1two"):
+        api = make_participant(name)
+        api.post("/api/tasks/T1/start")
+        for text in ("我叫陈晨。", "我对花生过敏。"):
+            clock.advance(5)
+            api.post("/api/tasks/T1/messages", json={"content": text})
+    with runtime.db.Session() as session:
+        replies = session.execute(select(_Message.id, _Message.user_id).where(_Message.role == "assistant")).all()
+    running: dict[int, int] = {}
+    most: dict[int, int] = {}
+    overlap_across_users = _threading.Event()
+    guard = _threading.Lock()
+
+    def slow_update(session, *, user, **_):
+        with guard:
+            running[user.id] = running.get(user.id, 0) + 1
+            most[user.id] = max(most.get(user.id, 0), running[user.id])
+            if sum(1 for n in running.values() if n) > 1:
+                overlap_across_users.set()
+        _time.sleep(0.05)
+        with guard:
+            running[user.id] -= 1
+
+    monkeypatch.setattr(s1, "update_after_turn", slow_update)
+    threads = [_threading.Thread(target=_update_s1_summary, args=(runtime, reply_id))
+               for reply_id, _ in replies for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(most) == {user_id for _, user_id in replies}
+    assert all(n == 1 for n in most.values())
+    assert overlap_across_users.is_set()
