@@ -11,6 +11,12 @@ from services import account_service
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
 
+def limit_key() -> str:
+    """Login attempts are limited per client address and username."""
+    data = request.get_json(silent=True) or {}
+    return f"{request.remote_addr}:{str(data.get('username', ''))[:64].lower()}"
+
+
 def user_view(user) -> dict:
     """What a user may see about themselves. The memory group is never included."""
     return {"id": user.id, "username": user.username, "role": user.role, "language": user.language,
@@ -36,7 +42,7 @@ def register():
 
 
 @bp.post("/login")
-@limiter.limit("10 per minute", key_func=lambda: limit_key())
+@limiter.limit("10 per minute", key_func=limit_key)
 def login():
     data = json_body()
     user = account_service.authenticate(db_session(), data.get("username"), data.get("password"))
@@ -70,8 +76,3 @@ def set_language():
     db_session().commit()
     return ok({"user": user_view(user)})
 
-
-def limit_key() -> str:
-    """Login attempts are limited per client address and username."""
-    data = request.get_json(silent=True) or {}
-    return f"{request.remote_addr}:{str(data.get('username', ''))[:64].lower()}"

@@ -17,21 +17,19 @@ from routes.access import current, db_session, json_body, limiter, ok, participa
 from services import chat_service
 from services.chat_service import serialise_message, task_service
 from services.questionnaire_service import items_for_task, store_answers, validate_answers
-from services.timer_service import localised
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
+
+
+def _tasks():
+    return task_service(db_session(), runtime())
 
 
 @bp.get("/tasks")
 @participant_required
 def list_tasks():
-    user = current()
-    rt = runtime()
-    tasks = task_service(db_session(), rt).overview(user)
-    definitions = {t["id"]: t for t in rt.study["tasks"]}
-    for task in tasks:
-        task["instructions"] = localised(definitions[task["id"]]["instructions"], user.language)
-    return ok({"tasks": tasks, "pilot_mode": rt.settings.pilot_mode, "now": _now_iso()})
+    tasks = _tasks().overview(current())
+    return ok({"tasks": tasks, "pilot_mode": runtime().settings.pilot_mode, "now": _now_iso()})
 
 
 @bp.get("/tasks/<task_id>")
@@ -39,16 +37,14 @@ def list_tasks():
 def task_detail(task_id: str):
     """The task's status and, once started, its conversation so far (for resuming the page)."""
     user = current()
-    session = db_session()
-    tasks = task_service(session, runtime())
+    tasks = _tasks()
     status = tasks.status_of(user, task_id)
     live = tasks.live_session(user.id, task_id)
     messages = []
     if live is not None and live.status in ("in_progress", "done"):
-        messages = [serialise_message(m, participant_view=True) for m in session.scalars(
+        messages = [serialise_message(m, participant_view=True) for m in db_session().scalars(
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
-    definition = tasks.task_definition(task_id)
-    status.update(instructions=localised(definition["instructions"], user.language), messages=messages)
+    status["messages"] = messages
     return ok({"task": status})
 
 
@@ -56,8 +52,7 @@ def task_detail(task_id: str):
 @participant_required
 def start_task(task_id: str):
     user = current()
-    session = db_session()
-    tasks = task_service(session, runtime())
+    tasks = _tasks()
     ts = tasks.start(user, task_id)
     tasks.commit()
     return ok({"task": tasks.status_of(user, task_id), "task_session_id": ts.id}, 201)
@@ -68,9 +63,7 @@ def start_task(task_id: str):
 def heartbeat(task_id: str):
     """The page is open and in use: credit active time (idle gaps are not credited)."""
     user = current()
-    session = db_session()
-    rt = runtime()
-    tasks = task_service(session, rt)
+    tasks = _tasks()
     ts = tasks.running_session(user, task_id, phase="chat")
     tasks.touch(ts)
     tasks.commit()
@@ -132,9 +125,7 @@ def _event(name: str, data: dict) -> str:
 @participant_required
 def finish(task_id: str):
     user = current()
-    session = db_session()
-    rt = runtime()
-    tasks = task_service(session, rt)
+    tasks = _tasks()
     ts = tasks.running_session(user, task_id, phase="chat")
     try:
         tasks.finish_chat(ts)
@@ -146,10 +137,8 @@ def finish(task_id: str):
 @bp.get("/tasks/<task_id>/questionnaire")
 @participant_required
 def get_questionnaire(task_id: str):
-    user = current()
-    rt = runtime()
-    definition = task_service(db_session(), rt).task_definition(task_id)
-    return ok({"task_id": task_id, "items": items_for_task(rt.study, definition, user.language)})
+    definition = _tasks().task_definition(task_id)
+    return ok({"task_id": task_id, "items": items_for_task(runtime().study, definition, current().language)})
 
 
 @bp.post("/tasks/<task_id>/questionnaire")

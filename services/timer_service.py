@@ -79,6 +79,7 @@ class TaskService:
             entry: dict[str, Any] = {
                 "id": task["id"],
                 "title": localised(task["title"], user.language),
+                "instructions": localised(task.get("instructions"), user.language),
                 "available_at": _iso(available_at),
                 "overdue": False,
             }
