@@ -11,17 +11,17 @@ Order matters for a study whose data are irreplaceable:
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from database.models import Message, TaskSession, User
+from database.models import Message, ProfileVersion, TaskSession, User
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
+from services.leases import LeaseBusy, participant_guard
 from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
 from services.memory_engine import MemoryContext, MemoryEngine
 from services.runtime import Runtime
@@ -192,27 +192,52 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
     runtime.background.submit(_update_s1_summary, runtime, reply_id)
 
 
-# One S1 rewrite at a time per participant: two background workers rewriting the same summary
-# would race for its next version number.
-_s1_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
-_s1_locks_guard = threading.Lock()
-
-
 def _update_s1_summary(runtime: Runtime, reply_id: int) -> None:
     from services import structured_summary
 
     with runtime.db.Session() as session:
         user_id = session.get(Message, reply_id).user_id
-    with _s1_locks_guard:
-        lock = _s1_locks[user_id]
-    with lock, runtime.db.session() as session:
-        reply = session.get(Message, reply_id)
-        structured_summary.update_after_turn(
-            session, llm=runtime.consolidation_llm, user=session.get(User, reply.user_id),
-            task_session=session.get(TaskSession, reply.task_session_id),
-            user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=runtime.clock,
-            study=runtime.study,
-        )
+    # One rewrite at a time per participant, across every process: two would race for the
+    # summary's next version number. The guard is a database lease (services.leases).
+    try:
+        with participant_guard(runtime.db, user_id), runtime.db.session() as session:
+            reply = session.get(Message, reply_id)
+            structured_summary.update_after_turn(
+                session, llm=runtime.consolidation_llm, user=session.get(User, reply.user_id),
+                task_session=session.get(TaskSession, reply.task_session_id),
+                user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=runtime.clock,
+                study=runtime.study,
+            )
+    except LeaseBusy:
+        log.warning("S1 summary of participant %s stayed busy; the sweep catches up reply %s", user_id, reply_id)
+
+
+def pending_s1_rewrites(session: Session, *, before: datetime) -> list[int]:
+    """Per S1 participant, the latest reply written before ``before`` that their summary does not
+    cover yet: a rewrite lost with a dead worker, or given up while the guard stayed busy."""
+    from services import structured_summary
+
+    latest = session.execute(select(Message.user_id, func.max(Message.id)).where(
+        Message.role == "assistant", Message.memory_group == "S1", Message.created_at < before,
+    ).group_by(Message.user_id)).all()
+    pending = []
+    for user_id, reply_id in latest:
+        summary = session.scalars(select(ProfileVersion).where(
+            ProfileVersion.user_id == user_id, ProfileVersion.kind == structured_summary.KIND,
+        ).order_by(ProfileVersion.version.desc()).limit(1)).first()
+        covered = ((summary.content or {}).get("basis") or {}).get("through_message_id", 0) if summary else 0
+        if covered < reply_id:
+            pending.append(reply_id)
+    return pending
+
+
+def catch_up_s1_rewrites(runtime: Runtime, *, grace_seconds: float = 60.0) -> list[int]:
+    """Run the S1 rewrites still missing after ``grace_seconds`` (the scheduler's sweep)."""
+    with runtime.db.Session() as session:
+        pending = pending_s1_rewrites(session, before=runtime.clock.now() - timedelta(seconds=grace_seconds))
+    for reply_id in pending:
+        _update_s1_summary(runtime, reply_id)
+    return pending
 
 
 def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
