@@ -18,9 +18,12 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, max_overflow: int = 10) -> None:
         self.url = url
         kwargs: dict = {"future": True}
+        if url not in ("sqlite://", "sqlite:///:memory:"):
+            # every waiting reply is a thread; each holds a connection only while it reads or writes
+            kwargs.update(pool_size=pool_size, max_overflow=max_overflow)
         if url.startswith("sqlite"):
             # Threads (waitress, the scheduler) share the file; WAL lets readers and a writer coexist.
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}

@@ -50,7 +50,11 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     from services.failure_log import make_failure_recorder
 
-    db = db or Database(settings.database_url)
+    if db is None:
+        from services.serving import ServingConfig
+
+        serving = ServingConfig.from_env()
+        db = Database(settings.database_url, pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)
