@@ -84,6 +84,8 @@ class ServingConfig:
             "preload_app": False,  # each worker builds its own app: engine, pools, scheduler
             "accesslog": None,
             "forwarded_allow_ips": "127.0.0.1,::1",
+            # gunicorn's admin socket is a file in $HOME shared by every server on the host; unused here
+            "control_socket_disable": True,
         }
 
 
