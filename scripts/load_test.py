@@ -425,6 +425,7 @@ def run(args) -> dict[str, Any]:
                    for i, bot in enumerate(bots)]
         sampler = LoadSampler()
         cpu_start = process_tree_cpu_seconds(proc.pid) if proc else None
+        harness_start = process_tree_cpu_seconds(os.getpid())  # the bots and the model server (a child)
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -432,12 +433,15 @@ def run(args) -> dict[str, Any]:
         wall = time.monotonic() - started
         load = sampler.stop()
         cpu = None
+        harness = process_tree_cpu_seconds(os.getpid()) - harness_start
         if proc is not None and "cpu_at_chat" in marks:
             chat_cpu = process_tree_cpu_seconds(proc.pid) - marks["cpu_at_chat"]
             cpu = {"registration_phase": round(marks["cpu_at_chat"] - cpu_start, 1),
                    "chat_phase": round(chat_cpu, 1),
                    "chat_phase_seconds": round(time.monotonic() - marks["chat_started"], 1),
                    "per_reply_ms": round(1000 * chat_cpu / max(1, results.replies), 1)}
+        load["load_test_own_cpu_seconds"] = round(harness - (process_tree_cpu_seconds(proc.pid) - cpu_start
+                                                             if proc is not None else 0.0), 1)
         time.sleep(1)  # replies stored just before the last response
         stored = stored_counts(db_url, prefix) if db_url else None
     finally:
