@@ -12,10 +12,10 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# Then the project itself, editable, so scripts import app/config/database/services/routes from any
+# directory. No build isolation: setuptools comes pinned from requirements.txt, nothing is downloaded.
 $(VENV)/.installed: requirements.txt pyproject.toml $(VENV)/bin/python
 	$(PY) -m pip install -q -r requirements.txt
-	# The project itself, editable, so scripts import app/config/database/services/routes from any directory.
-	# No build isolation: setuptools comes pinned from requirements.txt and nothing is downloaded.
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
