@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -113,7 +113,7 @@ class CircuitBreaker:
             return False
 
 
-def retrying(attempt: Callable[[], Iterator[E]], *, policy: RetryPolicy, on_failed: TryFailed,
+def retrying(attempt: Callable[[], Generator[E, None, T]], *, policy: RetryPolicy, on_failed: TryFailed,
              sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic,
              rng: Callable[[], float] = random.random, reset: E | None = None) -> Generator[E, None, tuple[T, int]]:
     """Run ``attempt()`` (a generator of events that returns its result) until it succeeds;
