@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The loopback model server lives in tests/ (tests/wire_servers.py), which the editable install of
+# the project does not include.
 sys.path.insert(0, str(ROOT))
 
 MAX_PARTICIPANTS = 500

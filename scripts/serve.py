@@ -18,12 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import config  # noqa: E402,F401 - loads .env before the environment is checked
-from services.serving import ServingConfig, production_problems, raise_open_file_limit  # noqa: E402
+import config  # noqa: F401 - loads .env before the environment is checked
+from services.serving import ServingConfig, production_problems, raise_open_file_limit
 
 
 def _prepare() -> None:
