@@ -153,7 +153,11 @@ class OpenAICompatibleChatProvider(StreamUsage):
         if request.json_mode:
             messages, _ = json_instruction(messages, request.language)
             arguments["response_format"] = {"type": "json_object"}
-        arguments["messages"] = messages
+        # The messages go in the body as they are (plain role/content strings): passed as the typed
+        # ``messages`` parameter the SDK walks every message against its type hints, ~8 ms of CPU per
+        # reply and growing with the conversation (docs/benchmarks.md, "Serving a cohort").
+        arguments["messages"] = []
+        arguments["extra_body"] = {"messages": messages}
         return arguments
 
     def complete(self, request: ChatRequest) -> ChatResult:
