@@ -23,8 +23,8 @@ from routes.access import close_db_session, db_session, limiter
 from services.clock import Clock
 from services.errors import StudyError
 from services.llm.chain import LLMService
-from services.runtime import build_runtime, check_embedder
-from services.serving import rate_limits
+from services.runtime import build_runtime
+from services.serving import rate_limits, warm_up
 
 log = logging.getLogger("memory_lab")
 csrf = CSRFProtect()
@@ -211,7 +211,7 @@ def main() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
     app = create_app()
     runtime = app.extensions["memory_lab"]
-    check_embedder(runtime)
+    warm_up(runtime)  # the embedder (and its pin check) and jieba, before the first participant
     bootstrap_admin_once(app)
     if runtime.settings.scheduler_enabled:
         from services.scheduler import start_scheduler

@@ -195,6 +195,7 @@ class Client:
 class Results:
     lock: threading.Lock = field(default_factory=threading.Lock)
     latency: dict[str, list[float]] = field(default_factory=lambda: {"json": [], "sse": []})
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (sent at, latency), monotonic
     first_delta: list[float] = field(default_factory=list)
     errors: Counter = field(default_factory=Counter)
     registered: int = 0
@@ -287,6 +288,7 @@ class Bot:
         if ok:
             with self.results.lock:
                 self.results.latency[path].append(elapsed)
+                self.results.timeline.append((started, elapsed))
         else:
             self.results.error(f"{path}:{status}")
 
@@ -373,6 +375,19 @@ class LoadSampler:
                 "loadavg_1min_max": round(max(samples), 2)}
 
 
+def by_window(timeline: list[tuple[float, float]], model_time: float, width: float = 10.0) -> list[dict]:
+    """Overhead p95 per ``width`` seconds of the chat phase (by when the message was sent): shows
+    whether the tail comes from the class's first burst or from something periodic."""
+    if not timeline:
+        return []
+    first = min(sent for sent, _ in timeline)
+    windows: dict[int, list[float]] = {}
+    for sent, latency in timeline:
+        windows.setdefault(int((sent - first) // width), []).append(latency - model_time)
+    return [{"from_s": int(k * width), "n": len(v), "p95": round(percentile(v, 95), 3)}
+            for k, v in sorted(windows.items())]
+
+
 def report(args, results: Results, model_seconds: list[float], stored: dict[str, int] | None,
            load: dict[str, Any], wall: float, cpu: dict[str, float] | None) -> dict[str, Any]:
     model_time = args.first_token + args.tokens / args.tokens_per_second
@@ -395,6 +410,7 @@ def report(args, results: Results, model_seconds: list[float], stored: dict[str,
         "messages": {"sent": results.sent, "acknowledged": results.acknowledged, "replies_received": results.replies,
                      "stored": stored, "lost": lost},
         "platform_cpu_seconds": cpu, "machine": load, "wall_seconds": round(wall, 1),
+        "overhead_by_10s_of_chat": by_window(results.timeline, model_time),
     }
 
 

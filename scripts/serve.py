@@ -20,7 +20,7 @@ import os
 import sys
 
 import config  # noqa: F401 - loads .env before the environment is checked
-from services.serving import ServingConfig, production_problems, raise_open_file_limit
+from services.serving import ServingConfig, production_problems, raise_open_file_limit, warm_up
 
 
 def _prepare() -> None:
@@ -51,6 +51,7 @@ def build_application(serving: ServingConfig, bind: str):
             from app import create_app
 
             app = create_app()
+            warm_up(app.extensions["memory_lab"])
             if app.extensions["memory_lab"].settings.scheduler_enabled:
                 from services.scheduler import start_scheduler
 

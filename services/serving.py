@@ -15,6 +15,7 @@ import os
 import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ class ServingConfig:
             "worker_connections": self.connection_limit,
             "keepalive": self.idle_timeout,
             "backlog": 2048,
+            # each worker its own listening socket: the kernel spreads new connections evenly, instead
+            # of the first worker to wake up taking most of a class's long-lived keep-alive connections
+            "reuse_port": True,
             # a worker whose main loop stops for this long is restarted; requests waiting on the
             # model do not count (their threads are separate from the loop that heartbeats)
             "timeout": 60,
@@ -144,3 +148,15 @@ def rate_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             raise ValueError(f"{variable}={value!r} is not a rate limit such as '1000 per hour': {exc}") from exc
         chosen[name] = value
     return chosen
+
+
+def warm_up(runtime: Any) -> None:
+    """Load, before a process takes requests, what its first replies would otherwise load while a
+    class waits: the embedding model (checking its pin) and jieba's dictionary. Each `make serve`
+    worker is its own process and needs this once; without it the first burst of a class queued
+    behind four cold starts (docs/benchmarks.md, "Serving a cohort")."""
+    from services.keywords import keyword_set
+    from services.runtime import check_embedder
+
+    check_embedder(runtime)
+    keyword_set("预热词典")
