@@ -5,7 +5,7 @@ Builds a temporary SQLite database with the real migrated schema, stores
 for one participant, and times, with the query vector precomputed so the
 embedding is excluded:
 
-  (a) the full ``VectorStore.recall`` (fingerprint query, matrix, top-k, candidate
+  (a) the full ``ForgettingCurveSearch.recall`` (fingerprint query, matrix, top-k, candidate
       rows, forgetting curve, updates and RecallEvent rows, flush), with the
       participant's matrix cached (warm) and without the cache (every call reloads);
   (b) the numpy scoring core alone (cosine product, top-k, curve), also with a
@@ -38,10 +38,10 @@ from sqlalchemy import insert  # noqa: E402
 from config import SECONDS_PER_DAY, load_study  # noqa: E402
 from database.db_manager import Database  # noqa: E402
 from database.models import Message, TaskSession, User  # noqa: E402
-from database.vector_store import VectorStore, cosine_scores  # noqa: E402
 from services import recall_model as rm  # noqa: E402
 from services.clock import ManualClock  # noqa: E402
 from services.embedding_service import to_blob  # noqa: E402
+from services.memory.hybrid import ForgettingCurveSearch, cosine_scores  # noqa: E402
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
@@ -115,8 +115,8 @@ def time_recall(db: Database, study: dict, params: rm.RecallParams, user_id: int
     samples, recalled = [], 0
     for iteration in range(warmup + repeat):
         with db.Session() as session:
-            store = VectorStore(session, study, clock=clock, day_seconds=SECONDS_PER_DAY,
-                                embedder=PrecomputedQueryEmbedder(), params=params, use_cache=use_cache)
+            store = ForgettingCurveSearch(session, params, clock=clock, day_seconds=SECONDS_PER_DAY,
+                                          embedder=PrecomputedQueryEmbedder(), use_cache=use_cache)
             query_message = session.get(Message, query_id)
             started = time.perf_counter()
             candidates = store.recall(user_id=user_id, query_message=query_message, query_vector=query, task_id="T2")
@@ -159,18 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built {args.memories} memories in {time.perf_counter() - started:.1f} s "
               f"(SQLite, migrated schema, preset {params.preset} with raw-cosine relevance, top_k {params.top_k})")
         db = Database(url)
-        VectorStore.invalidate()
+        ForgettingCurveSearch.invalidate()
         timing = (db, study, params, user_id, query_id, query, now)
         cold = time_recall(*timing, use_cache=True, repeat=1)[0]
         warm, recalled = time_recall(*timing, use_cache=True, repeat=args.repeat, warmup=10)
         uncached, _ = time_recall(*timing, use_cache=False, repeat=max(20, args.repeat // 5))
-        matrix = next(iter(VectorStore._cache.values())).matrix
+        matrix = next(iter(ForgettingCurveSearch._cache.values())).matrix
         core = time_core(matrix, query, params, args.repeat)
         core_blas = time_core(matrix, query, params, args.repeat, product=np.matmul)
         db.dispose()
     rows = [
-        ("(a) VectorStore.recall, matrix cached (warm)", warm),
-        ("(a) VectorStore.recall, no cache (loads every call)", uncached),
+        ("(a) ForgettingCurveSearch.recall, matrix cached (warm)", warm),
+        ("(a) ForgettingCurveSearch.recall, no cache (loads every call)", uncached),
         ("(b) numpy scoring core (einsum product, as used)", core),
         ("(b) numpy scoring core with a BLAS product instead", core_blas),
     ]

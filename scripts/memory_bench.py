@@ -84,8 +84,8 @@ def build_context(methods: list[str], ks: list[int], cache_dir: Path, l4_preset:
     ctx = mb.BenchContext(methods=methods, ks=ks)
     if not mb.EMBEDDING_METHODS & set(methods):
         return ctx
+    from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
     from services.providers.offline import OfflineEmbeddingProvider
-    from services.structured_summary import s1_settings, semantic_mapping, time_weight
 
     embedder = OfflineEmbeddingProvider()
     ctx.cache = mb.EmbeddingCache(cache_dir, embedder, progress=log)

@@ -16,7 +16,7 @@ from config import load_study
 from services import memory_bench as mb
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set
-from services.structured_summary import s1_settings, semantic_mapping, time_weight
+from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "memory_bench.py"

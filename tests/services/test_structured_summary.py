@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services import structured_summary as s1
 from services.embedding_service import from_blob, normalise, to_blob
 from services.llm_service import LLMService, ProviderError
-from services.memory_engine import MemoryContext, MemoryEngine
+from services.memory import structured_summary as s1
+from services.memory.context import MemoryContext
+from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
 from tests.conftest import walk_task
 from tests.model_doubles import DownModel, ScriptedModel
@@ -508,12 +509,12 @@ def test_context_uses_the_summary_of_earlier_tasks_only(db_session, clock, study
     context = MemoryContext(group="S1")
     s1.build_context(db_session, context=context, user_id=user.id, task_session=t2, query=None, embedder=None,
                      clock=clock, study=study)
-    assert context.summary["version"] == t1_version.version and "律师" not in context.summary["text"]
-    assert context.fragments == []
+    assert context.get("summary")["version"] == t1_version.version and "律师" not in context.get("summary")["text"]
+    assert context.get("fragments") == []
     manipulated = MemoryContext(group="S1")
     s1.build_context(db_session, context=manipulated, user_id=user.id, task_session=t2, query=None, embedder=None,
                      clock=clock, study={**study, "within_task_window_manipulated": True})
-    assert manipulated.summary["version"] == t2_version.version and "律师" in manipulated.summary["text"]
+    assert manipulated.get("summary")["version"] == t2_version.version and "律师" in manipulated.get("summary")["text"]
 
 
 def test_t1_context_is_empty(db_session, clock, study):
@@ -522,7 +523,7 @@ def test_t1_context_is_empty(db_session, clock, study):
     query, _ = say(db_session, clock, t1, "你好")
     context = MemoryEngine(db_session, study, embedder=None, clock=clock).build_context(
         user_id=user.id, memory_group="S1", task_session=t1, query=query)
-    assert context.summary is None and context.fragments == []
+    assert context.get("summary") is None and context.get("fragments") == []
     assert context.render() == "（没有任何以前的记忆）"
 
 
@@ -538,10 +539,11 @@ def test_memory_engine_returns_summary_and_fragments_for_s1(db_session, clock, s
     clock.advance(days=2)
     t2 = start_task(db_session, clock, user, "T2")
     query, _ = say(db_session, clock, t2, "你还记得我对什么东西过敏吗？", reply="")
-    engine = MemoryEngine(db_session, study, embedder=e5, clock=clock, settings=settings)
+    engine = MemoryEngine(db_session, study, embedder=e5, clock=clock, day_seconds=settings.day_seconds)
     context = engine.build_context(user_id=user.id, memory_group="S1", task_session=t2, query=query)
-    assert context.summary["version"] == 2 and "我对海鲜过敏，吃虾会起疹子 [T1]" in context.summary["text"]
-    assert context.fragments[0]["text"] == "用户: 我对海鲜过敏，吃虾会起疹子。"
+    assert (context.get("summary")["version"] == 2
+            and "我对海鲜过敏，吃虾会起疹子 [T1]" in context.get("summary")["text"])
+    assert context.get("fragments")[0]["text"] == "用户: 我对海鲜过敏，吃虾会起疹子。"
     rendered = context.render()
     assert "[对话摘要]" in rendered and "[相关的历史片段]" in rendered
     stored = context.to_dict()
@@ -590,7 +592,7 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
     import time as _time
 
     from database.models import Message as _Message
-    from services.chat_service import _update_s1_summary
+    from services.chat_service import _turn_upkeep
 
     runtime = app.extensions["memory_lab"]
     runtime.study["enabled_conditions"] = ["S1"]
@@ -618,7 +620,7 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
             running[user.id] -= 1
 
     monkeypatch.setattr(s1, "update_after_turn", slow_update)
-    threads = [_threading.Thread(target=_update_s1_summary, args=(runtime, reply_id))
+    threads = [_threading.Thread(target=_turn_upkeep, args=(runtime, reply_id))
                for reply_id, _ in replies for _ in range(3)]
     for thread in threads:
         thread.start()

@@ -31,15 +31,15 @@ from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
 from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
-from services.memory_engine import MemoryContext, pair_turns
-from services.structured_summary import (
+from services.languages import prompt_language
+from services.memory.base import BuildRequest, ConsolidationStep, MemoryCondition, Upkeep
+from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
+from services.memory.versioned_json import (
     LANGUAGE_NAMES,
     OFFLINE_SOURCE,
     ask_for_json,
     chain_is_offline,
-    earlier_done_sessions,
     language_matches,
-    latest_version_within,
     model_source,
     next_version,
     record_invalid_output,
@@ -176,7 +176,7 @@ def validate_memory(obj: Any, *, language: str | None = None,
 
 def render_memory(memory: dict[str, Any], language: str, max_chars: int = 3000) -> str:
     """Summary lines (all of them if they fit), then verbatim entries while room remains."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     lines = [f"[{item['id']}] {item['summary']}" for item in memory["memory_summary"]]
     text = "\n".join(lines)
     if len(text) > max_chars:
@@ -211,7 +211,7 @@ def summarise_exchange(user_text: str, assistant_text: str, *, assistant_is_llm:
                        language: str) -> str:
     """One sentence for an exchange: the participant's most informative sentence(s), plus the
     assistant's first sentence when a real LLM wrote it, tagged with the task."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     sentences = split_sentences(user_text) or [user_text]
     ranked = sorted(sentences, key=lambda s: -(len(keyword_set(s)) + (2 if _CUE.search(s) else 0)))
     chosen = [ranked[0]]
@@ -247,7 +247,7 @@ def rule_based_iteration(previous: dict[str, Any] | None, turns: Sequence[dict[s
     newer wording, the old summary kept in ``notes``; otherwise a new id ``m-<task>-<nn>`` is
     added. Small talk without content words is not remembered.
     ``turns``: ``{"user", "assistant", "assistant_is_llm"}``, oldest first."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     memory = memory_part(previous)
     summaries = {item["id"]: item for item in memory["memory_summary"]}
     entries = {entry["id"]: entry for entry in memory["raw_memory_entries"]}
@@ -400,16 +400,41 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
                   query: Message | None, study: dict[str, Any]) -> None:
-    """Fill ``context.r1_memory`` with the latest memory built from earlier completed tasks (step 2
+    """Add the ``r1_memory`` section: the latest memory built from earlier completed tasks (step 2
     grounds the reply in it). The whole memory is given; ``query`` does not select from it."""
     earlier = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
     row = latest_version_within(session, user_id, KIND, earlier)
     if row is None:
         context.notes.append("R1: no memory from earlier tasks yet")
+        context.add_section("r1_memory", None)
         return
     memory = memory_part(row.content)
-    context.r1_memory = {
+    block = {
         "version": row.version, "task_id": row.task_id, "source": row.source,
         "text": render_memory(memory, context.language, r1_settings(study)["max_chars"]),
         "content": memory,
     }
+    context.add_section("r1_memory", block, block["text"])
+
+
+class RecursiveSummaryCondition(MemoryCondition):
+    """R1: the recursively updated memory (summary items + verbatim entries), iterated at each task's end."""
+
+    id = "R1"
+    name = "recursive_summary"
+    manipulation_check = "the latest recursive memory built from earlier completed tasks"
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,
+                      query=request.query, study=request.study)
+
+    def consolidate(self, session: Session, upkeep: Upkeep, *, user: User, task_session: TaskSession,
+                    run: ConsolidationRun | None) -> ConsolidationStep:
+        result = consolidate_task(session, llm=upkeep.llm, user=user, task_session=task_session, run=run,
+                                  clock=upkeep.clock, study=upkeep.study)
+        if result.get("status") != "kept_previous":
+            return ConsolidationStep("r1", result)
+        # The run fails so the sweep retries it; the failure row is written with the run's failure.
+        return ConsolidationStep("r1", result, failure=str(result.get("error") or "")[:500],
+                                 failure_class="InvalidR1Memory",
+                                 failure_message=f"R1 memory update kept the previous memory: {result.get('error')}")

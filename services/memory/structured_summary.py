@@ -32,28 +32,45 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
-from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
+from database.models import Message, ProfileVersion, TaskSession, User
 from services.embedding_service import from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
-from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
-from services.memory_engine import MemoryContext, pair_turns
+from services.languages import prompt_language
+from services.llm_service import ProviderError
+from services.memory.base import BuildRequest, MemoryCondition, Upkeep
+from services.memory.context import (
+    MemoryContext,
+    earlier_done_sessions,
+    latest_version_within,
+    pair_turns,
+    render_tagged,
+)
+from services.memory.versioned_json import (
+    LANGUAGE_NAMES,
+    OFFLINE_SOURCE,
+    ask_for_json,
+    chain_is_offline,
+    language_matches,
+    model_source,
+    next_version,
+    record_invalid_output,
+    schema_errors,
+    strip_tag,
+)
 from services.recall_model import RelevanceMapping
-from services.structured_output import StructuredOutputError, parse_json_object, validate
 
 log = logging.getLogger(__name__)
 
 KIND = "s1_summary"
-OFFLINE_SOURCE = "offline-rules"
 
 # The seed's scoring (keyword 40 %, semantic 40 %, time 20 %, threshold 0.3, top 5,
 # 1.0 → 0.7 over 24 h). The semantic bounds rescale the embedder's cosine to [0, 1]:
@@ -119,7 +136,6 @@ LABELS = {
     "discussed": {"zh": "讨论过", "en": "Discussed"},
     "assistant_said": {"zh": "助手建议", "en": "Assistant suggested"},
 }
-LANGUAGE_NAMES = {"zh": "Simplified Chinese (简体中文)", "en": "English"}
 ROLE_NAMES = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
 
 
@@ -182,110 +198,6 @@ def select_fragments(scored: Sequence[dict[str, Any]], threshold: float, limit: 
 
 
 # ---------------------------------------------------------------------------
-# JSON from a model: parsing, validation, one repair retry (shared with R1)
-# ---------------------------------------------------------------------------
-
-
-def schema_errors(obj: Any, schema: dict[str, Any]) -> list[str]:
-    """The schema violation of ``obj`` (as a one-item list), or [] when it conforms."""
-    try:
-        validate(obj, schema)
-    except StructuredOutputError as exc:
-        return [str(exc)]
-    return []
-
-
-def language_matches(texts: Iterable[str], language: str) -> bool:
-    """True when the written values are in ``language`` (or there is nothing to judge)."""
-    joined = " ".join(t for t in texts if t)
-    if not re.search(r"[A-Za-z\u3400-\u4dbf\u4e00-\u9fff]", joined):
-        return True
-    return detect_language(joined, default=language) == language
-
-
-def chain_is_offline(llm: Any) -> bool:
-    """True when every provider of the chain is the offline template responder (not an LLM)."""
-    providers = getattr(llm, "providers", None) or [llm]
-    return all(getattr(p, "name", None) == "offline" for p in providers)
-
-
-@dataclass
-class JsonAnswer:
-    """Outcome of asking a model for JSON: the valid object, or why there is none."""
-
-    obj: dict[str, Any] | None = None
-    result: ChatResult | None = None
-    offline: bool = False  # the chain fell back to the offline responder: use the rules instead
-    errors: list[str] = field(default_factory=list)
-    calls: int = 0
-
-
-def ask_for_json(llm: Any, messages: list[dict[str, str]], *, check: Callable[[dict[str, Any]], list[str]],
-                 purpose: str, language: str, user_id: int | None, max_tokens: int) -> JsonAnswer:
-    """Ask for a JSON object; on an invalid answer ask once more with the errors, then give up.
-
-    ``check`` returns the problems of a parsed object (schema, id sync, language ...)."""
-    answer = JsonAnswer()
-    conversation = list(messages)
-    for attempt in range(2):
-        request = ChatRequest(messages=conversation, temperature=0.2, max_tokens=max_tokens, json_mode=True,
-                              purpose=purpose, language=language, user_id=user_id)
-        try:
-            result = llm.complete(request)
-        except (AllProvidersFailed, ProviderError) as exc:
-            answer.errors.append(f"no provider answered: {str(exc)[:300]}")
-            return answer
-        answer.calls += 1
-        answer.result = result
-        if result.provider == "offline":
-            answer.offline = True
-            return answer
-        try:
-            obj = parse_json_object(result.text)
-            problems = check(obj)
-        except ValueError as exc:
-            obj, problems = None, [str(exc)]
-        if not problems:
-            answer.obj = obj
-            answer.errors = []
-            return answer
-        answer.errors = problems
-        if attempt == 0:
-            conversation = conversation + [
-                {"role": "assistant", "content": result.text[:6000]},
-                {"role": "user", "content": (
-                    "That output cannot be used: " + "; ".join(problems)
-                    + ". Reply again with only the corrected JSON object, no other text.")},
-            ]
-    return answer
-
-
-def record_invalid_output(session: Session, *, answer: JsonAnswer, purpose: str, user_id: int,
-                          at: datetime) -> None:
-    """Log a model's unusable output in the provider failure log (the admin's failure view)."""
-    result = answer.result
-    session.add(ProviderFailure(
-        at=at, provider=result.provider if result else "unknown", model=result.model if result else None,
-        purpose=purpose, error_class="InvalidModelOutput" if result else "NoProvider",
-        message="; ".join(answer.errors)[:2000], user_id=user_id,
-    ))
-
-
-def next_version(session: Session, user_id: int, kind: str) -> int:
-    latest = session.scalar(select(func.max(ProfileVersion.version)).where(
-        ProfileVersion.user_id == user_id, ProfileVersion.kind == kind))
-    return (latest or 0) + 1
-
-
-def model_source(result: ChatResult) -> str:
-    return f"{result.provider}:{result.model}"[:64]
-
-
-def strip_tag(text: str) -> str:
-    return re.sub(r"\s*\[T[^\]]*\]\s*$", "", text)
-
-
-# ---------------------------------------------------------------------------
 # The summary: empty form, validation, rendering
 # ---------------------------------------------------------------------------
 
@@ -314,7 +226,7 @@ def summary_texts(summary: dict[str, Any]) -> list[str]:
 
 def render_summary(summary: dict[str, Any], language: str, max_chars: int | None = None) -> str:
     """The summary as labelled lines for the prompt; empty sections are left out."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     sep = "：" if lang == "zh" else ": "
     lines: list[str] = []
     if summary.get("core_topic"):
@@ -463,7 +375,7 @@ def rule_based_update(previous: dict[str, Any] | None, turns: Sequence[dict[str,
     ``turns``: ``{"task_id", "user", "assistant", "assistant_is_llm"}``, oldest first.
     Assistant text is used only when a real LLM wrote it (a template reply carries no facts).
     ``topic_texts``: the participant's latest messages in the current task (for the core topic)."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     summary = summary_part(previous)
     for turn in turns:
         tag = f"[{turn['task_id']}]"
@@ -525,7 +437,7 @@ object only."""
 
 
 def _dialogue_lines(turns: Sequence[dict[str, Any]], language: str) -> str:
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     lines = []
     for turn in turns:
         lines.append(f"[{turn['task_id']}] {ROLE_NAMES['user'][lang]}: {turn['user']}")
@@ -545,38 +457,6 @@ def summary_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], la
 # ---------------------------------------------------------------------------
 # Database: which sessions count, the previous summary, the update
 # ---------------------------------------------------------------------------
-
-
-def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
-    """SELECT of the participant's completed task sessions before ``task_session`` (the memory)."""
-    return select(TaskSession.id).where(
-        TaskSession.user_id == user_id,
-        TaskSession.status == "done",
-        TaskSession.id != task_session.id,
-        TaskSession.started_at <= task_session.started_at,
-    )
-
-
-def latest_version_within(session: Session, user_id: int, kind: str,
-                          session_ids: set[int]) -> ProfileVersion | None:
-    """The newest version of ``kind`` whose basis is one of ``session_ids``.
-
-    Versions written during an attempt that was later reset or abandoned are skipped:
-    what was said there is not memory."""
-    if not session_ids:
-        return None
-    rows = session.scalars(
-        select(ProfileVersion).where(ProfileVersion.user_id == user_id, ProfileVersion.kind == kind)
-        .order_by(ProfileVersion.version.desc()).execution_options(yield_per=20)
-    )
-    try:
-        for row in rows:  # newest first; the match is normally among the first few rows
-            basis = (row.content or {}).get("basis") or {}
-            if basis.get("task_session_id") in session_ids:
-                return row
-        return None
-    finally:
-        rows.close()
 
 
 def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -670,17 +550,6 @@ def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
     return np.vstack(vectors)
 
 
-def embed_task_messages(session: Session, *, task_session: TaskSession, embedder: Any) -> int:
-    """Cache passage vectors for a finished task's messages (optional warm-up at consolidation,
-    so the first recall of the next task does not embed a whole task). Returns how many were new."""
-    rows = session.scalars(select(Message).where(Message.task_session_id == task_session.id,
-                                                 Message.embedding.is_(None))).all()
-    if rows:
-        _cached_vectors(rows, embedder)
-        session.flush()
-    return len(rows)
-
-
 def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
                      embedder: Any, now: datetime, study: dict[str, Any], day_seconds: float,
                      notes: list[str] | None = None) -> list[dict[str, Any]]:
@@ -717,7 +586,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
             # on with keywords and time only, and the stored context says so.
             if notes is not None:
                 notes.append(f"S1 recall: embedding failed ({str(exc)[:200]}); semantic similarity counted as 0")
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     scored = []
     for msg, cos, sem in zip(messages, cosines, semantic, strict=True):
         age_hours = (now - msg.created_at).total_seconds() / day_seconds * 24.0
@@ -743,22 +612,46 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
                   query: Message | None, embedder: Any, clock: Any, study: dict[str, Any],
                   day_seconds: float = SECONDS_PER_DAY) -> None:
-    """Fill ``context.summary`` and ``context.fragments`` for a participant in group S1."""
+    """Add the ``summary`` and ``fragments`` sections for a participant in group S1."""
     cfg = s1_settings(study)
     sessions = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
     if study.get("within_task_window_manipulated"):
         sessions.add(task_session.id)
     row = latest_version_within(session, user_id, KIND, sessions)
+    summary_section = None
     if row is not None:
         summary = summary_part(row.content)
-        context.summary = {
+        summary_section = {
             "version": row.version, "task_id": row.task_id, "source": row.source,
             "text": render_summary(summary, context.language, cfg["summary_max_chars"]),
             "content": summary,
         }
     else:
         context.notes.append("S1: no structured summary from earlier tasks yet")
+    context.add_section("summary", summary_section, summary_section["text"] if summary_section else None)
+    fragments = []
     if query is not None:
-        context.fragments = recall_fragments(
+        fragments = recall_fragments(
             session, user_id=user_id, task_session=task_session, query=query, embedder=embedder,
             now=clock.now(), study=study, day_seconds=day_seconds, notes=context.notes)
+    context.add_section("fragments", fragments, render_tagged(fragments))
+
+
+class StructuredSummaryCondition(MemoryCondition):
+    """S1: a structured running summary, rewritten after every turn, + fuzzy recall of history fragments."""
+
+    id = "S1"
+    name = "structured_summary"
+    has_turn_upkeep = True
+    manipulation_check = "the structured summary of earlier tasks and fragments recalled by fuzzy score"
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,
+                      query=request.query, embedder=request.embedder, clock=request.clock, study=request.study,
+                      day_seconds=request.day_seconds)
+
+    def after_turn(self, session: Session, upkeep: Upkeep, *, reply: Message) -> None:
+        update_after_turn(session, llm=upkeep.llm, user=session.get(User, reply.user_id),
+                          task_session=session.get(TaskSession, reply.task_session_id),
+                          user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=upkeep.clock,
+                          study=upkeep.study)
