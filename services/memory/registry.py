@@ -7,6 +7,8 @@ data (docs/architecture.md).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from services.memory.base import MemoryCondition
 from services.memory.gist import GistCondition
 from services.memory.hybrid import HybridCondition
@@ -16,7 +18,7 @@ from services.memory.structured_summary import StructuredSummaryCondition
 from services.memory.working import WorkingCondition
 
 
-class UnknownCondition(KeyError):
+class UnknownCondition(ValueError):
     """No memory condition is registered under this id."""
 
 
@@ -41,6 +43,16 @@ def get(condition_id: str) -> MemoryCondition:
         return _CONDITIONS[condition_id]
     except KeyError:
         raise UnknownCondition(f"unknown memory group {condition_id!r}; registered: {', '.join(ids())}") from None
+
+
+def check_study(study: dict[str, Any]) -> None:
+    """Refuse a study that names a condition nobody registered, or leaves one without its prompt paragraph."""
+    named = list(study["conditions"]) + [c for c in study["enabled_conditions"] if c not in study["conditions"]]
+    for condition_id in named:
+        condition = get(condition_id)
+        if condition.prompt_key not in study["system_prompts"]:
+            raise ValueError(f"system_prompts has no paragraph {condition.prompt_key!r} for memory condition "
+                             f"{condition_id!r}")
 
 
 def ids() -> tuple[str, ...]:
