@@ -35,13 +35,14 @@ if str(REPO_ROOT) not in sys.path:
 
 from sqlalchemy import insert  # noqa: E402
 
-from config import SECONDS_PER_DAY, load_study  # noqa: E402
+from config import SECONDS_PER_DAY  # noqa: E402
 from database.db_manager import Database  # noqa: E402
 from database.models import Message, TaskSession, User  # noqa: E402
 from services import recall_model as rm  # noqa: E402
 from services.clock import ManualClock  # noqa: E402
 from services.embedding_service import to_blob  # noqa: E402
 from services.memory.hybrid import ForgettingCurveSearch, cosine_scores  # noqa: E402
+from services.study import Study, load_study  # noqa: E402
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
@@ -109,7 +110,7 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def time_recall(db: Database, study: dict, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
+def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
                 now: datetime, *, use_cache: bool, repeat: int, warmup: int = 0) -> tuple[dict[str, float], int]:
     clock = ManualClock(now)
     samples, recalled = [], 0
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study()
     # Random vectors carry no calibration: raw cosine as r (the planted near-copies are recalled, the rest not).
     # Which mapping is used does not change the work done.
-    params = rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}})
+    params = rm.resolve_recall_params(study.memory.recall_config, overrides={"relevance": {"method": "raw"}})
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         started = time.perf_counter()

@@ -21,13 +21,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import Message, TaskSession, User
+from services.clock import utc_iso
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
+from services.languages import prompt_language
 from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
 from services.runtime import Runtime
+from services.study import Study
 from services.timer_service import TaskService
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     """Validate and commit the participant's message. Nothing is stored if it is refused."""
     if not isinstance(content, str) or not content.strip():
         raise BadInput("the message is empty", code="empty_message")
-    limit = runtime.study["limits"]["max_message_chars"]
+    limit = runtime.study.limits.max_message_chars
     if len(content) > limit:
         raise TooLarge(f"the message is longer than {limit} characters", code="message_too_long",
                        details={"limit": limit})
@@ -106,21 +109,21 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
 
 
-def system_prompt(study: dict[str, Any], group: str, language: str, context: MemoryContext) -> str:
-    prompts = study["system_prompts"]
-    lang = language if language in ("zh", "en") else study["default_language"]
+def system_prompt(study: Study, group: str, language: str, context: MemoryContext) -> str:
+    prompts = study.system_prompts
+    lang = prompt_language(language, study.default_language)
     key = registry.get(group).prompt_key
     return "\n\n".join([prompts["base"][lang], prompts[key][lang], context.render()])
 
 
 def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
-                  study: dict[str, Any]) -> list[dict[str, str]]:
+                  study: Study) -> list[dict[str, str]]:
     """The task in progress as ordinary chat history (the same for every condition by default)."""
     rows = session.scalars(
         select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
     ).all()
     history = [{"role": m.role, "content": m.content} for m in rows]
-    if not study.get("within_task_window_manipulated"):
+    if not study.within_task_window_manipulated:
         return history
     # the switch makes the task in progress part of the manipulation: keep the condition's window only
     turns = registry.get(group).recent_turns(study)
@@ -227,7 +230,7 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
         "task_id": message.task_id,
         "role": message.role,
         "content": message.content,
-        "created_at": message.created_at.isoformat(timespec="seconds") + "Z",
+        "created_at": utc_iso(message.created_at),
         "reply_to_id": message.reply_to_id,
     }
     if not participant_view:
@@ -238,7 +241,6 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
             latency_ms=message.latency_ms, attempts=message.attempts,
             emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
             recall_count=message.recall_count,
-            last_recall_at=message.last_recall_at.isoformat(timespec="seconds") + "Z" if message.last_recall_at
-            else None,
+            last_recall_at=utc_iso(message.last_recall_at),
         )
     return data

@@ -73,6 +73,7 @@ from services.profile import (
 from services.profile_extraction import extract_profile_delta
 from services.profile_llm import ProfileUpdateFailed, update_profile_with_llm
 from services.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
+from services.study import Study
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class ConsolidationService:
     def __init__(self, db, settings, *, llm: LLMService | None = None, embedder=None, clock: Clock | None = None,
                  step_hook: StepHook | None = None, lease_seconds: float = 900.0) -> None:
         self.settings = settings
-        self.study: dict[str, Any] = settings.study
+        self.study: Study = settings.study
         self.clock = clock or Clock()
         self._session_factory = db.Session if hasattr(db, "Session") else db
         self._llm = llm
@@ -324,8 +325,8 @@ class ConsolidationService:
         plan.steps["embeddings"] = {"status": "done", "count": len(texts),
                                     "model": getattr(self.embedder, "model", None)}
         self._step("embeddings")
-        params = recall_model.resolve_recall_params(self.study)
-        weights = self.study["memory"].get("salience_weights")
+        params = self.study.memory.recall
+        weights = dict(self.study.memory.salience_weights)
         for index, (message_id, _) in enumerate(data["user_messages"]):
             score = scores[message_id]
             salience = score.salience(weights)
@@ -351,7 +352,7 @@ class ConsolidationService:
     def _compute_profile(self, data: dict[str, Any], language: str, extraction, plan: _Plan) -> None:
         previous = data["previous"]
         task_id = data["task_id"]
-        cap = int(self.study["memory"]["gist_max_chars"])
+        cap = self.study.memory.gist_max_chars
         step: dict[str, Any] = {"previous_version": data["previous_version"]}
         llm = self.llm
         if llm.primary.name == "offline":

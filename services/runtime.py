@@ -14,6 +14,7 @@ from services.background import BackgroundRunner
 from services.clock import Clock
 from services.llm_service import LLMService, build_llm_service
 from services.memory import registry
+from services.study import Study
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def study(self) -> dict[str, Any]:
+    def study(self) -> Study:
         return self.settings.study
 
     @property

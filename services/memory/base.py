@@ -24,6 +24,7 @@ from services.embedding_service import EmbeddingProvider
 from services.llm_service import LLMService
 from services.memory.context import MemoryContext
 from services.recall_model import RecallParams
+from services.study import Study
 
 
 @dataclass
@@ -31,7 +32,7 @@ class BuildRequest:
     """Everything a condition may read to build one reply's context."""
 
     session: Session
-    study: dict[str, Any]
+    study: Study
     user_id: int
     task_session: TaskSession
     query: Message | None
@@ -47,7 +48,7 @@ class Upkeep:
 
     llm: LLMService
     clock: Clock
-    study: dict[str, Any]
+    study: Study
 
 
 @dataclass
@@ -75,9 +76,9 @@ class MemoryCondition:
         """The key of this condition's paragraph in the study's ``system_prompts``."""
         return self.id
 
-    def recent_turns(self, study: dict[str, Any]) -> int:
+    def recent_turns(self, study: Study) -> int:
         """Turns of verbatim conversation this condition keeps (``conditions.<id>.recent_turns``)."""
-        return int(study["conditions"][self.id]["recent_turns"])
+        return study.conditions[self.id].recent_turns
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         """Add this condition's sections to ``context``."""

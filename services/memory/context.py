@@ -91,13 +91,15 @@ class MemoryContext:
         return "\n\n".join(blocks) if blocks else SECTION_TITLES["none"][lang]
 
 
-def render_turns(turns: Sequence[dict[str, Any]], language: str) -> str:
+def render_turns(turns: Sequence[dict[str, Any]], language: str, *, tagged: bool = False) -> str:
+    """Turns as ``User: ...`` / ``Assistant: ...`` lines (``tagged``: each prefixed with its ``[task]``)."""
     lang = prompt_language(language)
     lines = []
     for turn in turns:
-        lines.append(f"{ROLE_LABELS['user'][lang]}: {turn['user']}")
+        tag = f"[{turn['task_id']}] " if tagged else ""
+        lines.append(f"{tag}{ROLE_LABELS['user'][lang]}: {turn['user']}")
         if turn.get("assistant"):
-            lines.append(f"{ROLE_LABELS['assistant'][lang]}: {turn['assistant']}")
+            lines.append(f"{tag}{ROLE_LABELS['assistant'][lang]}: {turn['assistant']}")
     return "\n".join(lines)
 
 

@@ -1,8 +1,6 @@
 """MemoryEngine: builds the memory context of a reply by asking the participant's condition."""
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
@@ -12,13 +10,14 @@ from services.embedding_service import EmbeddingProvider
 from services.memory import registry
 from services.memory.base import BuildRequest
 from services.memory.context import MemoryContext
-from services.recall_model import RecallParams, resolve_recall_params
+from services.recall_model import RecallParams
+from services.study import Study
 
 
 class MemoryEngine:
     """What the assistant is allowed to remember, per memory condition."""
 
-    def __init__(self, session: Session, study: dict[str, Any], *, embedder: EmbeddingProvider | None = None,
+    def __init__(self, session: Session, study: Study, *, embedder: EmbeddingProvider | None = None,
                  clock: Clock | None = None, day_seconds: float = SECONDS_PER_DAY,
                  recall_params: RecallParams | None = None, defer_writes: bool = False) -> None:
         # defer_writes: writes a build computes (L4's recall) are left on context.deferred for the caller,
@@ -28,7 +27,7 @@ class MemoryEngine:
         self.embedder = embedder
         self.clock = clock or Clock()
         self.day_seconds = float(day_seconds)
-        self.recall_params = recall_params or resolve_recall_params(study)
+        self.recall_params = recall_params or study.memory.recall
         self.defer_writes = defer_writes
 
     def build_context(self, *, user_id: int, memory_group: str, task_session: TaskSession,

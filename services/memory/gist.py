@@ -24,7 +24,7 @@ def latest_profile(request: BuildRequest, context: MemoryContext) -> dict[str, A
         context.notes.append("no consolidated profile yet")
         return None
     text = render_profile(version.content, language=context.language,
-                          max_chars=int(request.study["memory"]["gist_max_chars"]))
+                          max_chars=request.study.memory.gist_max_chars)
     return {"version": version.version, "text": text, "content": version.content, "task_id": version.task_id,
             "source": version.source, "profile_version_id": version.id}
 

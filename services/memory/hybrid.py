@@ -388,7 +388,7 @@ class HybridCondition(MemoryCondition):
         params = request.recall_params
         search = ForgettingCurveSearch(request.session, params, clock=request.clock, day_seconds=request.day_seconds,
                                        embedder=request.embedder,
-                                       salience_weights=request.study["memory"].get("salience_weights"))
+                                       salience_weights=dict(request.study.memory.salience_weights))
         candidates = search.recall(user_id=request.user_id, query_message=request.query,
                                    task_id=request.task_session.task_id, apply=False)
         recalled = [c.to_dict() for c in candidates if c.recalled]

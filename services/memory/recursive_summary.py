@@ -30,36 +30,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
+from services.clipping import PUNCTUATION, clip
 from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
 from services.languages import prompt_language
+from services.memory import versioned_json as vj
 from services.memory.base import BuildRequest, ConsolidationStep, MemoryCondition, Upkeep
 from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
-from services.memory.versioned_json import (
-    LANGUAGE_NAMES,
-    OFFLINE_SOURCE,
-    ask_for_json,
-    chain_is_offline,
-    language_matches,
-    model_source,
-    next_version,
-    record_invalid_output,
-    schema_errors,
-    strip_tag,
-)
+from services.study import Study, thaw
 
 log = logging.getLogger(__name__)
 
 KIND = "r1_memory"
 MAX_ITEMS = 200
-R1_DEFAULTS: dict[str, Any] = {
-    "max_chars": 3000,  # rendered memory in the prompt: every summary line first, then raw entries
-    # Offline: a new exchange updates an existing item when they share at least this many keywords
-    # and this keyword Jaccard ("博士申请 ... 焦虑" → "博士申请材料交了, 没那么焦虑" shares 3, J = 0.3);
-    # one shared word is not enough ("对海鲜过敏" and "对花生也过敏" are two facts).
-    "merge_min_shared": 2,
-    "merge_overlap": 0.25,
-    "max_tokens": 4096,  # the LLM rewrites the whole memory, raw entries included
-}
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 64}
 MEMORY_SCHEMA: dict[str, Any] = {
@@ -110,11 +92,11 @@ LABELS = {
 _QUESTION = re.compile(r"[?？]\s*$|(吗|呢)\s*[。.!！]?\s*$", re.IGNORECASE)
 _CUE = re.compile(r"我|\b(i|i'm|my|me)\b|过敏|喜欢|讨厌|担心|害怕|计划|打算|希望|想|allerg|like|love|hate|worr|"
                   r"afraid|plan|hope|want", re.IGNORECASE)
-_TRIM = "，,。.！!？?；;：:、 \n\t"
 
 
-def r1_settings(study: dict[str, Any] | None) -> dict[str, Any]:
-    return {**R1_DEFAULTS, **(((study or {}).get("memory") or {}).get("r1") or {})}
+def r1_settings(study: Study) -> dict[str, Any]:
+    """The study's R1 parameters (``memory.r1``: rendered size, offline merge rule, token budget)."""
+    return thaw(study.memory.r1)
 
 
 def empty_memory() -> dict[str, Any]:
@@ -158,12 +140,12 @@ def validate_memory(obj: Any, *, language: str | None = None,
 
     Schema, then id sync; with ``language``, summaries must be in it; with a non-empty
     ``previous``, an update may not come back empty (that would wipe the memory)."""
-    errors = schema_errors(obj, MEMORY_SCHEMA)
+    errors = vj.schema_errors(obj, MEMORY_SCHEMA)
     if errors:
         return errors
     errors = id_sync_errors(obj)
-    if language and not language_matches([i["summary"] for i in obj["memory_summary"]], language):
-        errors.append(f"summaries must be written in {LANGUAGE_NAMES[language]}, the participant's language")
+    if language and not vj.language_matches([i["summary"] for i in obj["memory_summary"]], language):
+        errors.append(f"summaries must be written in {vj.LANGUAGE_NAMES[language]}, the participant's language")
     if previous and previous["memory_summary"] and not obj["memory_summary"]:
         errors.append("the new memory is empty although the previous one was not")
     return errors
@@ -180,7 +162,7 @@ def render_memory(memory: dict[str, Any], language: str, max_chars: int = 3000) 
     lines = [f"[{item['id']}] {item['summary']}" for item in memory["memory_summary"]]
     text = "\n".join(lines)
     if len(text) > max_chars:
-        return text[:max_chars - 1].rstrip() + "…"
+        return clip(text, max_chars, rstrip=True)
     raw_lines: list[str] = []
     budget = max_chars - len(text) - len(LABELS["raw"][lang]) - 3
     for entry in memory["raw_memory_entries"]:
@@ -203,8 +185,7 @@ def render_memory(memory: dict[str, Any], language: str, max_chars: int = 3000) 
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.strip(_TRIM)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return clip(text, limit, trim=PUNCTUATION)
 
 
 def summarise_exchange(user_text: str, assistant_text: str, *, assistant_is_llm: bool, task_id: str,
@@ -266,7 +247,7 @@ def rule_based_iteration(previous: dict[str, Any] | None, turns: Sequence[dict[s
             if overlap > best and overlap >= merge_overlap and shared_keywords(keys, other) >= merge_min_shared:
                 best_id, best = entry_id, overlap
         if best_id is not None:
-            old = strip_tag(summaries[best_id]["summary"])
+            old = vj.strip_tag(summaries[best_id]["summary"])
             summaries[best_id]["summary"] = summary
             entries[best_id].update(
                 user_question=user_text, assistant_answer=assistant_text,
@@ -307,7 +288,7 @@ Write summaries and notes in {language}. Answer with only a JSON object of the f
 def iteration_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], *, task_id: str,
                      language: str) -> list[dict[str, str]]:
     dialogue = [{"user_question": t["user"], "assistant_answer": t.get("assistant") or ""} for t in turns]
-    system = ITERATION_SYSTEM_PROMPT.format(task=task_id, language=LANGUAGE_NAMES[language])
+    system = ITERATION_SYSTEM_PROMPT.format(task=task_id, language=vj.LANGUAGE_NAMES[language])
     user = ("Previous memory:\n" + json.dumps(previous, ensure_ascii=False, indent=1)
             + f"\n\nConversation of task {task_id}, in order:\n" + json.dumps(dialogue, ensure_ascii=False, indent=1))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -331,7 +312,7 @@ def _basis_session(row: ProfileVersion) -> int | None:
 
 
 def consolidate_task(session: Session, *, llm: Any, user: User, task_session: TaskSession,
-                     run: ConsolidationRun | None, clock: Any, study: dict[str, Any]) -> dict[str, Any]:
+                     run: ConsolidationRun | None, clock: Any, study: Study) -> dict[str, Any]:
     """Memory iteration for one finished task; returns what it did (for ``run.steps``).
 
     ``status``: ``created`` (a new version), ``exists`` (this task is already in the memory:
@@ -361,13 +342,13 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     task_id = task_session.task_id
 
     answer = None
-    if not chain_is_offline(llm):
-        answer = ask_for_json(
+    if not vj.chain_is_offline(llm):
+        answer = vj.ask_for_json(
             llm, iteration_prompt(previous, turns, task_id=task_id, language=language),
             check=lambda obj: validate_memory(obj, language=language, previous=previous),
             purpose="consolidation", language=language, user_id=user.id, max_tokens=cfg["max_tokens"])
         if answer.obj is None and not answer.offline:
-            record_invalid_output(session, answer=answer, purpose="r1_memory", user_id=user.id, at=clock.now())
+            vj.record_invalid_output(session, answer=answer, purpose="r1_memory", user_id=user.id, at=clock.now())
             log.warning("R1 memory iteration for user %s, %s kept the previous memory: %s",
                         user.id, task_id, answer.errors)
             return {"status": "kept_previous", "version": previous_row.version if previous_row else None,
@@ -375,9 +356,9 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     if answer is None or answer.offline:
         memory = rule_based_iteration(previous, turns, task_id=task_id, language=language,
                                       merge_overlap=cfg["merge_overlap"], merge_min_shared=cfg["merge_min_shared"])
-        source = OFFLINE_SOURCE
+        source = vj.OFFLINE_SOURCE
     else:
-        memory, source = answer.obj, model_source(answer.result)
+        memory, source = answer.obj, vj.model_source(answer.result)
 
     # The rule-based path cannot break these invariants; checking anyway guards the stored data.
     problems = validate_memory(memory)
@@ -386,7 +367,7 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     previous_ids = {i["id"] for i in previous["memory_summary"]}
     new_ids = {i["id"] for i in memory["memory_summary"]}
     row = ProfileVersion(
-        user_id=user.id, kind=KIND, version=next_version(session, user.id, KIND), task_id=task_id,
+        user_id=user.id, kind=KIND, version=vj.next_version(session, user.id, KIND), task_id=task_id,
         content={**memory, "basis": {"task_session_id": task_session.id, "language": language,
                                      "previous_version": previous_row.version if previous_row else None}},
         rendered=render_memory(memory, language, cfg["max_chars"]), source=source,
@@ -399,7 +380,7 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
-                  query: Message | None, study: dict[str, Any]) -> None:
+                  query: Message | None, study: Study) -> None:
     """Add the ``r1_memory`` section: the latest memory built from earlier completed tasks (step 2
     grounds the reply in it). The whole memory is given; ``query`` does not select from it."""
     earlier = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())

@@ -7,8 +7,6 @@ data (docs/architecture.md).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from services.memory.base import MemoryCondition
 from services.memory.gist import GistCondition
 from services.memory.hybrid import HybridCondition
@@ -16,6 +14,7 @@ from services.memory.recursive_summary import RecursiveSummaryCondition
 from services.memory.sensory import SensoryCondition
 from services.memory.structured_summary import StructuredSummaryCondition
 from services.memory.working import WorkingCondition
+from services.study import Study
 
 
 class UnknownCondition(ValueError):
@@ -45,12 +44,11 @@ def get(condition_id: str) -> MemoryCondition:
         raise UnknownCondition(f"unknown memory group {condition_id!r}; registered: {', '.join(ids())}") from None
 
 
-def check_study(study: dict[str, Any]) -> None:
+def check_study(study: Study) -> None:
     """Refuse a study that names a condition nobody registered, or leaves one without its prompt paragraph."""
-    named = list(study["conditions"]) + [c for c in study["enabled_conditions"] if c not in study["conditions"]]
-    for condition_id in named:
+    for condition_id in study.conditions:
         condition = get(condition_id)
-        if condition.prompt_key not in study["system_prompts"]:
+        if condition.prompt_key not in study.system_prompts:
             raise ValueError(f"system_prompts has no paragraph {condition.prompt_key!r} for memory condition "
                              f"{condition_id!r}")
 

