@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from database.models import Message, TaskSession, User
 from services.clock import utc_iso
+from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
 from services.languages import prompt_language
 from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
@@ -217,8 +218,6 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
 
 
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
-    from services.consolidation_service import ConsolidationService
-
     service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
                                    embedder=runtime.embedder, clock=runtime.clock)
     service.consolidate_task_session(task_session_id, trigger=trigger)

@@ -53,13 +53,14 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from database.db_manager import transaction
+from config import Settings
+from database.db_manager import Database, transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import recall_model
 from services.clock import Clock
-from services.embedding_service import to_blob
+from services.embedding_service import EmbeddingProvider, build_embedder, to_blob
 from services.failure_log import failure_values
-from services.llm_service import AllProvidersFailed, LLMService
+from services.llm_service import AllProvidersFailed, LLMService, build_llm_service
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.profile import (
@@ -123,7 +124,8 @@ class _Plan:
 class ConsolidationService:
     """Consolidates finished task sessions; see the module docstring for the guarantees."""
 
-    def __init__(self, db, settings, *, llm: LLMService | None = None, embedder=None, clock: Clock | None = None,
+    def __init__(self, db: Database | Callable[[], Session], settings: Settings, *, llm: LLMService | None = None,
+                 embedder: EmbeddingProvider | None = None, clock: Clock | None = None,
                  step_hook: StepHook | None = None, lease_seconds: float = 900.0) -> None:
         self.settings = settings
         self.study: Study = settings.study
@@ -144,8 +146,6 @@ class ConsolidationService:
         if not self._llm_resolved:
             chain = getattr(self.settings, "consolidation_providers", None)
             if self._llm is None:
-                from services.llm_service import build_llm_service
-
                 self._llm = build_llm_service(self.settings, chain or self.settings.llm_providers)
             elif not hasattr(self._llm, "providers"):
                 self._llm = LLMService([self._llm])  # a bare ChatProvider
@@ -155,8 +155,6 @@ class ConsolidationService:
     @property
     def embedder(self):
         if self._embedder is None:
-            from services.embedding_service import build_embedder
-
             self._embedder = build_embedder(self.settings)
         return self._embedder
 

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
 from services.clipping import PUNCTUATION, clip
+from services.clock import Clock
 from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
 from services.languages import prompt_language
 from services.memory import versioned_json as vj
@@ -311,8 +312,8 @@ def _basis_session(row: ProfileVersion) -> int | None:
     return ((row.content or {}).get("basis") or {}).get("task_session_id")
 
 
-def consolidate_task(session: Session, *, llm: Any, user: User, task_session: TaskSession,
-                     run: ConsolidationRun | None, clock: Any, study: Study) -> dict[str, Any]:
+def consolidate_task(session: Session, *, llm: vj.ModelChain, user: User, task_session: TaskSession,
+                     run: ConsolidationRun | None, clock: Clock, study: Study) -> dict[str, Any]:
     """Memory iteration for one finished task; returns what it did (for ``run.steps``).
 
     ``status``: ``created`` (a new version), ``exists`` (this task is already in the memory:

@@ -43,7 +43,8 @@ from sqlalchemy.orm import Session
 from config import SECONDS_PER_DAY
 from database.models import Message, ProfileVersion, TaskSession, User
 from services.clipping import PUNCTUATION, clip
-from services.embedding_service import from_blob, to_blob
+from services.clock import Clock
+from services.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
 from services.languages import prompt_language
 from services.llm_service import ProviderError
@@ -60,6 +61,7 @@ from services.memory.context import (
 from services.memory.versioned_json import (
     LANGUAGE_NAMES,
     OFFLINE_SOURCE,
+    ModelChain,
     ask_for_json,
     chain_is_offline,
     language_matches,
@@ -440,8 +442,9 @@ def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return turns
 
 
-def update_after_turn(session: Session, *, llm: Any, user: User, task_session: TaskSession, user_message: Message,
-                      reply: Message | None, clock: Any, study: Study) -> ProfileVersion | None:
+def update_after_turn(session: Session, *, llm: ModelChain, user: User, task_session: TaskSession,
+                      user_message: Message, reply: Message | None, clock: Clock,
+                      study: Study) -> ProfileVersion | None:
     """Rewrite the participant's structured summary after a stored turn; returns the new version.
 
     The update covers every turn since the previous summary's basis (so a failed update is
@@ -501,7 +504,7 @@ def update_after_turn(session: Session, *, llm: Any, user: User, task_session: T
 # ---------------------------------------------------------------------------
 
 
-def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
+def _cached_vectors(messages: Sequence[Message], embedder: EmbeddingProvider) -> np.ndarray:
     """Passage vectors for ``messages``: cached ones of this embedder's model are reused, missing
     ones embedded in one batch and cached on the message. A vector stored by another model is
     never compared (nor overwritten); it is embedded afresh for this query only."""
@@ -523,7 +526,7 @@ def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
 
 
 def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
-                     embedder: Any, now: datetime, study: Study, day_seconds: float,
+                     embedder: EmbeddingProvider | None, now: datetime, study: Study, day_seconds: float,
                      notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Fuzzy recall: score the participant's history against ``query``; the fragments that pass.
 
@@ -581,7 +584,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
-                  query: Message | None, embedder: Any, clock: Any, study: Study,
+                  query: Message | None, embedder: EmbeddingProvider | None, clock: Clock, study: Study,
                   day_seconds: float = SECONDS_PER_DAY) -> None:
     """Add the ``summary`` and ``fragments`` sections for a participant in group S1."""
     cfg = s1_settings(study)

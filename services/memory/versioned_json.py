@@ -17,10 +17,11 @@ from sqlalchemy.orm import Session
 
 from database.models import ProfileVersion, ProviderFailure
 from services.keywords import detect_language
-from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
+from services.llm_service import AllProvidersFailed, ChatProvider, ChatRequest, ChatResult, LLMService, ProviderError
 from services.structured_output import StructuredOutputError, parse_json_object, validate
 
 OFFLINE_SOURCE = "offline-rules"
+ModelChain = LLMService | ChatProvider  # a provider chain, or one provider on its own (tests, tools)
 LANGUAGE_NAMES = {"zh": "Simplified Chinese (简体中文)", "en": "English"}
 
 
@@ -43,7 +44,7 @@ def language_matches(texts: Iterable[str], language: str) -> bool:
     return detect_language(joined, default=language) == language
 
 
-def chain_is_offline(llm: Any) -> bool:
+def chain_is_offline(llm: ModelChain) -> bool:
     """True when every provider of the chain is the offline template responder (not an LLM)."""
     providers = getattr(llm, "providers", None) or [llm]
     return all(getattr(p, "name", None) == "offline" for p in providers)
@@ -60,7 +61,7 @@ class JsonAnswer:
     calls: int = 0
 
 
-def ask_for_json(llm: Any, messages: list[dict[str, str]], *, check: Callable[[dict[str, Any]], list[str]],
+def ask_for_json(llm: ModelChain, messages: list[dict[str, str]], *, check: Callable[[dict[str, Any]], list[str]],
                  purpose: str, language: str, user_id: int | None, max_tokens: int) -> JsonAnswer:
     """Ask for a JSON object; on an invalid answer ask once more with the errors, then give up.
 
