@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from config import Settings  # noqa: E402
-from database.db_manager import Database  # noqa: E402
-from services.study import StudyDefinitionError  # noqa: E402
+from config import Settings
+from database.db_manager import Database
+from services.study import StudyDefinitionError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,8 +51,6 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 if TYPE_CHECKING:
     from services.study import Study
 

@@ -25,7 +25,7 @@ from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
 from services.languages import prompt_language
-from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
+from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.context import MemoryContext
@@ -173,7 +173,7 @@ def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, A
     with runtime.db.Session() as session:
         prepared = _prepare(session, runtime, user_message_id)
         try:
-            for event in stream_with_fallback(runtime.llm, prepared.request):
+            for event in runtime.llm.stream(prepared.request):
                 if "result" in event:
                     reply = _store_reply(session, runtime, prepared, event["result"])
                     yield {"reply": serialise_message(reply, participant_view=True)}

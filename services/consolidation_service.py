@@ -60,7 +60,9 @@ from services import recall_model
 from services.clock import Clock
 from services.embedding_service import EmbeddingProvider, build_embedder, to_blob
 from services.failure_log import failure_values
-from services.llm_service import AllProvidersFailed, LLMService, build_llm_service
+from services.llm.chain import LLMService
+from services.llm.factory import build_llm_service
+from services.llm.types import AllProvidersFailed
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.profile import (

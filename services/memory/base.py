@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from database.models import ConsolidationRun, Message, TaskSession, User
 from services.clock import Clock
 from services.embedding_service import EmbeddingProvider
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.memory.context import MemoryContext
 from services.recall_model import RecallParams
 from services.study import Study

@@ -21,9 +21,8 @@ condition). With ``within_task_window_manipulated`` the summary and the
 recall also cover the task in progress. Parameters live under
 ``memory.s1`` of the study definition; see docs/conditions_s1_r1.md.
 
-The model-JSON helpers here (``ask_for_json``, ``schema_errors`` ...) are shared
-with R1 (``services.recursive_memory``); parsing and schema checks come from
-``services.structured_output``.
+The model-JSON helpers (``ask_for_json``, ``schema_errors`` ...) live in
+``services.memory.versioned_json``, shared with R1 (``services.memory.recursive_summary``).
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ from services.clock import Clock
 from services.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
 from services.languages import prompt_language
-from services.llm_service import ProviderError
+from services.llm.types import ProviderError
 from services.memory.base import BuildRequest, MemoryCondition, Upkeep
 from services.memory.context import (
     ROLE_LABELS,

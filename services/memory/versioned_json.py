@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from database.models import ProfileVersion, ProviderFailure
 from services.keywords import detect_language
-from services.llm_service import AllProvidersFailed, ChatProvider, ChatRequest, ChatResult, LLMService, ProviderError
+from services.llm.chain import LLMService
+from services.llm.types import AllProvidersFailed, ChatProvider, ChatRequest, ChatResult, ProviderError
 from services.structured_output import StructuredOutputError, parse_json_object, validate
 
 OFFLINE_SOURCE = "offline-rules"

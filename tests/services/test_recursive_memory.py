@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.memory import recursive_summary as r1
 from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider

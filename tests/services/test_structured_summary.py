@@ -10,7 +10,8 @@ from sqlalchemy import func, select
 
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services.embedding_service import from_blob, normalise, to_blob
-from services.llm_service import LLMService, ProviderError
+from services.llm.chain import LLMService
+from services.llm.types import ProviderError
 from services.memory import structured_summary as s1
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
