@@ -292,7 +292,7 @@ def test_replies_list_their_recalled_memory_ids(exported):
 
 def test_study_config_is_the_study_in_use_without_secrets(exported):
     archive = exported["zips"][(False, False)]
-    assert json.loads(archive.read("study_config.json")) == json.loads(json.dumps(exported["study"]))
+    assert json.loads(archive.read("study_config.json")) == json.loads(json.dumps(exported["study"].as_dict()))
     dirty = {"name": "x", "providers": {"api_key": "sk-123", "model": "m", "SECRET_TOKEN": "s"},
              "list": [{"password": "p", "keep": 1}], "max_tokens": 600}
     assert scrub_secrets(dirty) == {"name": "x", "providers": {"model": "m"}, "list": [{"keep": 1}],
@@ -304,7 +304,7 @@ def test_task_sessions_carry_timing(exported):
     done = [r for r in rows if r["status"] == "done"]
     assert len(done) == 14
     for row in done:
-        assert float(row["active_seconds"]) >= exported["study"]["timing"]["min_active_seconds"]
+        assert float(row["active_seconds"]) >= exported["study"].timing.min_active_seconds
         assert row["started_at"] < row["completed_at"]
         assert float(row["chat_wall_seconds"]) > 0
         assert int(row["user_messages"]) == 2

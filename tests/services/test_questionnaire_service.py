@@ -36,7 +36,7 @@ def test_items_follow_the_tasks_instruments_in_the_participants_language(study):
 
     expected = [i["id"] for name in task.questionnaire for i in study.instruments[name].items]
     assert [i["id"] for i in zh] == expected == [i["id"] for i in en]
-    assert {i["instrument"] for i in zh} == set(task["questionnaire"])
+    assert {i["instrument"] for i in zh} == set(task.questionnaire)
     assert all(i["type"] in ("likert", "ios", "choice", "text") for i in zh)
     assert any(a["text"] != b["text"] for a, b in zip(zh, en, strict=True))  # translated, not copied
 
