@@ -17,6 +17,7 @@ from routes.access import (
     runtime,
 )
 from services import account_service
+from services.languages import LANGUAGES
 
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
@@ -79,7 +80,7 @@ def me():
 @login_required
 def set_language():
     language = json_body().get("language")
-    if language not in ("zh", "en"):
+    if language not in LANGUAGES:
         from services.errors import BadInput
 
         raise BadInput("language must be zh or en", code="invalid_language")

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from config import Settings
 from database.models import AuditLog, User
 from services import admin_service
-from services.chat_service import catch_up_s1_rewrites
+from services.chat_service import catch_up_turn_upkeep
 from services.leases import SchedulerLeadership
 from services.runtime import Runtime
 from services.timer_service import TaskService
@@ -97,7 +97,7 @@ def _tasks(session: Session, runtime: Runtime) -> TaskService:
 
 def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILED_RETRY_MINUTES) -> dict[str, Any]:
     """Close abandoned chats, consolidate every closed task still waiting for it, and run the
-    S1 summary rewrites that never ran (a worker died with them queued).
+    per-turn memory upkeep (S1's summary rewrite) that never ran (a worker died with it queued).
 
     A task whose consolidation failed is retried once ``failed_retry_minutes`` have passed."""
     with runtime.db.Session() as session:
@@ -106,12 +106,12 @@ def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILE
         session.commit()
     cutoff = runtime.clock.now() - timedelta(minutes=failed_retry_minutes)
     runs = admin_service.consolidate_pending(runtime, trigger="sweep", failed_retry_after=cutoff)
-    rewrites = catch_up_s1_rewrites(runtime)
+    rewrites = catch_up_turn_upkeep(runtime)
     if closed_ids or runs or rewrites:
-        log.info("sweep: closed %d abandoned chat(s); consolidation runs: %s; S1 rewrites caught up: %d",
+        log.info("sweep: closed %d abandoned chat(s); consolidation runs: %s; per-turn upkeep caught up: %d",
                  len(closed_ids), ", ".join(f"{r['task_session_id']}={r['status']}" for r in runs) or "none",
                  len(rewrites))
-    return {"closed": closed_ids, "runs": runs, "s1_rewrites": rewrites}
+    return {"closed": closed_ids, "runs": runs, "turn_upkeep": rewrites}
 
 
 # -- overdue ------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from sqlalchemy import select
 from database.db_manager import Database
 from database.models import Message, ProfileVersion
 from services import leases
-from services.chat_service import catch_up_s1_rewrites, pending_s1_rewrites
+from services.chat_service import catch_up_turn_upkeep
 from services.leases import LeaseBusy, SchedulerLeadership, participant_guard, try_acquire
+from services.memory import registry
 
 pytestmark = pytest.mark.postgres
 
@@ -89,7 +90,7 @@ def test_the_sweep_runs_an_s1_rewrite_a_dead_worker_never_ran(app, clock, make_p
     from services import chat_service
 
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["S1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})
     api = make_participant("s1sweep")
     api.post("/api/tasks/T1/start")
     lost: list[int] = []
@@ -101,12 +102,12 @@ def test_the_sweep_runs_an_s1_rewrite_a_dead_worker_never_ran(app, clock, make_p
     with runtime.db.Session() as session:
         assert session.scalars(select(ProfileVersion).where(ProfileVersion.kind == "s1_summary")).all() == []
         # within the grace period it may still be on its way: not yet pending
-        assert pending_s1_rewrites(session, before=clock.now() - timedelta(seconds=60)) == []
+        assert registry.get("S1").turns_behind(session, before=clock.now() - timedelta(seconds=60)) == []
     clock.advance(120)
-    assert catch_up_s1_rewrites(runtime) == [lost[-1]]
+    assert catch_up_turn_upkeep(runtime) == [lost[-1]]
     with runtime.db.Session() as session:
         summary = session.scalars(select(ProfileVersion).where(ProfileVersion.kind == "s1_summary")).one()
         assert summary.content["basis"]["through_message_id"] == lost[-1]
         assert "花生" in summary.rendered
         assert session.get(Message, lost[-1]).role == "assistant"
-    assert catch_up_s1_rewrites(runtime) == []  # done once, not again
+    assert catch_up_turn_upkeep(runtime) == []  # done once, not again
