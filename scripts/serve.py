@@ -72,7 +72,13 @@ def main() -> int:
     for noisy in ("alembic", "apscheduler"):  # a line per migration plugin / per job run is noise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     serving = ServingConfig.from_env()
-    _prepare()
+    from services.study import StudyDefinitionError
+
+    try:
+        _prepare()
+    except StudyDefinitionError as exc:  # as make run: a study that cannot run is never served
+        print(f"make serve: study definition refused: {exc}", file=sys.stderr)
+        return 2
     raise_open_file_limit(serving.connection_limit * serving.workers)
     bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
     print(f"AI Memory Lab (production) on http://{bind}: {serving.workers} worker processes x {serving.threads} "

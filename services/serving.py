@@ -155,8 +155,9 @@ def warm_up(runtime: Any) -> None:
     class waits: the embedding model (checking its pin) and jieba's dictionary. Each `make serve`
     worker is its own process and needs this once; without it the first burst of a class queued
     behind four cold starts (docs/benchmarks.md, "Serving a cohort")."""
+    from services.embedding_service import check_embedder_pinned
     from services.keywords import keyword_set
-    from services.runtime import check_embedder
 
-    check_embedder(runtime)
+    with runtime.db.Session() as session:
+        check_embedder_pinned(session, runtime.embedder)
     keyword_set("预热词典")
