@@ -303,7 +303,7 @@ def start_scheduler(app, *, start: bool = True):
 
 def lease_seconds(intervals: dict[str, float]) -> float:
     """The leadership lease: long enough to ride out a slow renewal, short enough for a quick takeover."""
-    return max(15.0, min(90.0, 3 * intervals["consolidation_sweep"]))
+    return max(15.0, min(45.0, 3 * intervals["consolidation_sweep"]))
 
 
 def _stop(scheduler, leadership: SchedulerLeadership) -> None:
