@@ -50,7 +50,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     from services.failure_log import make_failure_recorder
 
-    db = db or Database(settings.database_url)
+    db = db or Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)
