@@ -133,7 +133,10 @@ def _register_cli(app: Flask) -> None:
         password = os.environ.get("ADMIN_PASSWORD") or click.prompt(
             "Password", hide_input=True, confirmation_prompt=True)
         with runtime.db.Session() as session:
-            user = create_admin(session, username, password, runtime.clock)
+            try:
+                user = create_admin(session, username, password, runtime.clock)
+            except StudyError as exc:
+                raise click.ClickException(exc.message) from exc
         click.echo(f"admin {user.username} is ready")
 
     @app.cli.command("consolidate")
