@@ -24,7 +24,7 @@ from routes.access import DbIdConverter, close_db_session, db_session, limiter
 from services.account_service import session_user
 from services.clock import Clock
 from services.errors import StudyError
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.runtime import build_runtime, check_embedder
 
 log = logging.getLogger("memory_lab")

@@ -16,10 +16,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from config import BASE_DIR, Settings  # noqa: E402
-from database.backup import backup, is_sqlite, restore  # noqa: E402
+from config import BASE_DIR, Settings
+from database.backup import backup, is_sqlite, restore
 
 
 def main(argv: list[str] | None = None) -> int:
