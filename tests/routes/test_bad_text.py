@@ -24,7 +24,9 @@ BAD_TEXTS = [f"hello {SURROGATE}", "hello\x00world"]
 @pytest.fixture
 def settings(settings):
     """T1 asks the open questions too, so a free-text answer is one task away."""
-    settings.study["tasks"][0]["questionnaire"] = [*settings.study["tasks"][0]["questionnaire"], "open_questions"]
+    tasks = settings.study.as_dict()["tasks"]
+    tasks[0]["questionnaire"] = [*tasks[0]["questionnaire"], "open_questions"]
+    settings.study = settings.study.with_overrides({"tasks": tasks})
     return settings
 
 
@@ -33,7 +35,7 @@ def to_questionnaire(api: ApiClient, clock, study, task_id: str = "T1") -> list[
     clock.advance(5)
     assert api.post(f"/api/tasks/{task_id}/messages", json={"content": "我今天很开心"}).status_code == 201
     while True:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
         if api.post(f"/api/tasks/{task_id}/finish").status_code == 200:
             break
     return api.get(f"/api/tasks/{task_id}/questionnaire").get_json()["items"]

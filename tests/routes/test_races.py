@@ -123,7 +123,7 @@ def test_simultaneous_questionnaire_posts_store_one_set_of_answers(app, make_par
     clock.advance(5)
     api.post("/api/tasks/T1/messages", json={"content": "hello"})
     while api.post("/api/tasks/T1/finish").status_code != 200:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
     items = api.get("/api/tasks/T1/questionnaire").get_json()["items"]
     answers = {i["id"]: answer_for(i) for i in items}
     gate = FirstCallBarrier(3)
