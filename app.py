@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import click
 from flask import Flask, jsonify, request
@@ -70,9 +71,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, participant
+    from routes import admin, admin_tools, auth, pages, panel, participant
 
-    for module in (auth, participant, admin, admin_tools, pages):
+    for module in (auth, participant, admin, admin_tools, pages, panel):
         app.register_blueprint(module.bp)
 
 
@@ -161,6 +162,18 @@ def _register_cli(app: Flask) -> None:
         result = write_export(runtime, out, options=ExportOptions(bom=bom, exclude_pii=exclude_pii))
         click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
 
+    @app.cli.command("payments")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV file to write")
+    @click.option("--upload", is_flag=True, help="only id,amount rows for the panel's bulk payment upload")
+    def payments_command(out: str, upload: bool) -> None:
+        """What each participant is owed: per-task compensation and completion bonus (study file)."""
+        from services.payments import payment_rows, payments_csv
+
+        with runtime.db.Session() as session:
+            rows = payment_rows(session, runtime.study)
+        Path(out).write_text(payments_csv(rows, upload=upload), encoding="utf-8")
+        click.echo(f"wrote {out}: {len(rows)} participant(s)")
+
     @app.cli.command("run-jobs")
     @click.option("--reminders", is_flag=True, help="also send reminder e-mails (needs REMINDERS_ENABLED=1)")
     def run_jobs_command(reminders: bool) -> None:
@@ -173,7 +186,8 @@ def _register_cli(app: Flask) -> None:
                    f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); "
                    f"{len(result['overdue'])} newly overdue")
         if reminders:
-            click.echo(f"reminders sent: {len(result['reminders']['sent'])}")
+            click.echo(f"reminders sent: {len(result['reminders']['sent'])}, "
+                       f"failed: {len(result['reminders']['failed'])}")
 
 
 def bootstrap_admin_once(app: Flask) -> None:

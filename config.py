@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,16 @@ INSTRUMENTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# An instructed-response item (issue 12): ``expected`` is the one answer an attentive participant gives.
+# Not in any task by default; a study file adds "attention_check" to a task's questionnaire list.
+INSTRUMENTS["attention_check"] = {
+    "title": {"zh": "注意力检查", "en": "Attention check"},
+    "items": [
+        {"id": "attn_1", "type": "attention", "min": 1, "max": 7, "expected": 2,
+         "text": {"zh": "这是一道注意力检查题：请在本题选择 2。", "en": "This is an attention check: please choose 2 here."}},
+    ],
+}
+
 _EVERY_TASK = ["perceived_understanding", "ios", "closeness", "trust_cognitive", "trust_affective", "satisfaction"]
 
 DEFAULT_STUDY: dict[str, Any] = {
@@ -207,6 +218,20 @@ DEFAULT_STUDY: dict[str, Any] = {
                    "sensitive details in the chat."),
         },
     },
+    # Recruiting through a panel (Prolific, Credamo, wjx, a lab's own list): issue 12, README "Panels".
+    "panel": {
+        # GET /enter?<id_parameter>=<id> enters the study; e.g. PROLIFIC_PID for Prolific
+        "id_parameter": "pid",
+        # a panel id must match this in full; anything else gets a clear page, never an account
+        "id_pattern": r"^[A-Za-z0-9_.\-]{1,58}$",
+        # per task id: {"completion_code": "...", "redirect_url": "..."} shown after the questionnaire;
+        # "{completion_code}" and "{external_id}" in redirect_url are filled in
+        "tasks": {},
+        # personal return links expire this many study days after the last task unlocks
+        "return_link_grace_days": 7,
+    },
+    # Compensation (issue 12): amounts per completed task, and a bonus when every task is done.
+    "payments": {"currency": "CNY", "per_task": {}, "completion_bonus": 0.0},
     # Conditions a new participant can be assigned to (permuted blocks over these).
     "enabled_conditions": ["L1", "L2", "L3", "L4"],
     "assignment": {"block_multiple": 1, "seed": None},
@@ -396,6 +421,46 @@ def validate_study(study: dict[str, Any]) -> None:
     timing = study["timing"]
     if timing["min_active_seconds"] > timing["task_active_seconds"]:
         raise ValueError("min_active_seconds exceeds task_active_seconds")
+    _validate_panel(study, set(task_ids))
+    _validate_attention_items(study)
+
+
+def _validate_panel(study: dict[str, Any], task_ids: set[str]) -> None:
+    panel = study["panel"]
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}", str(panel["id_parameter"])):
+        raise ValueError(f"panel.id_parameter {panel['id_parameter']!r} is not a usable URL parameter name")
+    re.compile(panel["id_pattern"])
+    if not isinstance(panel["return_link_grace_days"], (int, float)) or panel["return_link_grace_days"] < 0:
+        raise ValueError("panel.return_link_grace_days must be a non-negative number of days")
+    for task_id, entry in panel["tasks"].items():
+        if task_id not in task_ids:
+            raise ValueError(f"panel.tasks names unknown task {task_id}")
+        unknown = set(entry) - {"completion_code", "redirect_url"}
+        if unknown:
+            raise ValueError(f"panel.tasks.{task_id} has unknown keys {sorted(unknown)}")
+        url = entry.get("redirect_url")
+        if url is not None and not str(url).startswith(("https://", "http://")):
+            raise ValueError(f"panel.tasks.{task_id}.redirect_url must be an http(s) URL")
+    payments = study["payments"]
+    for task_id, amount in payments["per_task"].items():
+        if task_id not in task_ids:
+            raise ValueError(f"payments.per_task names unknown task {task_id}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            raise ValueError(f"payments.per_task.{task_id} must be a non-negative amount")
+    bonus = payments["completion_bonus"]
+    if isinstance(bonus, bool) or not isinstance(bonus, (int, float)) or bonus < 0:
+        raise ValueError("payments.completion_bonus must be a non-negative amount")
+
+
+def _validate_attention_items(study: dict[str, Any]) -> None:
+    for name, instrument in study["instruments"].items():
+        for item in instrument["items"]:
+            if item.get("type") != "attention":
+                continue
+            allowed = ([o["value"] for o in item["options"]] if item.get("options")
+                       else list(range(item.get("min", 1), item.get("max", 7) + 1)))
+            if item.get("expected") not in allowed:
+                raise ValueError(f"attention item {name}.{item['id']} needs an expected answer among {allowed}")
 
 
 # ---------------------------------------------------------------------------
@@ -434,6 +499,11 @@ class Settings:
     assignment_seed: int | None = None
     rate_limits_enabled: bool = True
     cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
+    # the address participants reach the study at, for return links sent by reminders
+    # (pages use the address the request came to when this is unset)
+    public_base_url: str | None = None
+    # Fernet key for participants' contact details (services.contacts); unset: none are stored
+    contact_encryption_key: str | None = None
     run_migrations_on_start: bool = True
     study: dict[str, Any] = field(default_factory=load_study)
 
@@ -486,6 +556,8 @@ class Settings:
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
+            public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
+            contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:

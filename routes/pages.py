@@ -43,6 +43,7 @@ def study_facts():
                   for t in study["tasks"]],
         "limits": {"max_message_chars": study["limits"]["max_message_chars"]},
         "pilot_mode": runtime().settings.pilot_mode,
+        "panel": {"id_parameter": study["panel"]["id_parameter"]},
     })
 
 
