@@ -171,7 +171,7 @@ def _register_cli(app: Flask) -> None:
 
         with runtime.db.Session() as session:
             rows = payment_rows(session, runtime.study)
-        Path(out).write_text(payments_csv(rows, upload=upload), encoding="utf-8")
+        Path(out).write_bytes(payments_csv(rows, upload=upload).encode("utf-8"))
         click.echo(f"wrote {out}: {len(rows)} participant(s)")
 
     @app.cli.command("run-jobs")
