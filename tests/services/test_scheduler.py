@@ -183,8 +183,8 @@ def _config(smtp_sink, contacts, **extra) -> ReminderConfig:
                           contacts_path=str(contacts), **extra)
 
 
-def test_reminders_go_to_active_participants_once_per_task_and_kind(runtime, make_participant, admin_client, clock, study,
-                                                          smtp_sink, tmp_path):
+def test_reminders_go_to_active_participants_once_per_task_and_kind(runtime, make_participant, admin_client, clock,
+                                                                   study, smtp_sink, tmp_path):
     make_participant("alice")  # zh
     make_participant("bob", language="en")
     carol = make_participant("carol")  # withdrawn, has an address all the same
