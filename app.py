@@ -61,7 +61,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
 
     @login.user_loader
     def load_user(user_id: str):
-        return db_session().get(User, int(user_id))
+        user = db_session().get(User, int(user_id))
+        # an erased participant's session ends with the erasure
+        return None if user is None or user.status == "erased" else user
 
     app.teardown_appcontext(close_db_session)
     _register_errors(app)

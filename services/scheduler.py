@@ -319,8 +319,8 @@ class EmailChannel:
 class WebhookChannel:
     """A JSON POST per reminder to the lab's URL, which forwards it by SMS, WeChat or the panel's messages.
 
-    Every participant can be reached this way: the payload carries the panel id (if any) and the
-    contact stored for the webhook channel (if any); the receiver decides what to do with it."""
+    A participant is reached this way through the contact stored for the webhook channel (a phone
+    number, a WeChat id) or else their panel id; the payload carries both, the receiver decides."""
 
     name = "webhook"
 
@@ -329,7 +329,7 @@ class WebhookChannel:
 
     def address(self, entry: dict[str, Any], contacts: dict[tuple[int, str], str], lab_csv: dict[str, str]
                 ) -> str | None:
-        return contacts.get((entry["user_id"], "webhook")) or entry["external_id"] or entry["participant_code"]
+        return contacts.get((entry["user_id"], "webhook")) or entry["external_id"]
 
     def send(self, entry: dict[str, Any], address: str | None, url: str | None) -> None:
         subject, body = reminder_text(entry, url)
