@@ -192,8 +192,9 @@ REMINDER_TEXT = {
                         "has not been started yet. Please complete it when you can. {link}\n\nIf you no longer "
                         "wish to take part, just reply to this e-mail.\n\nThe AI Memory Lab research team"),
 }
-LINK_TEXT = {"zh": "点击这个个人链接直接进入任务（无需密码）：{url}",
-             "en": "Your personal link opens it directly (no password): {url}"}
+# the link on a line of its own, so mail clients and SMS apps recognise all of it
+LINK_TEXT = {"zh": "点击这个个人链接直接进入任务（无需密码）：\n{url}\n",
+             "en": "Your personal link opens it directly (no password):\n{url}\n"}
 NO_LINK_TEXT = {"zh": "请登录研究网站完成它。", "en": "Please log in to the study site to do it."}
 MAX_ATTEMPTS = 3
 
