@@ -17,7 +17,8 @@ from tests.conftest import ApiClient, walk_task
 
 # Distinctive strings that can only come from the participant being erased.
 SECRET_WORDS = ["独角兽斑马四十二", "ZEBRAUNICORN42", "梧桐巷", "花生过敏"]
-MESSAGES = [f"我叫{SECRET_WORDS[0]}，住在梧桐巷，我对花生过敏。", f"My nickname is {SECRET_WORDS[1]} and I love hiking."]
+MESSAGES = [f"我叫{SECRET_WORDS[0]}，住在梧桐巷，我对花生过敏。",
+            f"My nickname is {SECRET_WORDS[1]} and I love hiking."]
 OPEN_ANSWER = f"{SECRET_WORDS[0]}的开放回答"
 CONTACT = "zebra.unicorn@example.org"
 PANEL_IDS = ["panelA0001", "panelB0002", "panelC0003", "panelD0004"]
@@ -101,7 +102,8 @@ def test_erasure_removes_every_trace_and_keeps_the_tombstone(app, clock, study, 
     runtime = app.extensions["memory_lab"]
     clients = {pid: _enter(app, pid) for pid in PANEL_IDS}
     with runtime.db.Session() as session:
-        groups = {u.external_id: u.memory_group for u in session.scalars(select(User).where(User.role == "participant"))}
+        groups = {u.external_id: u.memory_group
+                  for u in session.scalars(select(User).where(User.role == "participant"))}
     # erase someone in a condition that keeps a profile, so profiles and summaries are among what must go
     target = next(pid for pid in PANEL_IDS if groups[pid] in ("L3", "L4"))
     api = clients[target]
