@@ -58,7 +58,10 @@ def payments_export():
     """What each participant is owed (?upload=1: the id,amount rows a panel takes)."""
     rt = runtime()
     upload = _flag("upload")
-    text = payments.payments_csv(payments.payment_rows(db_session(), rt.study), upload=upload)
+    rows = payments.payment_rows(db_session(), rt.study)
+    text = payments.payments_csv(rows, upload=upload)
+    payments.record_download(db_session(), actor_id=current().id, now=rt.clock.now(), upload=upload, rows=len(rows))
+    db_session().commit()
     name = "payments-upload.csv" if upload else "payments.csv"
     return Response(text.encode("utf-8"), mimetype="text/csv", headers={
         "Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})

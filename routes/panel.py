@@ -33,11 +33,13 @@ def _base_url() -> str:
 
 @bp.get("/enter")
 def enter():
-    """The panel's link. A missing or malformed id gets a page saying so; a good one, the consent page."""
+    """The panel's link. A missing, malformed or doubled id gets a page saying so; a good one, the consent page."""
     study = runtime().study
-    raw = request.args.get(study["panel"]["id_parameter"])
+    values = request.args.getlist(study["panel"]["id_parameter"])
     try:
-        panel_service.check_external_id(study, raw)
+        if len(set(values)) > 1:
+            raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
+        panel_service.check_external_id(study, values[0] if values else None)
     except BadInput:
         return _message_page(400, "链接无效 · Invalid link",
                              "这个研究链接没有带有效的参与者编号。请使用招募平台给你的链接重新进入。",

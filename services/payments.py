@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from database.models import TaskSession, User
+from database.models import AuditLog, TaskSession, User
 
 SHEET_COLUMNS = ["participant_code", "external_id", "status", "tasks_done", "completed_tasks", "first_completed_at",
                  "last_completed_at", "task_amount", "bonus", "total", "currency"]
@@ -49,6 +49,12 @@ def payment_rows(session: Session, study: dict[str, Any]) -> list[dict[str, Any]
             "total": f"{amount + earned_bonus:.2f}", "currency": study["payments"]["currency"],
         })
     return rows
+
+
+def record_download(session: Session, *, actor_id: int, now: datetime, upload: bool, rows: int) -> None:
+    """Audit a payments download: it holds panel ids."""
+    session.add(AuditLog(at=now, actor_user_id=actor_id, action="payments_exported",
+                         details={"upload": upload, "participants": rows}))
 
 
 def payments_csv(rows: list[dict[str, Any]], *, upload: bool = False) -> str:

@@ -12,6 +12,7 @@ import copy
 import re
 import threading
 import time
+from datetime import UTC
 
 import pytest
 from playwright.sync_api import expect
@@ -19,7 +20,6 @@ from sqlalchemy import select
 from werkzeug.serving import make_server
 
 from database.models import Message, TaskSession, User
-from tests.browser.conftest import CHROMIUM_ARGS
 from tests.browser.test_participant_page import answer_questionnaire, assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -148,9 +148,9 @@ def test_panel_participant_enters_returns_by_link_and_comes_back_by_the_panel_li
         assert typed.pasted_chars == 0 and typed.focus_losses is not None
 
     # 3. after T2 unlocks: the return link in a fresh browser (no cookies, no password) opens T2
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    naive_now = datetime.now(timezone.utc).replace(tzinfo=None).timestamp()
+    naive_now = datetime.now(UTC).replace(tzinfo=None).timestamp()
     time.sleep(max(0.0, unlock_at - naive_now + 0.5))
     returning = open_page()
     returning.goto(return_url)

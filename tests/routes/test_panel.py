@@ -71,6 +71,8 @@ def test_the_entry_page_reads_the_study_files_parameter(app, client):
     assert wrong.status_code == 400 and "text/html" in wrong.content_type
     assert "Please use the link your panel gave you" in wrong.get_data(as_text=True)
     assert client.get("/enter?PROLIFIC_PID=%3Cscript%3E").status_code == 400
+    assert client.get("/enter").status_code == 400
+    assert client.get(f"/enter?PROLIFIC_PID={PROLIFIC_ID}&PROLIFIC_PID=other1").status_code == 400
     assert client.get("/api/study").get_json()["panel"] == {"id_parameter": "PROLIFIC_PID"}
 
 
