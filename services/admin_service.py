@@ -24,6 +24,7 @@ from database.models import (
 from services.chat_service import serialise_message
 from services.erasure_service import tombstone
 from services.errors import BadInput, Conflict, NotFound
+from services.panel_service import link_summary
 from services.quality import participant_quality
 from services.runtime import Runtime
 from services.timer_service import TaskService
@@ -221,6 +222,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
             "steps": r.steps, "provider": r.provider,
         } for r in runs],
         "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
+        "return_links": link_summary(session, user_id, tasks.clock.now()),
         "audit": [{"at": _iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }

@@ -725,6 +725,9 @@ async function showParticipant(id) {
       [t("admin.col.messages"), fmt(p.messages)], [t("admin.col.questionnaires"), fmt(p.questionnaires_done)],
       [t("admin.col.failures"), fmt(p.provider_failures)],
       [t("admin.detail.external_id"), p.external_id], [t("admin.col.quality"), qualityCell(p)],
+      [t("admin.detail.return_links"), record.return_links ? t("admin.links.summary", {
+        live: record.return_links.live, issued: record.return_links.issued,
+        used: formatDateTime(record.return_links.last_used_at) || "–" }) : null],
     ];
     const answersByTask = new Map();
     for (const a of record.questionnaires || []) {

@@ -108,6 +108,9 @@ def test_return_link_logs_in_opens_the_next_task_and_can_be_revoked(app, clock, 
     assert ApiClient(app.test_client()).get(f"/r/{token}").headers["Location"].endswith("/#/task/T2")
 
     pid = api.get("/api/auth/me").get_json()["user"]["id"]
+    links = admin_client.get(f"/api/admin/participants/{pid}").get_json()["return_links"]
+    assert links["issued"] == 1 and links["live"] == 1 and links["last_used_at"] is not None
+    assert token not in str(admin_client.get(f"/api/admin/participants/{pid}").get_json())
     assert admin_client.post(f"/api/admin/participants/{pid}/return-link/revoke").get_json()["revoked"] >= 1
     refused = ApiClient(app.test_client()).get(f"/r/{token}")
     assert refused.status_code == 404 and "not valid" in refused.get_data(as_text=True)
