@@ -35,7 +35,7 @@ def _base_url() -> str:
 def enter():
     """The panel's link. A missing, malformed or doubled id gets a page saying so; a good one, the consent page."""
     study = runtime().study
-    values = request.args.getlist(study["panel"]["id_parameter"])
+    values = request.args.getlist(study.panel.id_parameter)
     try:
         if len(set(values)) > 1:
             raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
@@ -104,7 +104,7 @@ def next_task_calendar():
         raise NotFound("there is no upcoming task with a known unlock time", code="no_upcoming_task")
     link = panel_service.issue_return_link(session, user, tasks, purpose="calendar")
     body = panel_service.calendar_file(
-        study_name=rt.study["name"], task=task, url=link.url(_base_url()), language=user.language,
+        study_name=rt.study.name, task=task, url=link.url(_base_url()), language=user.language,
         unlock_at=panel_service.parse_iso(task["available_at"]), now=rt.clock.now())
     session.commit()
     return Response(body, mimetype="text/calendar", headers={

@@ -22,18 +22,19 @@ from database.models import (
     User,
 )
 from services.chat_service import serialise_message
+from services.clock import utc_iso
+from services.consolidation_service import ConsolidationService
 from services.erasure_service import tombstone
 from services.errors import BadInput, Conflict, NotFound
 from services.panel_service import link_summary
 from services.quality import participant_quality
 from services.runtime import Runtime
+from services.study import Study
 from services.timer_service import TaskService
 
 PARTICIPANT_STATUSES = ("active", "withdrawn", "erased")
 
 
-def _iso(value) -> str | None:
-    return value.isoformat(timespec="seconds") + "Z" if value else None
 
 
 def _counts(session: Session, model, column) -> dict[int, int]:
@@ -47,7 +48,7 @@ def _reminders(session: Session) -> dict[int, list[dict[str, Any]]]:
     by_user: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in session.scalars(select(Reminder).order_by(Reminder.id)):
         by_user[r.user_id].append({"task_id": r.task_id, "kind": r.kind, "channel": r.channel, "status": r.status,
-                                   "attempts": r.attempts, "sent_at": _iso(r.sent_at), "error": r.error})
+                                   "attempts": r.attempts, "sent_at": utc_iso(r.sent_at), "error": r.error})
     return by_user
 
 
@@ -73,9 +74,9 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "username": user.username,
             "memory_group": user.memory_group,
             "status": user.status,
-            "enrolled_at": _iso(user.consent_at or user.created_at),
-            "last_active_at": _iso(user.last_active_at),
-            "withdrawn_at": _iso(user.withdrawn_at),
+            "enrolled_at": utc_iso(user.consent_at or user.created_at),
+            "last_active_at": utc_iso(user.last_active_at),
+            "withdrawn_at": utc_iso(user.withdrawn_at),
             "tasks": {t["id"]: t["status"] for t in overview},
             "task_details": overview,
             # a withdrawn participant is no longer expected to do anything
@@ -86,7 +87,7 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "consolidation_pending": sum(1 for c in consolidation if c in ("pending", "failed")),
             "provider_failures": failures.get(user.id, 0),
             "external_id": user.external_id,
-            "erased_at": _iso(user.erased_at),
+            "erased_at": utc_iso(user.erased_at),
             **quality[user.id],
             "reminders": reminders.get(user.id, []),
         })
@@ -104,13 +105,13 @@ def _flag(raw: str | None, name: str) -> bool | None:
     raise BadInput(f"{name} must be 1 or 0", code="invalid_filter", details={name: raw})
 
 
-def filter_rows(rows: list[dict[str, Any]], study: dict[str, Any], *, group: str | None = None,
+def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None = None,
                 status: str | None = None, overdue: str | None = None, pasted: str | None = None,
                 failed_checks: str | None = None) -> list[dict[str, Any]]:
     """The monitor's filters: memory group, participant status, and the 1/0 flags overdue, pasted
     (sent a message with pasted text) and failed_checks (failed an attention check)."""
     if group:
-        if group not in study["conditions"]:
+        if group not in study.conditions:
             raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
         rows = [r for r in rows if r["memory_group"] == group]
     if status:
@@ -128,12 +129,12 @@ def filter_rows(rows: list[dict[str, Any]], study: dict[str, Any], *, group: str
     return rows
 
 
-def monitor_summary(rows: list[dict[str, Any]], study: dict[str, Any]) -> dict[str, Any]:
+def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
     """Counts per group and the completion funnel (registered -> T1 done -> ... -> T4 done).
 
     Every enabled group is listed even when empty, so an empty cell is visible at a glance."""
-    task_ids = [t["id"] for t in study["tasks"]]
-    groups: dict[str, int] = {g: 0 for g in study["enabled_conditions"]}
+    task_ids = study.task_ids
+    groups: dict[str, int] = {g: 0 for g in study.enabled_conditions}
     funnel_by_group: dict[str, dict[str, int]] = {g: _empty_funnel(task_ids) for g in groups}
     funnel = _empty_funnel(task_ids)
     statuses = Counter({s: 0 for s in PARTICIPANT_STATUSES})
@@ -174,7 +175,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
     user = get_participant(session, user_id)
     if user.status == "erased":
         return {"erased": True, "tombstone": tombstone(user),
-                "audit": [{"at": _iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id}
+                "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id}
                           for a in session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id)
                                                    .order_by(AuditLog.id))]}
     row = next(r for r in monitor_rows(session, tasks) if r["id"] == user_id)
@@ -195,8 +196,8 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "participant": row,
         "task_sessions": [{
             "id": s.id, "task_id": s.task_id, "attempt": s.attempt, "status": s.status, "phase": s.phase,
-            "started_at": _iso(s.started_at), "chat_ended_at": _iso(s.chat_ended_at),
-            "completed_at": _iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
+            "started_at": utc_iso(s.started_at), "chat_ended_at": utc_iso(s.chat_ended_at),
+            "completed_at": utc_iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
             "idle_gap_count": s.idle_gap_count, "idle_seconds": round(s.idle_seconds, 1),
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
@@ -204,26 +205,26 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "messages": [serialise_message(m, participant_view=False) for m in messages],
         "profiles": [{
             "kind": p.kind, "version": p.version, "task_id": p.task_id, "content": p.content,
-            "rendered": p.rendered, "source": p.source, "created_at": _iso(p.created_at),
+            "rendered": p.rendered, "source": p.source, "created_at": utc_iso(p.created_at),
         } for p in profiles],
         "recall_events": [{
             "id": e.id, "query_message_id": e.query_message_id, "memory_message_id": e.memory_message_id,
             "task_id": e.task_id, "rank": e.rank, "cosine": e.cosine, "r": e.r, "t": e.t,
             "g_before": e.g_before, "g_after": e.g_after, "p": e.p, "p_final": e.p_final,
-            "salience": e.salience, "recalled": e.recalled, "created_at": _iso(e.created_at),
+            "salience": e.salience, "recalled": e.recalled, "created_at": utc_iso(e.created_at),
         } for e in recalls],
         "questionnaires": [{
             "task_id": a.task_id, "instrument": a.instrument, "item_id": a.item_id, "value": a.value,
-            "submitted_at": _iso(a.submitted_at),
+            "submitted_at": utc_iso(a.submitted_at),
         } for a in answers],
         "consolidation_runs": [{
             "id": r.id, "task_id": r.task_id, "trigger": r.trigger, "status": r.status,
-            "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at), "error": r.error,
+            "started_at": utc_iso(r.started_at), "finished_at": utc_iso(r.finished_at), "error": r.error,
             "steps": r.steps, "provider": r.provider,
         } for r in runs],
         "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
         "return_links": link_summary(session, user_id, tasks.clock.now()),
-        "audit": [{"at": _iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
+        "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
 
@@ -270,9 +271,7 @@ def reset_task(session: Session, tasks: TaskService, user_id: int, task_id: str,
     return ts
 
 
-def consolidation_service(runtime: Runtime):
-    from services.consolidation_service import ConsolidationService
-
+def consolidation_service(runtime: Runtime) -> ConsolidationService:
     return ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm or runtime.llm,
                                 embedder=runtime.embedder, clock=runtime.clock)
 
@@ -337,7 +336,7 @@ def consolidate_pending(runtime: Runtime, *, user_id: int | None = None, trigger
 
 def _failure_view(f: ProviderFailure, participant_code: str | None) -> dict[str, Any]:
     return {
-        "id": f.id, "at": _iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
+        "id": f.id, "at": utc_iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
         "error_class": f.error_class, "status_code": f.status_code, "message": f.message,
         "user_id": f.user_id, "participant_code": participant_code, "message_id": f.message_id,
         "fallback_provider": f.fallback_provider,

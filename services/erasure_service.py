@@ -22,6 +22,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, Base, Message, ProviderFailure, User
+from services.clock import utc_iso
 from services.errors import BadInput, Conflict, NotFound
 
 # the tombstone and the audit trail
@@ -90,11 +91,8 @@ def tombstone(user: User) -> dict[str, Any]:
         "memory_group": assignment.memory_group if assignment else None,
         "assignment_block": assignment.block_index if assignment else None,
         "assignment_slot": assignment.slot_index if assignment else None,
-        "enrolled_at": _iso(user.consent_at or user.created_at),
-        "erased_at": _iso(user.erased_at),
+        "enrolled_at": utc_iso(user.consent_at or user.created_at),
+        "erased_at": utc_iso(user.erased_at),
         "erasure_reason": user.erasure_reason,
     }
 
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") + "Z" if value else None

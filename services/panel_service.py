@@ -27,8 +27,10 @@ from sqlalchemy.orm import Session
 from database.models import AuditLog, ReturnLink, User
 from services.account_service import hash_password, new_participant_code
 from services.assignment_service import assign
-from services.clock import Clock
+from services.clock import Clock, utc_iso
 from services.errors import BadInput, Conflict, NotFound
+from services.languages import LANGUAGES
+from services.study import Study
 from services.timer_service import TaskService
 
 PANEL_USERNAME_PREFIX = "panel:"  # ':' never passes the register form's username rule
@@ -39,9 +41,9 @@ TOKEN_BYTES = 32
 # -- panel entry -----------------------------------------------------------------------------------
 
 
-def check_external_id(study: dict[str, Any], raw: object) -> str:
+def check_external_id(study: Study, raw: object) -> str:
     """The panel id if it matches the study's pattern in full; BadInput otherwise."""
-    pattern = study["panel"]["id_pattern"]
+    pattern = study.panel.id_pattern
     if not isinstance(raw, str) or not re.fullmatch(pattern, raw.strip()):
         raise BadInput("this study link carries no valid participant id; please use the link your panel gave you",
                        code="invalid_panel_id")
@@ -55,7 +57,7 @@ def find_panel_user(session: Session, external_id: str) -> User | None:
     return session.scalar(select(User).where(User.external_id == external_id))
 
 
-def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: dict[str, Any],
+def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: Study,
                 clock: Clock, seed: int | None = None, attempts: int = 5) -> tuple[User, bool]:
     """(user, created): the account of this panel id, created and assigned on its first visit. Commits."""
     if consent is not True:
@@ -64,13 +66,13 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
     existing = find_panel_user(session, external_id)
     if existing is not None:
         return existing, False
-    lang = language if language in ("zh", "en") else study["default_language"]
+    lang = language if language in LANGUAGES else study.default_language
     for _ in range(attempts):
         now = clock.now()
         user = User(username=PANEL_USERNAME_PREFIX + external_id, external_id=external_id,
                     password_hash=hash_password(secrets.token_urlsafe(32)), role="participant",
                     participant_code=new_participant_code(session), language=lang, created_at=now,
-                    consent_at=now, consent_version=study["consent"]["version"], status="active")
+                    consent_at=now, consent_version=study.consent.version, status="active")
         session.add(user)
         try:
             session.flush()
@@ -93,13 +95,13 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
 # -- completion codes --------------------------------------------------------------------------------
 
 
-def completion_for(study: dict[str, Any], task_id: str, user: User) -> dict[str, Any] | None:
+def completion_for(study: Study, task_id: str, user: User) -> dict[str, Any] | None:
     """The task's completion code and redirect URL from the study file, for a finished task."""
-    entry = study["panel"]["tasks"].get(task_id)
-    if not entry:
+    entry = study.panel.tasks.get(task_id)
+    if entry is None:
         return None
-    code = entry.get("completion_code")
-    url = entry.get("redirect_url")
+    code = entry.completion_code
+    url = entry.redirect_url
     if url:
         url = url.replace("{completion_code}", code or "").replace("{external_id}", user.external_id or "")
     return {"completion_code": code, "redirect_url": url}
@@ -117,7 +119,7 @@ def study_end(user: User, tasks: TaskService) -> datetime:
     study = tasks.study
     first = tasks.live_session(user.id, tasks.task_ids[0])
     anchor = first.completed_at if first is not None and first.completed_at else (user.consent_at or user.created_at)
-    days = max(t["unlock_offset_days"] for t in study["tasks"]) + study["panel"]["return_link_grace_days"]
+    days = max(t.unlock_offset_days for t in study.tasks) + study.panel.return_link_grace_days
     return anchor + timedelta(days=days * tasks.time_scale)
 
 
@@ -169,7 +171,7 @@ def reissue_link(session: Session, user: User, tasks: TaskService, *, admin: Use
     revoked = revoke_links(session, user.id, now)
     link = issue_return_link(session, user, tasks, purpose="admin")
     session.add(AuditLog(at=now, actor_user_id=admin.id, action="return_link_reissued", target_user_id=user.id,
-                         details={"revoked": revoked, "expires_at": _iso(link.expires_at)}))
+                         details={"revoked": revoked, "expires_at": utc_iso(link.expires_at)}))
     return link
 
 
@@ -185,8 +187,8 @@ def link_summary(session: Session, user_id: int, now: datetime) -> dict[str, Any
     links = session.scalars(select(ReturnLink).where(ReturnLink.user_id == user_id).order_by(ReturnLink.id)).all()
     live = [link for link in links if link.revoked_at is None and link.expires_at > now]
     used = [link.last_used_at for link in links if link.last_used_at]
-    return {"issued": len(links), "live": len(live), "last_used_at": _iso(max(used)) if used else None,
-            "expires_at": _iso(max(link.expires_at for link in live)) if live else None}
+    return {"issued": len(links), "live": len(live), "last_used_at": utc_iso(max(used)) if used else None,
+            "expires_at": utc_iso(max(link.expires_at for link in live)) if live else None}
 
 
 # -- where a link leads ---------------------------------------------------------------------------------
@@ -231,9 +233,6 @@ def calendar_file(*, study_name: str, task: dict[str, Any], url: str, unlock_at:
 
 
 def parse_iso(value: str) -> datetime:
-    """The naive UTC datetime of an ISO string written by ``_iso``."""
+    """The naive UTC datetime of an ISO string written by ``utc_iso``."""
     return datetime.fromisoformat(value.rstrip("Z"))
 
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") + "Z" if value else None

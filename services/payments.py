@@ -20,16 +20,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, TaskSession, User
+from services.study import Study
 
 SHEET_COLUMNS = ["participant_code", "external_id", "status", "tasks_done", "completed_tasks", "first_completed_at",
                  "last_completed_at", "task_amount", "bonus", "total", "currency"]
 
 
-def payment_rows(session: Session, study: dict[str, Any]) -> list[dict[str, Any]]:
+def payment_rows(session: Session, study: Study) -> list[dict[str, Any]]:
     """One row per participant (admins excluded), in enrolment order."""
-    per_task = study["payments"]["per_task"]
-    bonus = float(study["payments"]["completion_bonus"])
-    task_ids = [t["id"] for t in study["tasks"]]
+    per_task = study.payments.per_task
+    bonus = float(study.payments.completion_bonus)
+    task_ids = study.task_ids
     done: dict[int, dict[str, datetime]] = defaultdict(dict)
     for ts in session.scalars(select(TaskSession).where(TaskSession.status == "done")):
         done[ts.user_id][ts.task_id] = ts.completed_at
@@ -46,7 +47,7 @@ def payment_rows(session: Session, study: dict[str, Any]) -> list[dict[str, Any]
             "first_completed_at": _time(dates[0]) if dates else None,
             "last_completed_at": _time(dates[-1]) if dates else None,
             "task_amount": f"{amount:.2f}", "bonus": f"{earned_bonus:.2f}",
-            "total": f"{amount + earned_bonus:.2f}", "currency": study["payments"]["currency"],
+            "total": f"{amount + earned_bonus:.2f}", "currency": study.payments.currency,
         })
     return rows
 

@@ -13,6 +13,7 @@ filters flag pasted messages and failed checks.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from database.models import Message, QuestionnaireResponse
 from services.errors import BadInput
+from services.study import Study
 
 # Upper bounds per message: a day of typing, and counts far beyond any 4000-character message.
 SIGNAL_CAPS: dict[str, int] = {
@@ -50,17 +52,17 @@ def parse_signals(data: dict[str, Any]) -> dict[str, int | None]:
     return signals
 
 
-def attention_items(study: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def attention_items(study: Study) -> dict[str, Mapping[str, Any]]:
     """item id -> definition of every attention item in the study."""
-    return {item["id"]: item for instrument in study["instruments"].values() for item in instrument["items"]
+    return {item["id"]: item for instrument in study.instruments.values() for item in instrument.items
             if item.get("type") == "attention"}
 
 
-def attention_passed(item: dict[str, Any], value: Any) -> bool:
+def attention_passed(item: Mapping[str, Any], value: Any) -> bool:
     return value == item["expected"]
 
 
-def participant_quality(session: Session, study: dict[str, Any]) -> dict[int, dict[str, int]]:
+def participant_quality(session: Session, study: Study) -> dict[int, dict[str, int]]:
     """user id -> pasted messages, pasted characters, focus losses, attention checks and failures."""
     result: dict[int, dict[str, int]] = defaultdict(lambda: {
         "pasted_messages": 0, "pasted_chars": 0, "focus_losses": 0, "attention_checks": 0, "attention_failures": 0})

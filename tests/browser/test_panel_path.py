@@ -8,7 +8,6 @@ and PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
 """
 from __future__ import annotations
 
-import copy
 import re
 import threading
 import time
@@ -45,13 +44,10 @@ def panel_server(tmp_path_factory):
         assignment_seed=11, llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0,
         run_migrations_on_start=False,
     )
-    study = copy.deepcopy(settings.study)
-    study["panel"]["id_parameter"] = "PROLIFIC_PID"
-    study["panel"]["tasks"] = {
+    settings.study = settings.study.with_overrides({"panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
         "T1": {"completion_code": T1_CODE, "redirect_url": "https://panel.example.org/done?cc={completion_code}"},
         "T2": {"completion_code": T2_CODE},
-    }
-    settings.study = study
+    }}})
     app = create_app(settings)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="panel-browser-server", daemon=True)

@@ -2,7 +2,6 @@
 the tombstone stays, group counts and the audit trail stay right, and it cannot be repeated or undone."""
 from __future__ import annotations
 
-import copy
 import io
 import json
 import zipfile
@@ -13,6 +12,7 @@ from sqlalchemy import inspect, select, text
 
 from database.models import Assignment, AuditLog, User
 from services.export_service import ExportOptions, export_runtime
+from services.study import build_study
 from tests.conftest import ApiClient, walk_task
 
 # Distinctive strings that can only come from the participant being erased.
@@ -28,10 +28,10 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def settings(settings):
-    study = copy.deepcopy(settings.study)
+    definition = settings.study.as_dict()
     # an open question after T1, so a free-text answer is among what must go
-    study["tasks"][0]["questionnaire"] = study["tasks"][0]["questionnaire"] + ["open_questions", "attention_check"]
-    settings.study = study
+    definition["tasks"][0]["questionnaire"] += ["open_questions", "attention_check"]
+    settings.study = build_study(definition)
     settings.contact_encryption_key = Fernet.generate_key().decode()
     return settings
 
@@ -59,10 +59,10 @@ def _walk_with_open_answer(api: ApiClient, clock, study) -> None:
         response = api.post("/api/tasks/T1/messages", json={"content": content, "typing_ms": 5000, "keystrokes": 40,
                                                             "pasted_chars": 12, "focus_losses": 1})
         assert response.status_code == 201
-    clock.advance(study["timing"]["idle_gap_seconds"] - 1)
-    clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+    clock.advance(study.timing.idle_gap_seconds - 1)
+    clock.advance(study.timing.idle_gap_seconds - 1)
     while api.post("/api/tasks/T1/finish").status_code != 200:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
     items = api.get("/api/tasks/T1/questionnaire").get_json()["items"]
     response = api.post("/api/tasks/T1/questionnaire", json={"answers": _answers_with_open_text(api, items)})
     assert response.status_code == 201, response.get_json()

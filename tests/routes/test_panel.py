@@ -1,7 +1,6 @@
 """Panel entry, completion codes, personal return links, the calendar file, data-quality fields, payments."""
 from __future__ import annotations
 
-import copy
 import csv
 import io
 from datetime import timedelta
@@ -17,14 +16,13 @@ PROLIFIC_ID = "5f1a2b3c4d5e6f7a8b9c0d1e"
 
 @pytest.fixture
 def settings(settings):
-    study = copy.deepcopy(settings.study)
-    study["panel"]["id_parameter"] = "PROLIFIC_PID"
-    study["panel"]["tasks"] = {
-        "T1": {"completion_code": "C1WAVE1", "redirect_url": "https://app.prolific.com/submissions/complete?cc={completion_code}"},
-    }
-    study["payments"] = {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
-                         "completion_bonus": 3.0}
-    settings.study = study
+    settings.study = settings.study.with_overrides({
+        "panel": {"id_parameter": "PROLIFIC_PID", "tasks": {"T1": {
+            "completion_code": "C1WAVE1",
+            "redirect_url": "https://app.prolific.com/submissions/complete?cc={completion_code}"}}},
+        "payments": {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
+                     "completion_bonus": 3.0},
+    })
     return settings
 
 

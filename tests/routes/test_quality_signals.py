@@ -2,7 +2,6 @@
 and the export (messages.csv, questionnaires_long.csv, participants.csv) with their codebook entries."""
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import zipfile
@@ -10,6 +9,7 @@ import zipfile
 import pytest
 
 from services.export_service import ExportOptions, export_runtime
+from services.study import build_study
 
 PASTED = "这是一段从别处复制过来的很长的回答，内容工整得不像随手打的字。"
 TYPED = "我今天自己打字聊天。"
@@ -17,9 +17,9 @@ TYPED = "我今天自己打字聊天。"
 
 @pytest.fixture
 def settings(settings):
-    study = copy.deepcopy(settings.study)
-    study["tasks"][0]["questionnaire"] = study["tasks"][0]["questionnaire"] + ["attention_check"]
-    settings.study = study
+    definition = settings.study.as_dict()
+    definition["tasks"][0]["questionnaire"] += ["attention_check"]
+    settings.study = build_study(definition)
     return settings
 
 
@@ -28,7 +28,7 @@ def _do_t1(api, clock, study, *, content: str, signals: dict, attention: int) ->
     clock.advance(60)
     assert api.post("/api/tasks/T1/messages", json={"content": content, **signals}).status_code == 201
     while api.post("/api/tasks/T1/finish").status_code != 200:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
     items = api.get("/api/tasks/T1/questionnaire").get_json()["items"]
     check = next(i for i in items if i["type"] == "attention")
     assert "expected" not in check and (check["min"], check["max"]) == (1, 7)  # the answer stays on the server
@@ -97,10 +97,9 @@ def test_pasted_message_and_failed_check_reach_the_record_the_monitor_and_the_ex
 
 
 def test_an_attention_item_needs_an_expected_answer_in_range():
-    from config import INSTRUMENTS, load_study, validate_study
+    from services.study import StudyDefinitionError, load_study
 
-    study = load_study()
-    study["instruments"] = copy.deepcopy(INSTRUMENTS)
-    study["instruments"]["attention_check"]["items"][0]["expected"] = 9
-    with pytest.raises(ValueError, match="expected answer"):
-        validate_study(study)
+    definition = load_study().as_dict()
+    definition["instruments"]["attention_check"]["items"][0]["expected"] = 9
+    with pytest.raises(StudyDefinitionError, match="expected must be one of"):
+        build_study(definition)

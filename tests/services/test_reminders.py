@@ -111,7 +111,7 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
     config = _config(smtp, webhook)
 
     assert scheduler.send_reminders(runtime, config)["sent"] == []  # T2 is not open yet
-    clock.advance(days=study["tasks"][1]["unlock_offset_days"] + 0.01)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
     result = scheduler.send_reminders(runtime, config)
     assert sorted((s["task_id"], s["kind"], s["channel"]) for s in result["sent"]) == [
         ("T2", "unlocked", "email"), ("T2", "unlocked", "webhook")]
@@ -152,7 +152,7 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
     assert all(EMAIL not in archive.read(name).decode("utf-8") for name in archive.namelist())
 
     # overdue: one more reminder per channel, once
-    clock.advance(days=study["timing"]["overdue_after_days"])
+    clock.advance(days=study.timing.overdue_after_days)
     overdue = scheduler.send_reminders(runtime, config)
     assert sorted((s["kind"], s["channel"]) for s in overdue["sent"]) == [("overdue", "email"), ("overdue", "webhook")]
     assert scheduler.send_reminders(runtime, config)["sent"] == []
@@ -162,7 +162,7 @@ def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_cli
     panel = ApiClient(app.test_client())
     assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
     walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
-    clock.advance(days=study["tasks"][1]["unlock_offset_days"] + 0.01)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
     config = _config(smtp, webhook)
     webhook.failing.set()
     result = scheduler.send_reminders(runtime, config)
