@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_errors(app)
     _register_blueprints(app)
     _register_cli(app)
+    _register_payments_cli(app)
     return app
 
 
@@ -165,18 +166,6 @@ def _register_cli(app: Flask) -> None:
         result = write_export(runtime, out, options=ExportOptions(bom=bom, exclude_pii=exclude_pii))
         click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
 
-    @app.cli.command("payments")
-    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV file to write")
-    @click.option("--upload", is_flag=True, help="only id,amount rows for the panel's bulk payment upload")
-    def payments_command(out: str, upload: bool) -> None:
-        """What each participant is owed: per-task compensation and completion bonus (study file)."""
-        from services.payments import payment_rows, payments_csv
-
-        with runtime.db.Session() as session:
-            rows = payment_rows(session, runtime.study)
-        Path(out).write_bytes(payments_csv(rows, upload=upload).encode("utf-8"))
-        click.echo(f"wrote {out}: {len(rows)} participant(s)")
-
     @app.cli.command("run-jobs")
     @click.option("--reminders", is_flag=True, help="also send reminder e-mails (needs REMINDERS_ENABLED=1)")
     def run_jobs_command(reminders: bool) -> None:
@@ -191,6 +180,22 @@ def _register_cli(app: Flask) -> None:
         if reminders:
             click.echo(f"reminders sent: {len(result['reminders']['sent'])}, "
                        f"failed: {len(result['reminders']['failed'])}")
+
+
+def _register_payments_cli(app: Flask) -> None:
+    runtime = app.extensions["memory_lab"]
+
+    @app.cli.command("payments")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV file to write")
+    @click.option("--upload", is_flag=True, help="only id,amount rows for the panel's bulk payment upload")
+    def payments_command(out: str, upload: bool) -> None:
+        """What each participant is owed: per-task compensation and completion bonus (study file)."""
+        from services.payments import payment_rows, payments_csv
+
+        with runtime.db.Session() as session:
+            rows = payment_rows(session, runtime.study)
+        Path(out).write_bytes(payments_csv(rows, upload=upload).encode("utf-8"))
+        click.echo(f"wrote {out}: {len(rows)} participant(s)")
 
 
 def bootstrap_admin_once(app: Flask) -> None:
