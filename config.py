@@ -95,6 +95,8 @@ class Settings:
     public_base_url: str | None = None
     # Fernet key for participants' contact details (services.contacts); unset: none are stored
     contact_encryption_key: str | None = None
+    # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
+    db_busy_timeout_seconds: float = 10.0
     run_migrations_on_start: bool = True
     study: Study = field(default_factory=load_study)
 
@@ -149,6 +151,7 @@ class Settings:
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
             public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
             contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
+            db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:

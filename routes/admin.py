@@ -30,13 +30,13 @@ def participants():
                "generated_at": _now_iso()})
 
 
-@bp.get("/participants/<int:user_id>")
+@bp.get("/participants/<id:user_id>")
 @admin_required
 def participant(user_id: int):
     return ok(admin_service.participant_record(db_session(), task_service(db_session(), runtime()), user_id))
 
 
-@bp.post("/participants/<int:user_id>/consolidate")
+@bp.post("/participants/<id:user_id>/consolidate")
 @admin_required
 def consolidate_participant(user_id: int):
     """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
@@ -52,7 +52,7 @@ def consolidate_pending():
     return ok({"runs": runs})
 
 
-@bp.post("/participants/<int:user_id>/withdraw")
+@bp.post("/participants/<id:user_id>/withdraw")
 @admin_required
 def withdraw(user_id: int):
     session = db_session()
@@ -65,7 +65,7 @@ def withdraw(user_id: int):
                                "withdrawn_reason": user.withdrawn_reason}})
 
 
-@bp.post("/participants/<int:user_id>/tasks/<task_id>/reset")
+@bp.post("/participants/<id:user_id>/tasks/<task_id>/reset")
 @admin_required
 def reset_task(user_id: int, task_id: str):
     session = db_session()
@@ -78,7 +78,7 @@ def reset_task(user_id: int, task_id: str):
     return ok({"task_session_id": ts.id, "attempt": ts.attempt, "task": tasks.status_of(user, task_id)})
 
 
-@bp.post("/participants/<int:user_id>/erase")
+@bp.post("/participants/<id:user_id>/erase")
 @admin_required
 def erase(user_id: int):
     """Erase a participant on request: {"confirm": true, "reason": "..."}. Irreversible; the tombstone stays."""
@@ -90,7 +90,7 @@ def erase(user_id: int):
     return ok({"tombstone": tombstone})
 
 
-@bp.post("/participants/<int:user_id>/return-link")
+@bp.post("/participants/<id:user_id>/return-link")
 @admin_required
 def reissue_return_link(user_id: int):
     """Revoke the participant's return links and issue a new one, shown to the admin once."""
@@ -103,7 +103,7 @@ def reissue_return_link(user_id: int):
                "expires_at": link.expires_at.isoformat(timespec="seconds") + "Z"})
 
 
-@bp.post("/participants/<int:user_id>/return-link/revoke")
+@bp.post("/participants/<id:user_id>/return-link/revoke")
 @admin_required
 def revoke_return_links(user_id: int):
     session = db_session()

@@ -56,6 +56,7 @@ def erase_participant(session: Session, user_id: int, *, admin: User, confirm: A
     user.external_id = None
     user.withdrawn_reason = None
     user.last_active_at = None
+    user.session_version = (user.session_version or 0) + 1  # ends every session of this account
     user.status = "erased"
     user.erased_at = now
     user.erasure_reason = text

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, TaskSession, User
+from services.export_service import safe_cell
 from services.study import Study
 
 SHEET_COLUMNS = ["participant_code", "external_id", "status", "tasks_done", "completed_tasks", "first_completed_at",
@@ -65,11 +66,11 @@ def payments_csv(rows: list[dict[str, Any]], *, upload: bool = False) -> str:
     if upload:
         for row in rows:
             if row["external_id"] and float(row["total"]) > 0:
-                writer.writerow([row["external_id"], row["total"]])
+                writer.writerow([safe_cell(row["external_id"], escape_formulas=True), row["total"]])
         return buffer.getvalue()
     writer.writerow(SHEET_COLUMNS)
     for row in rows:
-        writer.writerow(["" if row[c] is None else row[c] for c in SHEET_COLUMNS])
+        writer.writerow([safe_cell(row[c], escape_formulas=True) for c in SHEET_COLUMNS])
     return buffer.getvalue()
 
 

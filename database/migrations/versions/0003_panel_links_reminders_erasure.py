@@ -1,14 +1,14 @@
 """panel ids, return links, encrypted contacts, reminders, erasure tombstones, data-quality signals
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 """
 from alembic import op
 import sqlalchemy as sa
 
 
 revision = '0003'
-down_revision = '0001'
+down_revision = '0002'
 branch_labels = None
 depends_on = None
 
