@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from database.models import ConsolidationRun, Message, RecallEvent
 from services import recall_model as rm
 from services.embedding_service import from_blob, normalise
+from services.memory.exchange_index import Exchange, ExchangeIndex
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,10 @@ class RecallCandidate:
     recalled: bool
     rank: int
     at: datetime | None = None  # when the recall was computed
+    reply: str | None = None  # the assistant's reply: the memory is the exchange
+    fused: float | None = None  # the hybrid retriever's scores (services.memory.retrieval)
+    lexical_z: float | None = None
+    dense_z: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -108,11 +113,13 @@ class _ParticipantMatrix:
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
     content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
     salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
+    index: ExchangeIndex  # the hybrid retriever over the admitted exchanges
+    replies: list[str | None]  # the reply of each memory
 
 
 class VectorStore:
     # Process-wide cache of participants' matrices: (database, user, model) -> matrix.
-    _cache: OrderedDict[tuple[str, int, str], _ParticipantMatrix] = OrderedDict()
+    _cache: OrderedDict[tuple[Any, ...], _ParticipantMatrix] = OrderedDict()
     _cache_lock = threading.Lock()
     cache_participants = 256
 
@@ -129,6 +136,8 @@ class VectorStore:
         self.day_seconds = float(day_seconds)
         self.embedder = embedder
         self.params = params or rm.resolve_recall_params(study)
+        self.retrieval = rm.resolve_retrieval(study)
+        self.task_days = {t["id"]: int(t["unlock_offset_days"]) for t in study.get("tasks", [])}
         self.salience_weights = study["memory"].get("salience_weights")
         self.use_cache = use_cache
         self.on_foreign_vectors = on_foreign_vectors
@@ -165,9 +174,12 @@ class VectorStore:
             found = self._candidates(user_id, query_message, query_vector, reload=True)
         if found is None:
             raise RuntimeError(f"recall candidates of participant {user_id} vanished while being read")
-        memories, cosines = found
+        memories, ranked, replies = found
         if not memories:
             return []
+        cosines = np.array([s.cosine for s in ranked], dtype=np.float64)
+        scores = {name: np.array([getattr(s, name) for s in ranked], dtype=np.float64)
+                  for name in ("fused", "lexical_z", "dense_z")}
         now = self.clock.now()
         references = [m.last_recall_at or m.created_at for m in memories]
         salience = np.array([self._salience(m) for m in memories])
@@ -181,15 +193,16 @@ class VectorStore:
             unit=self.params.time_unit, time_scale=self.params.time_scale, day_seconds=self.day_seconds,
             turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
         ))
-        scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
-                                     rm.text_language(query_message.content))
+        result = rm.score_candidates(cosines, t, g_before, salience, self.params,
+                                     rm.text_language(query_message.content), scores)
         candidates = [
             RecallCandidate(
                 message_id=memory.id, task_id=memory.task_id, text=memory.content,
-                cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]),
-                g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
-                p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
-                rank=i + 1, at=now,
+                cosine=float(cosines[i]), r=float(result.r[i]), t=float(t[i]),
+                g_before=float(g_before[i]), g_after=float(result.g_after[i]), p=float(result.p[i]),
+                p_final=float(result.p_final[i]), salience=float(salience[i]), recalled=bool(result.recalled[i]),
+                rank=i + 1, at=now, reply=replies[i], fused=float(scores["fused"][i]),
+                lexical_z=float(scores["lexical_z"][i]), dense_z=float(scores["dense_z"][i]),
             )
             for i, memory in enumerate(memories)
         ]
@@ -227,20 +240,20 @@ class VectorStore:
     # -- internals ----------------------------------------------------------
 
     def _candidates(self, user_id: int, query_message: Message, query_vector: np.ndarray | None, *,
-                    reload: bool) -> tuple[list[Message], np.ndarray] | None:
-        """The top-k memories (rows of this session) and their cosines.
+                    reload: bool) -> tuple[list[Message], list[Any], list[str | None]] | None:
+        """The top-k memories by the hybrid retriever (rows of this session), their scores and replies.
 
         None when a candidate row no longer matches the matrix (deleted, re-embedded, or the
         database was rebuilt under the same URL), so the caller reloads."""
         store = self._participant_matrix(user_id, reload=reload)
         if store.matrix.shape[0] == 0:
-            return [], np.zeros(0)
+            return [], [], []
         query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
-        cosines = cosine_scores(store.matrix, query)
         own_session = store.task_session_ids == query_message.task_session_id
-        without_content = ~np.asarray(self.params.candidates.admits(store.content_words, store.salience), dtype=bool)
-        self.last_excluded = int((without_content & ~own_session).sum())
-        chosen = rm.top_k_indices(cosines, self.params.top_k, exclude=own_session | without_content)
+        self.last_excluded = int((~store.index.admitted & ~own_session).sum())
+        ranked = store.index.rank(query_message.content, query, self.params.top_k,
+                                  exclude_session=query_message.task_session_id)
+        chosen = np.array([s.memory_id for s in ranked], dtype=np.int64)
         ids = [int(i) for i in store.message_ids[chosen]]
         rows = {m.id: m for m in self.session.scalars(select(Message).where(Message.id.in_(ids)))} if ids else {}
         for message_id, index in zip(ids, chosen, strict=True):
@@ -250,7 +263,7 @@ class VectorStore:
                     or len(row.embedding) != store.matrix.shape[1] * 4
                     or not np.allclose(normalise(from_blob(row.embedding))[0], store.matrix[index], atol=1e-6)):
                 return None
-        return [rows[i] for i in ids], cosines[chosen].astype(np.float64)
+        return [rows[i] for i in ids], ranked, [store.replies[int(i)] for i in chosen]
 
     def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
         if query_vector is None:
@@ -288,7 +301,8 @@ class VectorStore:
 
     def _participant_matrix(self, user_id: int, *, reload: bool = False) -> _ParticipantMatrix:
         model = self.embedder.model
-        key = (str(self.session.get_bind().url), user_id, model)
+        # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
+        key = (str(self.session.get_bind().url), user_id, model, self.params.candidates, self.retrieval)
         runs = self._runs_state(user_id)
         store = None
         if self.use_cache and not reload:
@@ -316,7 +330,8 @@ class VectorStore:
 
     def _load_matrix(self, user_id: int, model: str, runs: tuple[Any, ...]) -> _ParticipantMatrix:
         rows = self.session.execute(
-            select(Message.id, Message.task_session_id, Message.embedding_model, Message.embedding, Message.content,
+            select(Message.id, Message.task_session_id, Message.task_id, Message.embedding_model, Message.embedding,
+                   Message.content,
                    Message.emotional_salience, Message.emotional_intensity, Message.self_disclosure,
                    Message.value_relevance)
             .where(*self._consolidated(user_id)).order_by(Message.id)
@@ -332,16 +347,32 @@ class VectorStore:
                 raise ValueError(f"message {r.id} has a {len(r.embedding) // 4}-dimensional embedding labelled "
                                  f"{model!r}; that model gives {dim} dimensions")
         matrix = np.frombuffer(b"".join(r.embedding for r in own), dtype=np.float32).reshape(len(own), dim)
+        matrix = np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32)
+        content_words = np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64)
+        salience = np.array([self._salience(r) for r in own], dtype=np.float64)
+        replies = self._replies(user_id)
+        exchanges = [Exchange(r.task_session_id, r.task_id, self.task_days.get(r.task_id), r.content, replies.get(r.id))
+                     for r in own]
+        admitted = np.asarray(self.params.candidates.admits(content_words, salience), dtype=bool).reshape(-1)
         return _ParticipantMatrix(
             runs_state=runs,
             max_id=max((r.id for r in rows), default=0),
             foreign=foreign,
             message_ids=np.array([r.id for r in own], dtype=np.int64),
             task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
-            matrix=np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32),
-            content_words=np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64),
-            salience=np.array([self._salience(r) for r in own], dtype=np.float64),
+            matrix=matrix, content_words=content_words, salience=salience,
+            index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
+            replies=[e.reply for e in exchanges],
         )
+
+    def _replies(self, user_id: int) -> dict[int, str]:
+        """The assistant's reply to each of the participant's messages (the latest, if it was regenerated)."""
+        rows = self.session.execute(
+            select(Message.reply_to_id, Message.content).where(
+                Message.user_id == user_id, Message.role == "assistant", Message.reply_to_id.is_not(None))
+            .order_by(Message.id)
+        ).all()
+        return {r.reply_to_id: r.content for r in rows}
 
     def _turns_since(self, user_id: int, references: list[datetime], now: datetime) -> np.ndarray:
         """For each reference time, the participant's user messages sent after it, up to now."""

@@ -251,6 +251,7 @@ def context_texts(context: dict[str, Any] | None) -> Iterator[tuple[str, str]]:
         yield "recent_turns", turn.get("assistant") or ""
     for memory in context.get("recalled") or []:
         yield "recalled", memory.get("text") or ""
+        yield "recalled", memory.get("reply") or ""
     for key in ("summary", "r1_memory"):
         yield "other", (context.get(key) or {}).get("text") or ""
     for fragment in context.get("fragments") or []:

@@ -68,7 +68,10 @@ class MemoryContext:
                     lines.append(f"{ROLE_LABELS['assistant'][lang]}: {turn['assistant']}")
             blocks.append(f"[{SECTION_TITLES['recent_turns'][lang]}]\n" + "\n".join(lines))
         if self.recalled:
-            lines = [f"[{m['task_id']}] {m['text']}" for m in self.recalled]
+            # the memory is the exchange: the participant's words and what the assistant replied
+            lines = [f"[{m['task_id']}] {ROLE_LABELS['user'][lang]}: {m['text']}"
+                     + (f" / {ROLE_LABELS['assistant'][lang]}: {m['reply']}" if m.get("reply") else "")
+                     for m in self.recalled]
             blocks.append(f"[{SECTION_TITLES['recalled'][lang]}]\n" + "\n".join(lines))
         if self.fragments:
             lines = [f"[{f['task_id']}] {f['text']}" for f in self.fragments]
@@ -184,7 +187,8 @@ class MemoryEngine:
         params = store.params
         context.recall_params = {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
                                  "time_unit": params.time_unit, "time_scale": params.time_scale,
-                                 "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict()}
+                                 "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
+                                 "retrieval": store.retrieval.to_dict()}
 
     def _profile(self, context: MemoryContext, user_id: int) -> dict[str, Any] | None:
         """The newest gist profile version, rendered in the participant's language and capped."""
