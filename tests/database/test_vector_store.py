@@ -446,7 +446,8 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     # the related memory ranks first and is judged far likelier relevant than the others; whether it is
     # recalled is the curve's call (r ≈ 0.66 here: below x* ≈ 0.78, docs/recall_calibration.md)
     assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.5
-    assert all(c.r < by_id[cat.id].r / 2 for c in calibrated[1:])
+    assert all(c.r < by_id[cat.id].r - 0.2 for c in calibrated[1:])
+    assert by_id[weather.id].r < 0.05 if weather.id in by_id else True
     assert all(c.recalled == (c.p_final >= 0.86) for c in calibrated)
 
 
