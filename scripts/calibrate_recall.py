@@ -1195,9 +1195,9 @@ def search_time_scale(traces: list[Trace], params: rm.RecallParams, model: Logis
                       study: dict[str, Any], embedder_model: str, retrieval: rm.RetrievalSettings, *,
                       day_seconds: float = SECONDS_PER_DAY) -> tuple[float, list[dict[str, Any]]]:
     """The time unit, chosen on the development participants: the shortest unit (the fastest
-    forgetting) under which both languages meet the targets; if none does, the one whose worst
-    (share / target) over languages and tasks is highest, among those within UNRELATED_MAX under
-    which recall of T1 memories still falls with their age (else among those within UNRELATED_MAX)."""
+    forgetting) under which both languages meet the targets; if none does, among the units within
+    UNRELATED_MAX the one whose worst (share / target) over languages and tasks is highest (ties: one
+    under which recall of T1 memories falls with their age, then the shorter unit)."""
     dev = [t for t in traces if t.split == "dev"]
     tried = []
     for days in TIME_UNIT_GRID_DAYS:
@@ -1218,9 +1218,9 @@ def search_time_scale(traces: list[Trace], params: rm.RecallParams, model: Logis
     passing = [row for row in tried if not row["failures"]]
     if passing:
         return passing[0]["days_per_unit"], tried
-    allowed = ([row for row in tried if row["unrelated"] <= UNRELATED_MAX and row["falls_with_age"]]
-               or [row for row in tried if row["unrelated"] <= UNRELATED_MAX] or tried)
-    return max(allowed, key=lambda row: (row["worst_ratio"], -row["days_per_unit"]))["days_per_unit"], tried
+    allowed = [row for row in tried if row["unrelated"] <= UNRELATED_MAX] or tried
+    best = max(allowed, key=lambda row: (round(row["worst_ratio"], 6), row["falls_with_age"], -row["days_per_unit"]))
+    return best["days_per_unit"], tried
 
 
 def check_candidate_rule(rule: rm.CandidateRule) -> dict[str, dict[str, dict[str, list[str]]]]:

