@@ -22,8 +22,8 @@ specifics. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
 
 Without ``--base-url`` the script starts its own server: the real app on a fresh
 temporary SQLite database, offline providers, pilot mode with one study day =
-``--day-seconds`` real seconds (T4 unlocks 16 days = 32 s after T1 at the
-default 2 s). Task durations are stretched so the bots' chats are not cut off
+``--day-seconds`` real seconds (T4 unlocks 16 days = 160 s after T1 at the
+default 10 s). Task durations are stretched so the bots' chats are not cut off
 by the compressed timer (the report says by how much). With ``--base-url`` the
 server must be in pilot mode and an admin account is needed to read contexts.
 """
@@ -135,6 +135,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:allergy_detail", "上次我跟你说过，我吃了什么东西会浑身不舒服来着？"),
             ("probe:hobby_detail", "我上周末去的是哪座山，你还记得吗？"),
             ("probe:cat_detail", "我家那个小家伙平时对我怎么样，你还记得吗？"),
+            ("probe:hometown_detail", "一个人在外地上学，我之前跟你说过心里是什么滋味吗？"),
             ("filler", "这几天睡得不太好。"),
             ("filler", "昨天和室友看了一场电影。"),
             ("filler", "好的，今天就聊到这里，下次见！"),
@@ -147,6 +148,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:hobby", "周末想出去走走，有什么建议？"),
             ("probe:allergy_detail", "点外卖的时候，哪些菜我得避开？我之前跟你说过原因。"),
             ("probe:hobby_detail", "上次我说去过的那座山，还值得再去一次吗？"),
+            ("probe:cat_detail", "我出门的时候，家里那个小家伙会怎么样？你还记得我说过它的性子吗？"),
             ("filler", "今天有点忙。"),
             ("filler", "谢谢你的建议。"),
             ("filler", "我先去准备了，回头聊！"),
@@ -159,6 +161,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:self", "你觉得我是一个怎样的人？"),
             ("probe:cat_detail", "你还记得我说过家里那个小家伙有多依赖我吗？"),
             ("probe:allergy_detail", "我之前说过吃错东西身上会起什么反应？"),
+            ("probe:hometown_detail", "放假想回老家了，你还记得我说过一个人在外地是什么感受吗？"),
             ("filler", "谢谢你这几周的陪伴。"),
             ("filler", "我会想念和你聊天的。"),
             ("filler", "再见啦！"),
@@ -188,6 +191,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:allergy_detail", "Remind me, what did I say happens to my skin if I eat the wrong thing?"),
             ("probe:hobby_detail", "Which hill did I climb last week, do you remember?"),
             ("probe:cat_detail", "Do you remember how my furry companion behaves around me?"),
+            ("probe:hometown_detail", "Living far from where I grew up: do you remember how I said it makes me feel?"),
             ("filler", "I haven't been sleeping well these days."),
             ("filler", "Yesterday I watched a film with my flatmate."),
             ("filler", "Alright, that's it for today. See you next time!"),
@@ -200,6 +204,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:hobby", "I want to get outdoors this weekend. Any suggestions?"),
             ("probe:allergy_detail", "Ordering takeaway tonight: which dishes must I avoid? I told you why before."),
             ("probe:hobby_detail", "Is the hill I told you I climbed worth another visit?"),
+            ("probe:cat_detail", "When I'm at home, what does my furry companion do? You know her habits."),
             ("filler", "It's been a busy day."),
             ("filler", "Thanks for the advice."),
             ("filler", "I'll go and get ready now. Talk later!"),
@@ -212,6 +217,7 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:self", "What kind of person do you think I am?"),
             ("probe:cat_detail", "Do you remember how attached my furry companion is to me?"),
             ("probe:allergy_detail", "What did I tell you my body does when I eat the wrong food?"),
+            ("probe:hometown_detail", "Do you remember how I said I feel about being away from where I grew up?"),
             ("filler", "Thank you for keeping me company these weeks."),
             ("filler", "I'll miss our chats."),
             ("filler", "Goodbye!"),
@@ -820,7 +826,7 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 2.0,
+def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 10.0,
                    base_url: str | None = None, admin_user: str | None = None, admin_password: str | None = None,
                    conditions: list[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the bots and return the report (``format_report`` prints it). ``conditions`` applies to the
@@ -868,7 +874,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-group", type=int, required=True, help="bots per enabled memory group")
     parser.add_argument("--base-url", help="run against this server instead of a temporary one")
     parser.add_argument("--language", choices=("zh", "en", "both"), default="both")
-    parser.add_argument("--day-seconds", type=float, default=2.0, help="pilot day length of the temporary server")
+    parser.add_argument("--day-seconds", type=float, default=10.0,
+                        help="pilot day length of the temporary server (default 10 s: shorter days let the "
+                        "wait for consolidation age the memories by days on a busy machine)")
     parser.add_argument("--admin-user", default="admin", help="with --base-url: an admin account")
     parser.add_argument("--admin-password", default=os.environ.get("ADMIN_PASSWORD"),
                         help="with --base-url (default: $ADMIN_PASSWORD)")
