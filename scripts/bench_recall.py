@@ -6,7 +6,7 @@ words from a 3,000-word vocabulary with a random unit vector, 384 dimensions, an
 an assistant reply of 10 words), and times, with the query vector precomputed so
 the embedding is excluded:
 
-  (a) the full ``VectorStore.recall`` (fingerprint query, cached index, hybrid
+  (a) the full ``ForgettingCurveSearch.recall`` (fingerprint query, cached index, hybrid
       retriever top-k, candidate rows, calibrated relevance, forgetting curve,
       updates and RecallEvent rows, flush), with the participant's index cached
       (warm) and without the cache (every call reloads and re-indexes);
@@ -30,20 +30,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import insert, select
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from sqlalchemy import insert, select  # noqa: E402
-
-from config import SECONDS_PER_DAY, load_study  # noqa: E402
-from database.db_manager import Database  # noqa: E402
-from database.models import Message, TaskSession, User  # noqa: E402
-from database.vector_store import VectorStore  # noqa: E402
-from services import recall_model as rm  # noqa: E402
-from services.clock import ManualClock  # noqa: E402
-from services.embedding_service import to_blob  # noqa: E402
+from config import SECONDS_PER_DAY
+from database.db_manager import Database
+from database.models import Message, TaskSession, User
+from services import recall_model as rm
+from services.clock import ManualClock
+from services.embedding_service import to_blob
+from services.memory.hybrid import ForgettingCurveSearch
+from services.study import Study, load_study
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
@@ -121,14 +117,16 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def time_recall(db: Database, study: dict, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
+def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
                 now: datetime, *, use_cache: bool, repeat: int, warmup: int = 0) -> tuple[dict[str, float], int]:
     clock = ManualClock(now)
     samples, recalled = [], 0
     for iteration in range(warmup + repeat):
         with db.Session() as session:
-            store = VectorStore(session, study, clock=clock, day_seconds=SECONDS_PER_DAY,
-                                embedder=PrecomputedQueryEmbedder(), params=params, use_cache=use_cache)
+            store = ForgettingCurveSearch(session, params, clock=clock, day_seconds=SECONDS_PER_DAY,
+                                          embedder=PrecomputedQueryEmbedder(), use_cache=use_cache,
+                                          retrieval=study.memory.retrieval,
+                                          task_days={t.id: int(t.unlock_offset_days) for t in study.tasks})
             query_message = session.get(Message, query_id)
             started = time.perf_counter()
             candidates = store.recall(user_id=user_id, query_message=query_message, query_vector=query, task_id="T2")
@@ -162,26 +160,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     study = load_study()
     # The default preset: the calibrated relevance model on the hybrid retriever's scores, as deployed.
-    params = rm.resolve_recall_params(study)
+    params = study.memory.recall
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         started = time.perf_counter()
         user_id, query_id, query, now = build_database(url, args.memories)
         print(f"built {args.memories} memories in {time.perf_counter() - started:.1f} s "
               f"(SQLite, migrated schema, preset {params.preset}, relevance {params.relevance.method}, "
-              f"top_k {params.top_k}, retrieval {rm.resolve_retrieval(study).to_dict()})")
+              f"top_k {params.top_k}, retrieval {study.memory.retrieval.to_dict()})")
         db = Database(url)
-        VectorStore.invalidate()
+        ForgettingCurveSearch.invalidate()
         timing = (db, study, params, user_id, query_id, query, now)
         cold = time_recall(*timing, use_cache=True, repeat=1)[0]
         warm, recalled = time_recall(*timing, use_cache=True, repeat=args.repeat, warmup=10)
         uncached, _ = time_recall(*timing, use_cache=False, repeat=max(5, args.repeat // 60))
-        index = next(iter(VectorStore._cache.values())).index
+        index = next(iter(ForgettingCurveSearch._cache.values())).index
         core = time_core(index, query, params, args.repeat)
         db.dispose()
     rows = [
-        ("(a) VectorStore.recall, index cached (warm)", warm),
-        ("(a) VectorStore.recall, no cache (loads every call)", uncached),
+        ("(a) ForgettingCurveSearch.recall, index cached (warm)", warm),
+        ("(a) ForgettingCurveSearch.recall, no cache (loads every call)", uncached),
         ("(b) ranking + scoring core (hybrid top-k, r, curve)", core),
     ]
     print(f"first recall (cold cache, loads and indexes): {cold['mean']:.2f} ms; recalled per query: {recalled}")

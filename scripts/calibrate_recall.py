@@ -31,16 +31,15 @@ from typing import Any
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from config import SECONDS_PER_DAY
+from services import recall_model as rm
+from services.clock import ManualClock
+from services.memory.relevance import LogisticRelevance, fit_monotone
+from services.memory.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
+from services.salience import lexicon_scores
+from services.study import DEFAULT_STUDY_FILE, Study, load_study
 
-from config import SECONDS_PER_DAY, load_study  # noqa: E402
-from services import recall_model as rm  # noqa: E402
-from services.clock import ManualClock  # noqa: E402
-from services.memory.relevance import LogisticRelevance, fit_monotone  # noqa: E402
-from services.memory.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text  # noqa: E402
-from services.salience import lexicon_scores  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_OUT = REPO_ROOT / "docs" / "_generated" / "recall_calibration.png"
 UNIVERSAL_SHARE = 0.9
@@ -967,11 +966,11 @@ class MemoEmbedder:
         return self._embed(texts, False)
 
 
-def _schedule(study: dict[str, Any]) -> dict[str, float]:
-    return {task["id"]: float(task["unlock_offset_days"]) for task in study["tasks"]}
+def _schedule(study: Study) -> dict[str, float]:
+    return {task.id: float(task.unlock_offset_days) for task in study.tasks}
 
 
-def study_gaps(study: dict[str, Any]) -> list[float]:
+def study_gaps(study: Study) -> list[float]:
     """0 and every gap (days) between two task unlocks of the schedule."""
     offsets = sorted(set(_schedule(study).values()))
     return sorted({0.0} | {b - a for i, a in enumerate(offsets) for b in offsets[i + 1:]})
@@ -1011,14 +1010,14 @@ def _sample_salience(text: str, scores: tuple[float, float, float] | None,
 def sample_reply(text: str, language: str) -> str:
     """The reply an exchange of the sample carries: the offline responder's, given no memory (the sample
     has no assistant turns; a pilot run's replies come from the same responder)."""
-    from services.llm_service import ChatRequest
+    from services.llm.types import ChatRequest
     from services.providers.offline import OfflineChatProvider
 
     request = ChatRequest(messages=[{"role": "user", "content": text}], language=language)
     return OfflineChatProvider().complete(request).text
 
 
-def trace_participant(participant: str, study: dict[str, Any], embedder, params: rm.RecallParams,
+def trace_participant(participant: str, study: Study, embedder, params: rm.RecallParams,
                       retrieval: rm.RetrievalSettings, *, day_seconds: float = SECONDS_PER_DAY,
                       message_gap_seconds: float = 60.0,
                       start: datetime = datetime(2026, 3, 2, 9, 0, 0)) -> Trace:
@@ -1032,7 +1031,7 @@ def trace_participant(participant: str, study: dict[str, Any], embedder, params:
     schedule = _schedule(study)
     order = sorted(schedule, key=schedule.get)
     language = SAMPLE_LANGUAGE[participant]
-    weights = study["memory"].get("salience_weights")
+    weights = dict(study.memory.salience_weights)
     step = message_gap_seconds * day_seconds / SECONDS_PER_DAY
     clock = ManualClock(start)
     memories: list[Memory] = []
@@ -1076,7 +1075,7 @@ def _candidate_scores(query: Query) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return scores.pop("cosine"), scores
 
 
-def replay(trace: Trace, params: rm.RecallParams, study: dict[str, Any], *, day_seconds: float = SECONDS_PER_DAY,
+def replay(trace: Trace, params: rm.RecallParams, study: Study, *, day_seconds: float = SECONDS_PER_DAY,
            reinforcement: bool = True) -> dict[str, TaskOutcome]:
     """Recall along a trace: the forgetting curve on each query's candidates, with g updated and t reset
     on every recall (``reinforcement=False``: neither, so every memory ages from its creation)."""
@@ -1142,7 +1141,7 @@ def _recall_once(trace: Trace, query: Query, params: rm.RecallParams, g: np.ndar
             last[index] = query.at
 
 
-def replay_all(traces: list[Trace], params: rm.RecallParams, study: dict[str, Any], *,
+def replay_all(traces: list[Trace], params: rm.RecallParams, study: Study, *,
                day_seconds: float = SECONDS_PER_DAY, reinforcement: bool = True) -> Outcomes:
     outcomes: Outcomes = {}
     for trace in traces:
@@ -1192,7 +1191,7 @@ def logistic_params(base: rm.RecallParams, model: LogisticRelevance, days_per_un
 
 
 def search_time_scale(traces: list[Trace], params: rm.RecallParams, model: LogisticRelevance,
-                      study: dict[str, Any], embedder_model: str, retrieval: rm.RetrievalSettings, *,
+                      study: Study, embedder_model: str, retrieval: rm.RetrievalSettings, *,
                       day_seconds: float = SECONDS_PER_DAY) -> tuple[float, list[dict[str, Any]]]:
     """The time unit, chosen on the development participants: the shortest unit (the fastest
     forgetting) under which both languages meet the targets; if none does, among the units within
@@ -1236,7 +1235,7 @@ def check_candidate_rule(rule: rm.CandidateRule) -> dict[str, dict[str, dict[str
     return result
 
 
-def traces_for(study: dict[str, Any], embedder, params: rm.RecallParams, retrieval: rm.RetrievalSettings, *,
+def traces_for(study: Study, embedder, params: rm.RecallParams, retrieval: rm.RetrievalSettings, *,
                day_seconds: float = SECONDS_PER_DAY) -> list[Trace]:
     texts = [m[0] for tasks in SAMPLE.values() for messages in tasks.values() for m in messages]
     embedder.embed_queries(texts)  # one batch each: far faster than a task at a time
@@ -1244,7 +1243,7 @@ def traces_for(study: dict[str, Any], embedder, params: rm.RecallParams, retriev
     return [trace_participant(p, study, embedder, params, retrieval, day_seconds=day_seconds) for p in SAMPLE]
 
 
-def calibrate(study: dict[str, Any] | None = None, *, preset: str | None = None, embedder=None,
+def calibrate(study: Study | None = None, *, preset: str | None = None, embedder=None,
               day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None,
               fit: bool = False, features: tuple[str, ...] = DEFAULT_FEATURES,
               traces: list[Trace] | None = None) -> CalibrationReport:
@@ -1253,9 +1252,9 @@ def calibrate(study: dict[str, Any] | None = None, *, preset: str | None = None,
     ``fit``: fit the relevance model and choose the time unit on the development participants
     (the report's ``params`` are then the fitted preset, named "fitted")."""
     study = study or load_study()
-    params = rm.resolve_recall_params(study, preset=preset, overrides=overrides)
-    retrieval = rm.resolve_retrieval(study)
-    weights = study["memory"].get("salience_weights")
+    params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
+    retrieval = study.memory.retrieval
+    weights = dict(study.memory.salience_weights)
     if embedder is None:
         embedder = configured_embedder()
     if not isinstance(embedder, MemoEmbedder):
@@ -1501,8 +1500,10 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
                         help=f"with --fit: the model's features, from {', '.join(FEATURE_NAMES)} "
                              f"(default {','.join(DEFAULT_FEATURES)})")
     parser.add_argument("--write-preset", metavar="NAME", help="with --fit: write the fitted preset as NAME into "
-                        "--preset-file")
-    parser.add_argument("--preset-file", type=Path, help="JSON or YAML study file the preset is written into")
+                        "the study file (--preset-file)")
+    parser.add_argument("--preset-file", type=Path,
+                        help="JSON or YAML study file the preset is written into (default: --study, else "
+                             f"STUDY_CONFIG, else {DEFAULT_STUDY_FILE.relative_to(REPO_ROOT)})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"PNG path (default {DEFAULT_OUT})")
     parser.add_argument("--day-seconds", type=float, default=SECONDS_PER_DAY,
                         help="real seconds per study day, as PILOT_DAY_SECONDS (default 86400)")
@@ -1510,8 +1511,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
     parser.add_argument("--strict", action="store_true",
                         help="exit 2 when recall is impossible or universal, or a pre-registered target is missed")
     args = parser.parse_args(argv)
-    if args.write_preset and not (args.fit and args.preset_file):
-        parser.error("--write-preset needs --fit and --preset-file")
+    if args.write_preset and not args.fit:
+        parser.error("--write-preset needs --fit")
     embedder = embedder or configured_embedder(args.embedder)
     report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder, day_seconds=args.day_seconds,
                        fit=args.fit, features=tuple(f.strip() for f in args.features.split(",") if f.strip()))
@@ -1520,8 +1521,9 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
     if args.fit:
         print("\nfitted preset:\n" + json.dumps(preset_dict(report), ensure_ascii=False, indent=2))
     if args.write_preset:
-        write_preset(args.preset_file, args.write_preset, preset_dict(report))
-        print(f"written to {args.preset_file} as memory.recall.presets.{args.write_preset}")
+        target = args.preset_file or Path(args.study or os.environ.get("STUDY_CONFIG") or DEFAULT_STUDY_FILE)
+        write_preset(target, args.write_preset, preset_dict(report))
+        print(f"written to {target} as memory.recall.presets.{args.write_preset}")
     for warning in report.warnings():
         print(f"\n!!! WARNING: {warning} !!!", file=sys.stderr)
     if args.strict and (report.impossible or report.universal or report.target_failures()):

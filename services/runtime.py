@@ -12,7 +12,10 @@ from config import Settings
 from database.db_manager import Database
 from services.background import BackgroundRunner
 from services.clock import Clock
-from services.llm_service import LLMService, build_llm_service
+from services.llm.chain import LLMService
+from services.llm.factory import build_llm_service
+from services.memory import registry
+from services.study import Study
 
 
 @dataclass
@@ -28,7 +31,7 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def study(self) -> dict[str, Any]:
+    def study(self) -> Study:
         return self.settings.study
 
     @property
@@ -50,6 +53,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     from services.failure_log import make_failure_recorder
 
+    registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
     db = db or Database(settings.database_url)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them

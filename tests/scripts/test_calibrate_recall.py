@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config import load_study
 from services import recall_model as rm
 from services.providers.offline import OfflineEmbeddingProvider
+from services.study import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
 
@@ -39,7 +39,7 @@ def embedder(calibrate_recall):
 @pytest.fixture(scope="module")
 def traces(calibrate_recall, embedder):
     study = load_study()
-    return calibrate_recall.traces_for(study, embedder, rm.resolve_recall_params(study), rm.resolve_retrieval(study))
+    return calibrate_recall.traces_for(study, embedder, study.memory.recall, study.memory.retrieval)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_the_sample_is_bilingual_and_half_of_it_is_held_out(calibrate_recall):
 
 def test_the_default_preset_is_the_fit_on_the_development_participants(calibrate_recall, embedder, traces):
     fitted = calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces, fit=True)
-    configured = rm.resolve_recall_params(load_study())
+    configured = load_study().memory.recall
     assert configured.preset == "calibrated" and configured.relevance.method == "logistic"
     assert configured.time_scale == pytest.approx(fitted.params.time_scale)
     for language in (None, "zh", "en"):
@@ -70,7 +70,7 @@ def test_the_default_preset_is_the_fit_on_the_development_participants(calibrate
         assert mine.features == theirs.features
         assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
         assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
-    assert configured.relevance.fitted_for == {"retrieval": rm.resolve_retrieval(load_study()).to_dict()}
+    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
     # chosen on dev only: the held-out participants' pairs never reach the fit
     dev_only = calibrate_recall.fit_relevance({k: v for k, v in fitted.pairs.items() if k[0] == "dev"},
                                               calibrate_recall.DEFAULT_FEATURES)
@@ -131,7 +131,7 @@ def _one_memory_trace(calibrate_recall):
 
 def test_reinforcement_resets_t_and_raises_g(calibrate_recall):
     study = load_study()
-    params = rm.resolve_recall_params(study)
+    params = study.memory.recall
     trace = _one_memory_trace(calibrate_recall)
     with_ = calibrate_recall.replay(trace, params, study)
     events = [with_[t].events[0] for t in ("T2", "T3", "T4")]
@@ -158,9 +158,8 @@ def test_seed_literal_preset_is_flagged_as_impossible(calibrate_recall, embedder
 
 
 def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(calibrate_recall, embedder, traces):
-    study = load_study()
-    study["memory"]["recall"]["overrides"] = {"time_scale": 1 / 365, "relevance": {
-        "method": "linear", "floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}
+    study = load_study(overrides={"memory": {"recall": {"overrides": {"time_scale": 1 / 365, "relevance": {
+        "method": "linear", "floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}}}})
     report = calibrate_recall.calibrate(study, embedder=embedder, traces=traces)
     assert report.universal
     assert any("UNIVERSAL" in w for w in report.warnings())
@@ -189,10 +188,10 @@ def test_fit_writes_a_named_preset_the_study_loads(calibrate_recall, embedder, t
                                   "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
     assert "written to" in capsys.readouterr().out
     study = load_study(study_file)
-    assert study["name"] == "pilot"
-    params = rm.resolve_recall_params(study, preset="refit")
+    assert study.name == "pilot"
+    params = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
     assert params.relevance.method == "logistic" and params.time_unit == "days"
-    assert "seed_literal" in study["memory"]["recall"]["presets"]
+    assert "seed_literal" in study.memory.recall_config["presets"]
 
 
 def test_pilot_mode_gives_the_same_recall_as_real_days(calibrate_recall, embedder, default_report):
