@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from config import SECONDS_PER_DAY
 from database.db_manager import Database
@@ -85,19 +85,27 @@ def build_database(url: str, memories: int, seed: int = 7) -> tuple[int, int, np
         t2 = TaskSession(user_id=user.id, task_id="T2", started_at=now, last_activity_at=now)
         session.add_all([t1, t2])
         session.flush()
-        rows = [{
-            "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "user",
-            "content": words(12), "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
-            "embedding_model": PrecomputedQueryEmbedder.model, "emotional_salience": float(salience[i]),
-            "consolidation_g": 1.0 + 0.5 * float(salience[i]), "recall_count": 0,
-            "consolidated_at": start + timedelta(hours=1),
-        } for i in range(memories)]
-        session.execute(insert(Message), rows)
-        ids = session.scalars(select(Message.id).where(Message.user_id == user.id).order_by(Message.id)).all()
-        session.execute(insert(Message), [{
-            "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "assistant",
-            "content": words(10), "created_at": start + timedelta(seconds=i, milliseconds=500), "reply_to_id": mid,
-        } for i, mid in enumerate(ids)])
+        # Each message followed by its reply, as a chat stores them (ids interleave, which the staleness
+        # check's range scan over newer ids relies on).
+        first = (session.scalar(select(func.max(Message.id))) or 0) + 1
+        rows = []
+        for i in range(memories):
+            user_id, reply_id = first + 2 * i, first + 2 * i + 1
+            rows.append({
+                "id": user_id, "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "user",
+                "content": words(12), "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
+                "embedding_model": PrecomputedQueryEmbedder.model, "emotional_salience": float(salience[i]),
+                "consolidation_g": 1.0 + 0.5 * float(salience[i]), "recall_count": 0,
+                "consolidated_at": start + timedelta(hours=1),
+            })
+            rows.append({
+                "id": reply_id, "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "assistant",
+                "content": words(10), "created_at": start + timedelta(seconds=i, milliseconds=500),
+                "reply_to_id": user_id,
+            })
+        # insert() with rows of different keys would fill the missing ones with NULL per statement: one per role
+        session.execute(insert(Message), [r for r in rows if r["role"] == "user"])
+        session.execute(insert(Message), [r for r in rows if r["role"] == "assistant"])
         query_message = Message(user_id=user.id, task_session_id=t2.id, task_id="T2", role="user",
                                 content=QUERY_TEXT, created_at=now)
         session.add(query_message)
