@@ -22,6 +22,7 @@ from database.models import (
 )
 from services.chat_service import serialise_message
 from services.clock import utc_iso
+from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound
 from services.runtime import Runtime
 from services.study import Study
@@ -237,9 +238,7 @@ def reset_task(session: Session, tasks: TaskService, user_id: int, task_id: str,
     return ts
 
 
-def consolidation_service(runtime: Runtime):
-    from services.consolidation_service import ConsolidationService
-
+def consolidation_service(runtime: Runtime) -> ConsolidationService:
     return ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm or runtime.llm,
                                 embedder=runtime.embedder, clock=runtime.clock)
 

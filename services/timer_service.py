@@ -130,7 +130,13 @@ class TaskService:
         }
 
     def touch(self, ts: TaskSession) -> None:
-        """Credit the time since the last action as active, unless it was an idle gap."""
+        """Credit the time since the last action as active, unless it was an idle gap.
+
+        Only the chat phase is timed: active_seconds is chat time (codebook), so a touch after the
+        chat closed must not add questionnaire time to it.
+        """
+        if ts.phase != "chat":
+            return
         now = self.clock.now()
         gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
         if gap_real <= self.timing.idle_gap_seconds:

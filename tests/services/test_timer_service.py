@@ -132,6 +132,10 @@ def test_the_chat_closes_itself_when_the_active_time_is_used_up(tasks, participa
     tasks.commit()
     assert ended == [ts.id]
 
+    clock.advance(60)  # the questionnaire phase is not chat time
+    tasks.touch(ts)
+    assert ts.active_seconds == tasks.timing.task_active_seconds
+
 
 def test_the_next_task_unlocks_its_offset_after_the_first_is_done_and_then_turns_overdue(tasks, participant,
                                                                                           clock):
