@@ -1,6 +1,6 @@
 """Bot participants: check the memory manipulation before recruiting anyone.
 
-    python scripts/simulate_participants.py --per-group 5 [--language zh|en|both] [--day-seconds 2]
+    python scripts/simulate_participants.py --per-group 3 [--language zh|en|both] [--day-seconds 10]
     python scripts/simulate_participants.py --per-group 2 --base-url http://127.0.0.1:8000 \\
         --admin-user admin --admin-password ...
 
@@ -9,16 +9,20 @@ through the HTTP API, exactly as a browser would (session cookie, CSRF header,
 polling for unlocks, heartbeats until the minimum task time). In T1 each bot
 plants six facts: name, seafood allergy, cat, PhD-application worry and
 hometown early in the chat, and a hobby in the last turns, with filler turns
-between so that the early facts fall out of a 7-turn window. In T2-T4 it asks
-probes ("what do you remember about me?", a question about dinner, about its
-pet, about its application ...) that never name the facts themselves.
+between so that the early facts fall out of a 7-turn window; four come with a
+specific detail the gist profile drops (SPECIFICS). In T2-T4 it asks probes
+("what do you remember about me?", a question about dinner, about its pet, about
+the hill it climbed ...) that never name the facts or the specifics themselves.
 
 Afterwards an admin account reads every probe reply's stored memory context and
 the script prints a manipulation-check report: per group and task, how many of
 the planted facts the context held, and where (profile, verbatim recent turns,
 forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
-before the task; L3 the profile facts; L4 at least as many as L3 plus recalled
-specifics. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
+before the task; L3 the profile facts; L4 at least as many as L3, and - the check
+that can fail - per task and language a share of L4's probe replies holding a
+planted specific that L3's context for the same message lacks (BEYOND_L3_MIN_SHARE);
+S1 and R1 the allergy at T2. Exit code 0 when every check passes, 1 when one
+fails, 2 on errors.
 
 Without ``--base-url`` the script starts its own server: the real app on a fresh
 temporary SQLite database, offline providers, pilot mode with one study day =
