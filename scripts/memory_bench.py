@@ -150,12 +150,15 @@ def format_deployed(deployed: dict[str, dict[str, Any]],
                     ranking: dict[str, dict[str, float]] | None = None) -> list[str]:
     """One row per condition: what its real context hands the model (and, where a ranker stands for
     the condition, that ranker's recall@5/@10 from ``ranking`` in percent)."""
-    lines = ["| condition | ranking recall@5 | ranking recall@10 | evidence share of the context | items / question "
-             "| tokens / question |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| condition | ranking recall@5 | ranking recall@10 | evidence among its candidates "
+             "| evidence share of the context | items / question | tokens / question |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for condition, row in deployed.items():
         ranked = (ranking or {}).get(condition.lower())
         r5, r10 = (f"{ranked['recall@5']:.1f}", f"{ranked['recall@10']:.1f}") if ranked else ("-", "-")
-        lines.append(f"| {condition} | {r5} | {r10} | {100 * row['evidence_share']:.1f} % | "
+        candidates = (f"{100 * row['candidate_evidence_share']:.1f} % of {row['candidates_per_question']:.1f}"
+                      if "candidate_evidence_share" in row else "-")
+        lines.append(f"| {condition} | {r5} | {r10} | {candidates} | {100 * row['evidence_share']:.1f} % | "
                      f"{row['items_per_question']:.2f} | {row['tokens_per_question']:.0f} |")
     return lines
 

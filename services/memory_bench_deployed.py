@@ -80,19 +80,30 @@ class ConditionOutcome:
     evidence_share: float = 0.0
     items: int = 0
     tokens: int = 0
+    candidate_share: float = 0.0  # L4-style audit: evidence among the candidates considered, before the gate
+    candidates: int = 0
     per_probe: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, qid: str, share: float, items: int, tokens: int) -> None:
+    def add(self, qid: str, share: float, items: int, tokens: int,
+            candidates: tuple[float, int] | None = None) -> None:
         self.probes += 1
         self.evidence_share += share
         self.items += items
         self.tokens += tokens
-        self.per_probe.append({"qid": qid, "evidence_share": share, "items": items, "tokens": tokens})
+        row = {"qid": qid, "evidence_share": share, "items": items, "tokens": tokens}
+        if candidates is not None:
+            self.candidate_share += candidates[0]
+            self.candidates += candidates[1]
+            row.update(candidate_share=candidates[0], candidates=candidates[1])
+        self.per_probe.append(row)
 
     def to_dict(self) -> dict[str, Any]:
         n = max(self.probes, 1)
-        return {"probes": self.probes, "evidence_share": self.evidence_share / n,
-                "items_per_question": self.items / n, "tokens_per_question": self.tokens / n}
+        out = {"probes": self.probes, "evidence_share": self.evidence_share / n,
+               "items_per_question": self.items / n, "tokens_per_question": self.tokens / n}
+        if self.candidates:
+            out.update(candidate_evidence_share=self.candidate_share / n, candidates_per_question=self.candidates / n)
+        return out
 
 
 def count_tokens(text: str) -> int:
@@ -138,6 +149,17 @@ def handed_over(evidence_ids: Iterable[int], texts: Mapping[int, str], context: 
         if message_id in ids or (len(text) >= EVIDENCE_MIN_CHARS and text[:EVIDENCE_PREFIX_CHARS] in flat):
             out.add(message_id)
     return out
+
+
+def candidate_share(evidence_ids: Sequence[int], context: Mapping[str, Any]) -> tuple[float, int] | None:
+    """For a context that audits the candidates it considered (L4's ``recall_candidates``): the share
+    of the evidence among them, and how many there were; None for a context without that audit."""
+    candidates = context.get("recall_candidates")
+    if not candidates:
+        return None
+    ids = referenced_message_ids(candidates)
+    found = sum(1 for e in evidence_ids if e in ids)
+    return (found / len(evidence_ids) if evidence_ids else 0.0), len(candidates)
 
 
 class CachedEmbedder:
@@ -285,7 +307,8 @@ class DeployedBench:
                 evidence = [keys[k] for k in probe.evidence if k in keys]
                 got = handed_over(evidence, texts, as_dict, rendered)
                 share = len(got) / len(evidence) if evidence else 0.0
-                outcome.add(probe.qid, share, context_items(as_dict), count_tokens(rendered))
+                outcome.add(probe.qid, share, context_items(as_dict), count_tokens(rendered),
+                            candidate_share(evidence, as_dict))
                 session.delete(query)
                 session.flush()
 

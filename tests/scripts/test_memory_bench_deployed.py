@@ -56,6 +56,8 @@ def test_every_condition_is_measured_through_the_deployed_code():
     for o in out.values():
         assert 0.0 <= o["evidence_share"] <= 1.0 and o["tokens_per_question"] > 0
     assert out["L4"]["tokens_per_question"] >= out["L3"]["tokens_per_question"]
+    # Only L4 audits the candidates it considered (before its gate).
+    assert out["L4"]["candidates_per_question"] > 0 and "candidate_evidence_share" not in out["L2"]
 
 
 @pytest.mark.parametrize("speakers", [("Ann", "Bob", "Ann"), ("Bob", "Ann", "Bob")])
