@@ -1,21 +1,29 @@
-"""Benchmark the memory components' retrieval on LoCoMo (evidence recall@k over dialog turns).
+"""Benchmark the memory components' retrieval, and what each condition really hands the model.
 
-For every LoCoMo QA item, each method ranks the turns of the item's conversation
-against the question; the script prints evidence recall@k overall and per
-category for the dev conversations (0-4), the held-out ones (5-9) and all
-together, beside the LoCoMo paper's DRAGON reference, plus what the evidence
-normalisation repaired and dropped and what L4 and S1 would hand the model with
-their deployed cut-offs. Methods: bm25, dense (offline embedder), l4 (the
-forgetting curve re-ranking dense), l4_t0 (the same with t = 0: no time decay),
-s1 (fuzzy score). Logic: services/memory_bench.py.
+LoCoMo (default): for every QA item each method ranks the turns of the item's conversation
+against the question; the script prints evidence recall@k overall and per category for the dev
+conversations (0-4, the only ones tuned on), the held-out ones (5-9) and all together, beside the
+LoCoMo paper's DRAGON reference, plus what the evidence normalisation repaired and dropped.
+Methods: bm25, dense (offline embedder), fused (the hybrid retriever of services/memory/retrieval.py),
+l4 (the forgetting curve re-ranking dense), l4_t0 (the same with t = 0), s1 (fuzzy score).
 
-    .venv/bin/python scripts/memory_bench.py [--data ../shared/bench] [--methods bm25,dense,l4,l4_t0,s1]
-        [--conversations 0-9] [--limit-qa N] [--k 5,10,25] [--json-out FILE] [--cache-dir data/bench_cache]
-        [--l4-preset calibrated|seed_literal] [--memorybank cn|en]
+MemoryBank (--dataset memorybank --language zh|en): with --evidence FILE (labelled questions, a JSON
+list of {"user", "qid": "<user>#<i>", "evidence": [{"date", "index"}]}) the same recall@k per method;
+without it, only which stored days each method retrieves.
+
+Unless --no-deployed, every study condition is then run through its real code on a throwaway
+database (services/memory_bench_deployed.py) and the script reports, per condition, the evidence
+share of the context it builds, items and tokens per question. Logic: services/memory_bench.py.
+
+    .venv/bin/python scripts/memory_bench.py [--data ../shared/bench] [--methods bm25,dense,fused,l4,l4_t0,s1]
+        [--conversations 0-9] [--limit-qa N] [--deployed-qa N] [--k 5,10,25] [--json-out FILE]
+        [--fusion-window 2] [--lexical-weight 1.5] [--dense-weight 1.0] [--l4-preset NAME] [--no-deployed]
+        [--cache-dir data/bench_cache]
+    .venv/bin/python scripts/memory_bench.py --dataset memorybank --language zh --evidence FILE --json-out OUT
 
 The data are read in place (default: ../shared/bench beside the repository), never copied.
-Turn and question vectors are cached under data/bench_cache/ (gitignored); the first full
-run embeds about 7,900 texts, which takes a while on two cores. Results: docs/benchmarks.md.
+Vectors are cached under data/bench_cache/ (gitignored); the first full LoCoMo run embeds about
+7,900 texts, which takes a while on two cores. Results: docs/benchmarks.md.
 """
 from __future__ import annotations
 

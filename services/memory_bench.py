@@ -24,8 +24,11 @@ Methods, each a turns-by-questions score matrix plus a tie-break:
 * ``s1`` - S1's fuzzy score: keyword Jaccard, rescaled cosine and the 24-hour time
   weight, with the weights the study configures.
 
-MemoryBank (Zhong et al., AAAI 2024) has probing questions but no gold answers, so
-``describe_memorybank`` only reports which stored days the methods retrieve.
+MemoryBank (Zhong et al., AAAI 2024) has probing questions but no gold answers:
+``load_labelled_evidence`` reads evidence labelled by someone (each exchange, the user's message
+and the reply, is one memory) and ``evaluate_labelled`` scores recall@k on them; without labels
+``describe_memorybank`` only reports which stored days the methods retrieve. What the conditions
+themselves hand the model is measured by ``services.memory_bench_deployed``.
 The data are read where they lie (``../shared/bench``) and never copied.
 """
 from __future__ import annotations
