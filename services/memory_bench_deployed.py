@@ -12,8 +12,9 @@ message is put into a new task and ``MemoryEngine.build_context`` builds the con
 exactly as the chat does before a reply (L4's recall writes deferred, so the questions do not
 change each other's state).
 
-A probe's evidence counts as handed over when the context references the evidence message (its
-id in any ``*message_id`` field: recent turns, recalled memories, fragments) or the rendered
+A probe's evidence counts as handed over when a section the model reads references the evidence
+message (its id in any ``*message_id`` field: recent turns, recalled memories, fragments; not the
+audit of L4's candidates) or the rendered
 memory block contains the message's text verbatim (its first 60 characters, for texts of at
 least 20). Paraphrases inside a profile or summary are not credited: the measure is the share
 of the evidence the model can read as it was said. Tokens are counted on the rendered memory
@@ -138,10 +139,16 @@ def context_items(context: Mapping[str, Any]) -> int:
     return lists + blocks
 
 
+# The parts of a stored context that go into the prompt. Everything else (L4's recall_candidates,
+# recall_params, notes) is audit data the model never sees, so ids found there earn no credit.
+HANDED_OVER_SECTIONS = ("profile", "recent_turns", "recalled", "summary", "fragments", "r1_memory")
+
+
 def handed_over(evidence_ids: Iterable[int], texts: Mapping[int, str], context: Mapping[str, Any],
                 rendered: str) -> set[int]:
-    """The evidence messages the model can read: referenced by id, or quoted verbatim."""
-    ids = referenced_message_ids(context)
+    """The evidence messages the model can read: referenced by id in a handed-over section, or
+    quoted verbatim in the rendered memory block."""
+    ids = referenced_message_ids({key: context.get(key) for key in HANDED_OVER_SECTIONS})
     flat = _normalised(rendered)
     out: set[int] = set()
     for message_id in evidence_ids:

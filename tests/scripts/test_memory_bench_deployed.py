@@ -13,12 +13,14 @@ from tests.memory_factories import EMBEDDER, T1_EN
 
 def test_referenced_ids_items_tokens_and_verbatim_evidence():
     context = {"recent_turns": [{"user_message_id": 3, "assistant_message_id": 4}],
+               "recall_candidates": [{"message_id": 6, "recalled": False}],
                "recalled": [{"message_id": 9, "text": "x"}], "fragments": [],
                "profile": {"text": "Name: Anna [T1]", "version_id": 7}, "summary": None, "r1_memory": {"text": ""}}
-    assert md.referenced_message_ids(context) == {3, 4, 9}
+    assert md.referenced_message_ids(context) == {3, 4, 6, 9}
     assert md.context_items(context) == 3  # two list items and the profile; an empty R1 text is no item
     texts = {3: "short", 5: "I am allergic to shellfish, so I have to be careful.", 6: "Never handed over at all."}
     rendered = "[Profile]\nI am allergic to   shellfish, so I have to be careful."
+    # 6 was only a candidate the model never saw: audit data earns no credit
     assert md.handed_over([3, 5, 6], texts, context, rendered) == {3, 5}
     assert md.count_tokens("我喜欢猫 and it's 3.5 km!") == 4 + 2 + 3 + 1 + 1
 
