@@ -487,3 +487,37 @@ def test_cli_memorybank_rejects_a_missing_evidence_file(tmp_path):
     completed = subprocess.run([sys.executable, str(SCRIPT), "--dataset", "memorybank", "--evidence",
                                 str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert completed.returncode == 2 and "no such file" in completed.stderr
+
+
+def test_cli_memorybank_json_contract_with_deployed_contexts(tmp_path):
+    # A one-user MemoryBank in the benchmark's file layout; the real offline embedder and the real
+    # condition code run on it (a few dozen short texts).
+    data = tmp_path / "bench"
+    (data / "memorybank").mkdir(parents=True)
+    history = {"2023-05-01": [{"query": "Hi, I'm Mia. I'm allergic to peanuts.", "response": "Noted, Mia."},
+                              {"query": "My cat is called Pixel.", "response": "What a fun name for a cat!"}],
+               "2023-05-02": [{"query": "I started learning the cello this week.", "response": "Lovely!"},
+                              {"query": "I practise every evening after work.", "response": "Great habit."}]}
+    (data / "memorybank" / "memory_bank_en.json").write_text(json.dumps({" Mia ": {"history": history}}),
+                                                             encoding="utf-8")
+    (data / "memorybank" / "probing_questions_en.jsonl").write_text(
+        json.dumps({"Mia": ["What is my cat called?", "Which instrument am I learning?"]}) + "\n", encoding="utf-8")
+    evidence = _write(tmp_path, [
+        {"user": "Mia", "qid": "Mia#0", "evidence": [{"date": "2023-05-01", "index": 1}]},
+        {"user": "Mia", "qid": "Mia#1", "evidence": [{"date": "2023-05-02", "index": 0}]}])
+    out = tmp_path / "out.json"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--data", str(data), "--cache-dir", str(tmp_path / "cache"),
+         "--dataset", "memorybank", "--language", "en", "--methods", "bm25,dense,fused", "--k", "5,10",
+         "--evidence", str(evidence), "--json-out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert {"bm25", "dense", "fused"} <= set(result["methods"])
+    # four memories only: every evidence exchange is within the first five
+    assert all(result["methods"][m]["recall@5"] == 1.0 for m in ("bm25", "dense", "fused"))
+    assert {"L1", "L2", "L3", "L4", "S1", "R1"} <= set(result["deployed"])
+    for row in result["deployed"].values():
+        assert 0.0 <= row["evidence_share"] <= 1.0 and row["items_per_question"] >= 0
+    # L2's last seven turns hold the whole two-day history: both halves of every evidence exchange
+    assert result["deployed"]["L2"]["evidence_share"] == 1.0
+    assert result["deployed"]["L1"]["evidence_share"] == 0.0 and result["deployed"]["L1"]["items_per_question"] == 0
