@@ -12,8 +12,11 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(VENV)/.installed: requirements.txt $(VENV)/bin/python
+# Then the project itself, editable, so scripts import app/config/database/services/routes from any
+# directory. No build isolation: setuptools comes pinned from requirements.txt, nothing is downloaded.
+$(VENV)/.installed: requirements.txt pyproject.toml $(VENV)/bin/python
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.installed

@@ -21,7 +21,7 @@ from database.models import User
 from routes.access import close_db_session, db_session, limiter
 from services.clock import Clock
 from services.errors import StudyError
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.runtime import build_runtime, check_embedder
 
 log = logging.getLogger("memory_lab")

@@ -28,20 +28,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import insert
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from sqlalchemy import insert  # noqa: E402
-
-from config import SECONDS_PER_DAY, load_study  # noqa: E402
-from database.db_manager import Database  # noqa: E402
-from database.models import Message, TaskSession, User  # noqa: E402
-from database.vector_store import VectorStore, cosine_scores  # noqa: E402
-from services import recall_model as rm  # noqa: E402
-from services.clock import ManualClock  # noqa: E402
-from services.embedding_service import to_blob  # noqa: E402
+from config import SECONDS_PER_DAY, load_study
+from database.db_manager import Database
+from database.models import Message, TaskSession, User
+from database.vector_store import VectorStore, cosine_scores
+from services import recall_model as rm
+from services.clock import ManualClock
+from services.embedding_service import to_blob
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised

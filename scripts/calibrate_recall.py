@@ -28,15 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from config import SECONDS_PER_DAY, load_study
+from services import recall_model as rm
+from services.clock import ManualClock
+from services.salience import lexicon_scores
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from config import SECONDS_PER_DAY, load_study  # noqa: E402
-from services import recall_model as rm  # noqa: E402
-from services.clock import ManualClock  # noqa: E402
-from services.salience import lexicon_scores  # noqa: E402
-
 DEFAULT_OUT = REPO_ROOT / "docs" / "_generated" / "recall_calibration.png"
 UNIVERSAL_SHARE = 0.9
 # Unrelated memories recalled, as a share of the unrelated candidates a task's messages saw: the embedder's

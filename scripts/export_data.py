@@ -11,17 +11,13 @@ codebook.md inside the zip.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from config import Settings  # noqa: E402
-from database.db_manager import Database  # noqa: E402
-from services.background import BackgroundRunner  # noqa: E402
-from services.clock import Clock  # noqa: E402
-from services.export_service import ExportOptions, write_export  # noqa: E402
-from services.runtime import Runtime  # noqa: E402
+from config import Settings
+from database.db_manager import Database
+from services.background import BackgroundRunner
+from services.clock import Clock
+from services.export_service import ExportOptions, write_export
+from services.runtime import Runtime
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from config import Settings  # noqa: E402
-from database.db_manager import Database  # noqa: E402
-from services.clock import Clock  # noqa: E402
-from services.consolidation_service import ConsolidationService, describe, manual_consolidation  # noqa: E402
+from config import Settings
+from database.db_manager import Database
+from services.clock import Clock
+from services.consolidation_service import ConsolidationService, describe, manual_consolidation
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,14 +35,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from config import load_study
+from services import memory_bench as mb
+from services.recall_model import resolve_recall_params
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from config import load_study  # noqa: E402
-from services import memory_bench as mb  # noqa: E402
-from services.recall_model import resolve_recall_params  # noqa: E402
-
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "bench"
 DEFAULT_CACHE = REPO_ROOT / "data" / "bench_cache"
 

@@ -8,13 +8,9 @@ Also available as ``flask --app app db-upgrade``.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from config import Settings  # noqa: E402
-from database.db_manager import Database  # noqa: E402
+from config import Settings
+from database.db_manager import Database
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,8 +52,6 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 TASKS = ("T1", "T2", "T3", "T4")
 PROBE_TASKS = ("T2", "T3", "T4")
 SOURCES = ("profile", "recent_turns", "recalled", "other")

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from database.models import Message, TaskSession, User
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
-from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, stream_with_fallback
+from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory_engine import MemoryContext, MemoryEngine
 from services.runtime import Runtime
 from services.timer_service import TaskService
@@ -170,7 +170,7 @@ def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, A
     with runtime.db.Session() as session:
         prepared = _prepare(session, runtime, user_message_id)
         try:
-            for event in stream_with_fallback(runtime.llm, prepared.request):
+            for event in runtime.llm.stream(prepared.request):
                 if "result" in event:
                     reply = _store_reply(session, runtime, prepared, event["result"])
                     yield {"reply": serialise_message(reply, participant_view=True)}

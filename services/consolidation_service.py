@@ -58,7 +58,9 @@ from services import recall_model
 from services.clock import Clock
 from services.embedding_service import to_blob
 from services.failure_log import failure_values
-from services.llm_service import AllProvidersFailed, LLMService
+from services.llm.chain import LLMService
+from services.llm.factory import build_llm_service
+from services.llm.types import AllProvidersFailed
 from services.profile import (
     apply_delta,
     detect_language,
@@ -141,8 +143,6 @@ class ConsolidationService:
         if not self._llm_resolved:
             chain = getattr(self.settings, "consolidation_providers", None)
             if self._llm is None:
-                from services.llm_service import build_llm_service
-
                 self._llm = build_llm_service(self.settings, chain or self.settings.llm_providers)
             elif not hasattr(self._llm, "providers"):
                 self._llm = LLMService([self._llm])  # a bare ChatProvider

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from services.llm_service import MALFORMED_RESPONSE, FailureHook, ProviderError
+from services.llm.types import MALFORMED_RESPONSE, FailureHook, ProviderError
+from services.providers import build_embedding_provider
 
 
 class EmbeddingProvider(Protocol):
@@ -68,8 +69,6 @@ def checked_batch(vectors: np.ndarray, expected: int, provider: Any) -> np.ndarr
 def build_embedder(settings: Any, on_failure: FailureHook | None = None) -> EmbeddingProvider:
     """The study's embedder (``EMBEDDING_PROVIDER``). ``on_failure`` receives each failed remote
     call (purpose ``embedding``), like the chat chain's hook."""
-    from services.providers import build_embedding_provider
-
     embedder = build_embedding_provider(settings.embedding_provider, settings)
     if on_failure is not None and hasattr(embedder, "on_failure"):
         embedder.on_failure = on_failure

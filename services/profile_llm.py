@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.llm_service import ChatRequest, ChatResult
+from services.llm.types import ChatRequest, ChatResult
 from services.profile import empty_profile, iter_items, normalise_profile, split_tag, validation_errors
 from services.structured_output import parse_json_object
 

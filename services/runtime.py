@@ -12,7 +12,8 @@ from config import Settings
 from database.db_manager import Database
 from services.background import BackgroundRunner
 from services.clock import Clock
-from services.llm_service import LLMService, build_llm_service
+from services.llm.chain import LLMService
+from services.llm.factory import build_llm_service
 
 
 @dataclass

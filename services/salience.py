@@ -30,7 +30,7 @@ import jieba
 import jsonschema
 
 from services import recall_model
-from services.llm_service import ChatRequest
+from services.llm.types import ChatRequest
 from services.structured_output import parse_json_object
 
 jieba.setLogLevel(logging.WARNING)

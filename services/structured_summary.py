@@ -45,7 +45,7 @@ from config import SECONDS_PER_DAY
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services.embedding_service import from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
-from services.llm_service import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
+from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
 from services.memory_engine import MemoryContext, pair_turns
 from services.recall_model import RelevanceMapping
 from services.structured_output import StructuredOutputError, parse_json_object, validate

@@ -3,7 +3,7 @@ servers in tests/services/test_providers_*.py): a model that answers from a scri
 is down."""
 from __future__ import annotations
 
-from services.llm_service import ChatRequest, ChatResult, ProviderError
+from services.llm.types import ChatRequest, ChatResult, ProviderError
 
 
 class ScriptedModel:

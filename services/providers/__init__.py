@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
+
+from services.llm.types import ChatProvider
 
 CHAT_PROVIDERS = {
     "offline": ("services.providers.offline", "OfflineChatProvider"),
@@ -15,16 +18,17 @@ EMBEDDING_PROVIDERS = {
 }
 
 
-def _load(registry: dict, name: str, kind: str):
+def _load(registry: dict[str, tuple[str, str]], name: str, kind: str) -> Any:
     if name not in registry:
         raise ValueError(f"unknown {kind} provider {name!r}; known: {', '.join(sorted(registry))}")
     module_name, class_name = registry[name]
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def build_chat_provider(name: str, settings):
+def build_chat_provider(name: str, settings: Any) -> ChatProvider:
     return _load(CHAT_PROVIDERS, name, "chat").from_settings(settings)
 
 
-def build_embedding_provider(name: str, settings):
+def build_embedding_provider(name: str, settings: Any) -> Any:
+    """An ``EmbeddingProvider`` (``services.embedding_service``, which imports this module)."""
     return _load(EMBEDDING_PROVIDERS, name, "embedding").from_settings(settings)

@@ -20,11 +20,11 @@ import numpy as np
 import requests
 
 from services.embedding_service import checked_batch, normalise
-from services.llm_service import (
+from services.llm.retry import NO_RETRIES, RetryPolicy, run_with_retries
+from services.llm.types import (
     CONNECTION_ERROR,
     EMPTY_COMPLETION,
     MALFORMED_RESPONSE,
-    NO_RETRIES,
     RATE_LIMITED,
     STREAM_INTERRUPTED,
     TIMEOUT,
@@ -33,14 +33,14 @@ from services.llm_service import (
     FailureHook,
     ProviderConfigError,
     ProviderError,
-    RetryPolicy,
+)
+from services.llm.wire import (
     StreamUsage,
     error_kind_for_status,
     json_instruction,
     parse_retry_after,
     public_url,
     redact,
-    run_with_retries,
 )
 
 NAME = "dashscope"

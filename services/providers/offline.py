@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from services.embedding_service import normalise
-from services.llm_service import ChatRequest, ChatResult
+from services.llm.types import ChatRequest, ChatResult
 
 ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|remember|recall|know about me", re.IGNORECASE)
 

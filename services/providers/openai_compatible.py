@@ -16,11 +16,11 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from services.embedding_service import checked_batch, normalise
-from services.llm_service import (
+from services.llm.retry import NO_RETRIES, RetryPolicy, run_with_retries
+from services.llm.types import (
     CONNECTION_ERROR,
     EMPTY_COMPLETION,
     MALFORMED_RESPONSE,
-    NO_RETRIES,
     SERVER_ERROR,
     STREAM_INTERRUPTED,
     TIMEOUT,
@@ -29,14 +29,14 @@ from services.llm_service import (
     FailureHook,
     ProviderConfigError,
     ProviderError,
-    RetryPolicy,
+)
+from services.llm.wire import (
     StreamUsage,
     error_kind_for_status,
     json_instruction,
     parse_retry_after,
     public_url,
     redact,
-    run_with_retries,
 )
 
 NAME = "openai_compatible"

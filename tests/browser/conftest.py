@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from werkzeug.serving import make_server
 
-from services.llm_service import ChatRequest, ChatResult, ProviderError
+from services.llm.types import ChatRequest, ChatResult, ProviderError
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProviderFailure, User
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import ApiClient, walk_task
 from tests.model_doubles import DownModel

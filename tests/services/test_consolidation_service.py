@@ -10,7 +10,9 @@ from database.models import ConsolidationRun, Message, ProfileVersion, ProviderF
 from services import recall_model
 from services.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
 from services.embedding_service import from_blob
-from services.llm_service import LLMService, ProviderError, RetryPolicy
+from services.llm.chain import LLMService
+from services.llm.retry import RetryPolicy
+from services.llm.types import ProviderError
 from services.profile import split_tag, validation_errors
 from services.providers.offline import OfflineChatProvider
 from tests.memory_factories import EMBEDDER, T1_EN, T1_ZH, add_task, make_participant

@@ -15,7 +15,7 @@ from services.embedding_service import (
     stored_embedding_models,
     to_blob,
 )
-from services.llm_service import ProviderError
+from services.llm.types import ProviderError
 from tests import wire_servers as wire
 
 

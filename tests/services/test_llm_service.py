@@ -7,20 +7,11 @@ import email.utils
 import pytest
 
 from config import Settings
-from services.llm_service import (
-    AllProvidersFailed,
-    ChatRequest,
-    CircuitBreaker,
-    LLMService,
-    ProviderConfigError,
-    ProviderError,
-    RetryPolicy,
-    build_llm_service,
-    parse_retry_after,
-    public_url,
-    redact,
-    stream_with_fallback,
-)
+from services.llm.chain import LLMService, stream_with_fallback
+from services.llm.factory import build_llm_service
+from services.llm.retry import CircuitBreaker, RetryPolicy
+from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError, ProviderError
+from services.llm.wire import parse_retry_after, public_url, redact
 from services.providers.offline import OfflineChatProvider
 from tests import wire_servers as wire
 

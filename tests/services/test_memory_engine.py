@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from database.models import RecallEvent, User
 from services.consolidation_service import ConsolidationService
-from services.llm_service import ChatRequest, LLMService
+from services.llm.chain import LLMService
+from services.llm.types import ChatRequest
 from services.memory_engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider
 from tests.memory_factories import EMBEDDER, T1_ZH, add_message, add_task, make_participant

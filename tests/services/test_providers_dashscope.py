@@ -14,14 +14,9 @@ from sqlalchemy import select
 
 from database.models import ProviderFailure, User
 from services.failure_log import make_failure_recorder
-from services.llm_service import (
-    AllProvidersFailed,
-    ChatRequest,
-    LLMService,
-    ProviderConfigError,
-    RetryPolicy,
-    stream_with_fallback,
-)
+from services.llm.chain import LLMService, stream_with_fallback
+from services.llm.retry import RetryPolicy
+from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError
 from services.providers.dashscope_provider import DashScopeChatProvider, DashScopeEmbeddingProvider
 from services.providers.openai_compatible import OpenAICompatibleChatProvider
 from tests import wire_servers as wire

@@ -14,15 +14,9 @@ from sqlalchemy import select
 
 from database.models import ProviderFailure, User
 from services.failure_log import make_failure_recorder
-from services.llm_service import (
-    AllProvidersFailed,
-    ChatRequest,
-    LLMService,
-    ProviderConfigError,
-    ProviderError,
-    RetryPolicy,
-    stream_with_fallback,
-)
+from services.llm.chain import LLMService, stream_with_fallback
+from services.llm.retry import RetryPolicy
+from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError, ProviderError
 from services.providers.offline import OfflineChatProvider
 from services.providers.openai_compatible import (
     PLACEHOLDER_KEY,

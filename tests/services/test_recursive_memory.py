@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import recursive_memory as r1
-from services.llm_service import LLMService
+from services.llm.chain import LLMService
 from services.memory_engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import walk_task

@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import structured_summary as s1
 from services.embedding_service import from_blob, normalise, to_blob
-from services.llm_service import LLMService, ProviderError
+from services.llm.chain import LLMService
+from services.llm.types import ProviderError
 from services.memory_engine import MemoryContext, MemoryEngine
 from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
 from tests.conftest import walk_task

@@ -1,0 +1,12 @@
+"""Chat models behind one small interface, and the fallback chain over them.
+
+* ``types``   — ``ChatRequest``/``ChatResult``, the error kinds, ``ProviderError`` and the
+  ``ChatProvider`` Protocol: everything a caller or a provider needs to name.
+* ``wire``    — helpers for provider implementations (redaction, ``Retry-After``, status -> kind).
+* ``retry``   — ``RetryPolicy``, ``CircuitBreaker`` and ``retrying``, the one retry loop.
+* ``chain``   — ``LLMService``: the fallback chain, for blocking and streamed replies.
+* ``factory`` — ``build_llm_service``: the chain named in the settings.
+
+Providers (``services/providers/``) import ``types``, ``wire`` and ``retry``, never the chain.
+This file imports nothing, so importing ``services.llm.types`` never pulls the chain in.
+"""
