@@ -23,6 +23,7 @@ from services.clock import Clock
 from services.errors import StudyError
 from services.llm.chain import LLMService
 from services.runtime import build_runtime, check_embedder
+from services.study import StudyDefinitionError
 
 log = logging.getLogger("memory_lab")
 csrf = CSRFProtect()
@@ -193,7 +194,10 @@ def bootstrap_admin_once(app: Flask) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
-    app = create_app()
+    try:
+        app = create_app()
+    except StudyDefinitionError as exc:  # refuse to serve a study that cannot run, before anything starts
+        raise SystemExit(f"study definition refused: {exc}") from exc
     runtime = app.extensions["memory_lab"]
     check_embedder(runtime)
     bootstrap_admin_once(app)

@@ -6,12 +6,13 @@ from flask import Blueprint, request
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
 from services import admin_service
 from services.chat_service import task_service
+from services.clock import utc_iso
 
 bp = Blueprint("admin", __name__, url_prefix="/api/admin")
 
 
 def _now_iso() -> str:
-    return runtime().clock.now().isoformat(timespec="seconds") + "Z"
+    return utc_iso(runtime().clock.now())
 
 
 @bp.get("/participants")
@@ -57,7 +58,7 @@ def withdraw(user_id: int):
                                   now=rt.clock.now())
     session.commit()
     return ok({"participant": {"id": user.id, "participant_code": user.participant_code, "status": user.status,
-                               "withdrawn_at": user.withdrawn_at.isoformat(timespec="seconds") + "Z",
+                               "withdrawn_at": utc_iso(user.withdrawn_at),
                                "withdrawn_reason": user.withdrawn_reason}})
 
 

@@ -5,6 +5,7 @@ from flask import Blueprint, Response, request
 
 from routes.access import admin_required, current, db_session, ok, runtime
 from services import admin_service, plots
+from services.clock import utc_iso
 from services.errors import BadInput
 from services.export_service import ExportOptions, export_runtime
 
@@ -33,7 +34,7 @@ def failures():
 @admin_required
 def usage():
     payload = admin_service.usage(db_session())
-    payload["generated_at"] = runtime().clock.now().isoformat(timespec="seconds") + "Z"
+    payload["generated_at"] = utc_iso(runtime().clock.now())
     return ok(payload)
 
 

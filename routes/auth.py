@@ -7,6 +7,7 @@ from flask_wtf.csrf import generate_csrf
 
 from routes.access import current, db_session, json_body, limiter, login_required, ok, runtime
 from services import account_service
+from services.languages import LANGUAGES
 
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
@@ -67,7 +68,7 @@ def me():
 @login_required
 def set_language():
     language = json_body().get("language")
-    if language not in ("zh", "en"):
+    if language not in LANGUAGES:
         from services.errors import BadInput
 
         raise BadInput("language must be zh or en", code="invalid_language")

@@ -8,6 +8,7 @@ from flask import Blueprint, current_app, send_from_directory
 from sqlalchemy import text
 
 from routes.access import admin_required, db_session, ok, runtime
+from services.languages import LANGUAGES
 
 bp = Blueprint("pages", __name__)
 OPENAPI = Path(__file__).resolve().parent.parent / "static" / "openapi.json"
@@ -35,13 +36,13 @@ def study_facts():
     """What anyone may know before registering: consent text, tasks, languages. No conditions."""
     study = runtime().study
     return ok({
-        "name": study["name"],
-        "default_language": study["default_language"],
-        "languages": ["zh", "en"],
-        "consent": study["consent"],
-        "tasks": [{"id": t["id"], "title": t["title"], "unlock_offset_days": t["unlock_offset_days"]}
-                  for t in study["tasks"]],
-        "limits": {"max_message_chars": study["limits"]["max_message_chars"]},
+        "name": study.name,
+        "default_language": study.default_language,
+        "languages": list(LANGUAGES),
+        "consent": {"version": study.consent.version, "text": dict(study.consent.text)},
+        "tasks": [{"id": t.id, "title": dict(t.title), "unlock_offset_days": t.unlock_offset_days}
+                  for t in study.tasks],
+        "limits": {"max_message_chars": study.limits.max_message_chars},
         "pilot_mode": runtime().settings.pilot_mode,
     })
 

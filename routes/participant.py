@@ -16,6 +16,7 @@ from database.models import Message
 from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
 from services import chat_service
 from services.chat_service import serialise_message, task_service
+from services.clock import utc_iso
 from services.questionnaire_service import items_for_task, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
@@ -151,7 +152,7 @@ def post_questionnaire(task_id: str):
     definition = tasks.task_definition(task_id)
     ts = tasks.running_session(user, task_id, phase="questionnaire")
     items = items_for_task(rt.study, definition, user.language)
-    cleaned = validate_answers(items, json_body().get("answers"), rt.study["limits"]["max_text_answer_chars"])
+    cleaned = validate_answers(items, json_body().get("answers"), rt.study.limits.max_text_answer_chars)
     stored = store_answers(session, ts, items, cleaned, rt.clock)
     tasks.complete(ts)
     tasks.commit()
@@ -159,4 +160,4 @@ def post_questionnaire(task_id: str):
 
 
 def _now_iso() -> str:
-    return runtime().clock.now().isoformat(timespec="seconds") + "Z"
+    return utc_iso(runtime().clock.now())

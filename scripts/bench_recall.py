@@ -5,7 +5,7 @@ Builds a temporary SQLite database with the real migrated schema, stores
 for one participant, and times, with the query vector precomputed so the
 embedding is excluded:
 
-  (a) the full ``VectorStore.recall`` (fingerprint query, matrix, top-k, candidate
+  (a) the full ``ForgettingCurveSearch.recall`` (fingerprint query, matrix, top-k, candidate
       rows, forgetting curve, updates and RecallEvent rows, flush), with the
       participant's matrix cached (warm) and without the cache (every call reloads);
   (b) the numpy scoring core alone (cosine product, top-k, curve), also with a
@@ -30,13 +30,14 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert
 
-from config import SECONDS_PER_DAY, load_study
+from config import SECONDS_PER_DAY
 from database.db_manager import Database
 from database.models import Message, TaskSession, User
-from database.vector_store import VectorStore, cosine_scores
 from services import recall_model as rm
 from services.clock import ManualClock
 from services.embedding_service import to_blob
+from services.memory.hybrid import ForgettingCurveSearch, cosine_scores
+from services.study import Study, load_study
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
@@ -104,14 +105,14 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def time_recall(db: Database, study: dict, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
+def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
                 now: datetime, *, use_cache: bool, repeat: int, warmup: int = 0) -> tuple[dict[str, float], int]:
     clock = ManualClock(now)
     samples, recalled = [], 0
     for iteration in range(warmup + repeat):
         with db.Session() as session:
-            store = VectorStore(session, study, clock=clock, day_seconds=SECONDS_PER_DAY,
-                                embedder=PrecomputedQueryEmbedder(), params=params, use_cache=use_cache)
+            store = ForgettingCurveSearch(session, params, clock=clock, day_seconds=SECONDS_PER_DAY,
+                                          embedder=PrecomputedQueryEmbedder(), use_cache=use_cache)
             query_message = session.get(Message, query_id)
             started = time.perf_counter()
             candidates = store.recall(user_id=user_id, query_message=query_message, query_vector=query, task_id="T2")
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study()
     # Random vectors carry no calibration: raw cosine as r (the planted near-copies are recalled, the rest not).
     # Which mapping is used does not change the work done.
-    params = rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}})
+    params = rm.resolve_recall_params(study.memory.recall_config, overrides={"relevance": {"method": "raw"}})
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         started = time.perf_counter()
@@ -154,18 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built {args.memories} memories in {time.perf_counter() - started:.1f} s "
               f"(SQLite, migrated schema, preset {params.preset} with raw-cosine relevance, top_k {params.top_k})")
         db = Database(url)
-        VectorStore.invalidate()
+        ForgettingCurveSearch.invalidate()
         timing = (db, study, params, user_id, query_id, query, now)
         cold = time_recall(*timing, use_cache=True, repeat=1)[0]
         warm, recalled = time_recall(*timing, use_cache=True, repeat=args.repeat, warmup=10)
         uncached, _ = time_recall(*timing, use_cache=False, repeat=max(20, args.repeat // 5))
-        matrix = next(iter(VectorStore._cache.values())).matrix
+        matrix = next(iter(ForgettingCurveSearch._cache.values())).matrix
         core = time_core(matrix, query, params, args.repeat)
         core_blas = time_core(matrix, query, params, args.repeat, product=np.matmul)
         db.dispose()
     rows = [
-        ("(a) VectorStore.recall, matrix cached (warm)", warm),
-        ("(a) VectorStore.recall, no cache (loads every call)", uncached),
+        ("(a) ForgettingCurveSearch.recall, matrix cached (warm)", warm),
+        ("(a) ForgettingCurveSearch.recall, no cache (loads every call)", uncached),
         ("(b) numpy scoring core (einsum product, as used)", core),
         ("(b) numpy scoring core with a BLAS product instead", core_blas),
     ]

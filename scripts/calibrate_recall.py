@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from config import SECONDS_PER_DAY, load_study
+from config import SECONDS_PER_DAY
 from services import recall_model as rm
 from services.clock import ManualClock
 from services.salience import lexicon_scores
+from services.study import Study, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "docs" / "_generated" / "recall_calibration.png"
@@ -692,11 +693,11 @@ class MemoEmbedder:
         return self._embed(texts, False)
 
 
-def _schedule(study: dict[str, Any]) -> dict[str, float]:
-    return {task["id"]: float(task["unlock_offset_days"]) for task in study["tasks"]}
+def _schedule(study: Study) -> dict[str, float]:
+    return {task.id: float(task.unlock_offset_days) for task in study.tasks}
 
 
-def study_gaps(study: dict[str, Any]) -> list[float]:
+def study_gaps(study: Study) -> list[float]:
     """0 and every gap (days) between two task unlocks of the schedule."""
     offsets = sorted(set(_schedule(study).values()))
     return sorted({0.0} | {b - a for i, a in enumerate(offsets) for b in offsets[i + 1:]})
@@ -751,7 +752,7 @@ def pair_cosines(embedder, participant: str, rule: rm.CandidateRule | None = Non
     return pairs
 
 
-def simulate_schedule(params: rm.RecallParams, study: dict[str, Any], embedder, *,
+def simulate_schedule(params: rm.RecallParams, study: Study, embedder, *,
                       day_seconds: float = SECONDS_PER_DAY, message_gap_seconds: float = 60.0,
                       start: datetime = datetime(2026, 3, 2, 9, 0, 0),
                       participants: list[str] | None = None) -> dict[tuple[str, str], dict[str, TaskOutcome]]:
@@ -764,7 +765,7 @@ def simulate_schedule(params: rm.RecallParams, study: dict[str, Any], embedder, 
     day, as in pilot mode. Outcomes are kept per (split, language)."""
     schedule = _schedule(study)
     order = sorted(schedule, key=schedule.get)
-    weights = study["memory"].get("salience_weights")
+    weights = dict(study.memory.salience_weights)
     outcomes: dict[tuple[str, str], dict[str, TaskOutcome]] = {}
     step = message_gap_seconds * day_seconds / SECONDS_PER_DAY
     for participant in participants or list(SAMPLE):
@@ -854,12 +855,12 @@ def check_candidate_rule(rule: rm.CandidateRule) -> dict[str, dict[str, dict[str
     return result
 
 
-def calibrate(study: dict[str, Any] | None = None, *, preset: str | None = None, embedder=None,
+def calibrate(study: Study | None = None, *, preset: str | None = None, embedder=None,
               day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None) -> CalibrationReport:
     """Everything the script prints, for the given study (default: the configured one)."""
     study = study or load_study()
-    params = rm.resolve_recall_params(study, preset=preset, overrides=overrides)
-    weights = study["memory"].get("salience_weights")
+    params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
+    weights = dict(study.memory.salience_weights)
     if embedder is None:
         from services.providers.offline import OfflineEmbeddingProvider
 
@@ -892,6 +893,14 @@ def _outcome_row(label: str, o: TaskOutcome) -> str:
 
 
 def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
+    out = _parameter_lines(report, verbose) + [""] + _cosine_lines(report) + _p_table_lines(report)
+    out += [""] + _needed_relevance_lines(report) + [""] + _schedule_lines(report)
+    if verbose:
+        out += _candidate_lines(report)
+    return "\n".join(out)
+
+
+def _parameter_lines(report: CalibrationReport, verbose: bool) -> list[str]:
     params = report.params
     out = [f"recall preset: {params.preset}   embedder: {report.embedder_model}",
            f"threshold {params.threshold}  top_k {params.top_k}  bonus {params.salience_bonus}  "
@@ -909,8 +918,12 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
                        f"messages with content kept {len(content) - len(misjudged['content_dropped'])}/{len(content)}"
                        + (f"  misjudged: {misjudged['content_free_kept'] + misjudged['content_dropped']}"
                           if verbose and any(misjudged.values()) else ""))
-    out.append("")
-    out.append("measured cosines in the sample (query vs stored passage; stored messages that are recall candidates)")
+    return out
+
+
+def _cosine_lines(report: CalibrationReport) -> list[str]:
+    params = report.params
+    out = ["measured cosines in the sample (query vs stored passage; stored messages that are recall candidates)"]
     for split, languages in report.pair_cosines.items():
         for language, pairs in languages.items():
             for kind, values in pairs.items():
@@ -923,7 +936,13 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
         for language in COSINE_GRID:
             floor, ceiling = params.relevance.bounds(language)
             out.append(f"  {language} mapping: floor {floor:.3f} → r = 0, ceiling {ceiling:.3f} → r = 1")
+    return out
+
+
+def _p_table_lines(report: CalibrationReport) -> list[str]:
+    params = report.params
     unit = "turns" if params.time_unit == "turns" else "days"
+    out: list[str] = []
     for language, rows in report.p_tables.items():
         out.append("")
         out.append(f"p_final for a never-recalled memory (e = 0, g = {params.g0_base}), {language} query; "
@@ -932,9 +951,14 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
         for row in rows:
             cells = "".join(f"{c['p_final']:6.3f}{'*' if c['recalled'] else ' '} " for c in row["cells"])
             out.append(f"  {row['cosine']:.3f}  {row['r']:5.2f}  {cells}")
-    out.append("")
-    out.append("r needed for recall (never-recalled memory, g = g0(e)); above 1 = impossible")
-    out.append("     e    g0  " + "".join(f"{gap:>6g} {unit[0]}" for gap in report.gaps))
+    return out
+
+
+def _needed_relevance_lines(report: CalibrationReport) -> list[str]:
+    params = report.params
+    unit = "turns" if params.time_unit == "turns" else "days"
+    out = ["r needed for recall (never-recalled memory, g = g0(e)); above 1 = impossible",
+           "     e    g0  " + "".join(f"{gap:>6g} {unit[0]}" for gap in report.gaps)]
     for e in (0.0, 0.5, 1.0):
         g0 = float(rm.initial_g(e, params.g0_base, params.g0_salience))
         needed = []
@@ -943,10 +967,13 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
                                       day_seconds=report.day_seconds, turns=gap))
             needed.append(float(rm.required_relevance(t, g0, e, params.threshold, params.salience_bonus)))
         out.append(f"  {e:4.1f}  {g0:4.2f}  " + "".join(f"{r:8.3f}" if r < 100 else f"{'>100':>8s}" for r in needed))
-    out.append("")
-    out.append("simulated schedule (sample conversations; dev = participants the bounds were chosen on)")
-    out.append(f"  {'participants':18s} task memories candidates recalled share  relevant recalled  share  "
-               "unrelated-recalled  echoes")
+    return out
+
+
+def _schedule_lines(report: CalibrationReport) -> list[str]:
+    out = ["simulated schedule (sample conversations; dev = participants the bounds were chosen on)",
+           f"  {'participants':18s} task memories candidates recalled share  relevant recalled  share  "
+           "unrelated-recalled  echoes"]
     for split in SPLITS:
         for language in report.languages:
             for o in report.group(split, language).values():
@@ -956,16 +983,20 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
             out.append(_outcome_row(f"all {language}", o))
     for o in report.tasks.values():
         out.append(_outcome_row("all", o))
-    if verbose:
-        for task_id, o in report.tasks.items():
-            out.append(f"\n  {task_id} candidates")
-            for ev in o.events:
-                tag = "rel" if ev["relevant"] else "echo" if ev["echo"] else ""
-                out.append(f"    {'RECALL' if ev['recalled'] else '      '} {tag:4s} {ev['participant']:4s} "
-                           f"cos {ev['cosine']:.3f} r {ev['r']:.2f} t {ev['t']:.3f} g {ev['g_before']:.2f}"
-                           f"→{ev['g_after']:.2f} p {ev['p']:.3f} pf {ev['p_final']:.3f}  "
-                           f"{ev['query'][:24]} | {ev['memory'][:24]}")
-    return "\n".join(out)
+    return out
+
+
+def _candidate_lines(report: CalibrationReport) -> list[str]:
+    out: list[str] = []
+    for task_id, o in report.tasks.items():
+        out.append(f"\n  {task_id} candidates")
+        for ev in o.events:
+            tag = "rel" if ev["relevant"] else "echo" if ev["echo"] else ""
+            out.append(f"    {'RECALL' if ev['recalled'] else '      '} {tag:4s} {ev['participant']:4s} "
+                       f"cos {ev['cosine']:.3f} r {ev['r']:.2f} t {ev['t']:.3f} g {ev['g_before']:.2f}"
+                       f"→{ev['g_after']:.2f} p {ev['p']:.3f} pf {ev['p_final']:.3f}  "
+                       f"{ev['query'][:24]} | {ev['memory'][:24]}")
+    return out
 
 
 def save_plot(report: CalibrationReport, path: Path) -> Path:

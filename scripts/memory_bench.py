@@ -35,9 +35,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from config import load_study
 from services import memory_bench as mb
 from services.recall_model import resolve_recall_params
+from services.study import load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "bench"
@@ -117,14 +117,14 @@ def build_context(methods: list[str], ks: list[int], cache_dir: Path, l4_preset:
     ctx = mb.BenchContext(methods=methods, ks=ks, fusion=fusion or mb.FusionSettings())
     if not mb.EMBEDDING_METHODS & set(methods):
         return ctx
+    from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
     from services.providers.offline import OfflineEmbeddingProvider
-    from services.structured_summary import s1_settings, semantic_mapping, time_weight
 
     embedder = OfflineEmbeddingProvider()
     ctx.cache = mb.EmbeddingCache(cache_dir, embedder, progress=log)
     study = load_study()
-    ctx.recall_params = resolve_recall_params(study, preset=l4_preset)
-    ctx.salience_weights = study.get("memory", {}).get("salience_weights")
+    ctx.recall_params = resolve_recall_params(study.memory.recall_config, preset=l4_preset)
+    ctx.salience_weights = dict(study.memory.salience_weights)
     s1 = s1_settings(study)
     ctx.fuzzy = mb.FuzzyScoring(
         weights=s1["weights"],

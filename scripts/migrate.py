@@ -8,9 +8,11 @@ Also available as ``flask --app app db-upgrade``.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from config import Settings
 from database.db_manager import Database
+from services.study import StudyDefinitionError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--revision", default="head")
     parser.add_argument("--current", action="store_true", help="only print the current revision")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()  # loads and validates the study: `make run` stops here on a bad one
+    except StudyDefinitionError as exc:
+        print(f"study definition refused: {exc}", file=sys.stderr)
+        return 2
     db = Database(settings.database_url)
     if not args.current:
         db.upgrade(args.revision)

@@ -30,7 +30,6 @@ server must be in pilot mode and an admin account is needed to read contexts.
 from __future__ import annotations
 
 import argparse
-import copy
 import http.cookiejar
 import json
 import logging
@@ -50,7 +49,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.study import Study
 
 TASKS = ("T1", "T2", "T3", "T4")
 PROBE_TASKS = ("T2", "T3", "T4")
@@ -398,23 +400,22 @@ class Server:
     base_url: str
     admin_user: str
     admin_password: str
-    study: dict[str, Any] | None = None
+    study: Study | None = None
     timing_note: str | None = None
 
 
-def _stretched_timing(study: dict[str, Any], day_seconds: float) -> tuple[dict[str, Any], str | None]:
+def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | None]:
     """Pilot mode scales task durations with the day, so a 2-second day leaves a 15-minute task
     0.02 s of chat. Give the bots at least 10 real minutes per task; unlocks stay compressed."""
     scale = day_seconds / 86400
-    timing = study["timing"]
+    timing = study.definition["timing"]
     wanted = {"task_active_seconds": 600 / scale, "max_wall_seconds": 900 / scale}
     stretched = {k: v for k, v in wanted.items() if timing[k] < v}
     if not stretched:
         return study, None
-    study = copy.deepcopy(study)
-    study["timing"].update({k: round(v) for k, v in stretched.items()})
-    note = ", ".join(f"{k} {timing[k]} -> {study['timing'][k]} study s" for k in stretched)
-    return study, note
+    longer = study.with_overrides({"timing": {k: round(v) for k, v in stretched.items()}})
+    note = ", ".join(f"{k} {timing[k]} -> {longer.definition['timing'][k]} study s" for k in stretched)
+    return longer, note
 
 
 @contextmanager
@@ -423,8 +424,9 @@ def temporary_server(day_seconds: float) -> Iterator[Server]:
     from werkzeug.serving import make_server
 
     from app import create_app
-    from config import Settings, load_study
+    from config import Settings
     from services.account_service import create_admin
+    from services.study import load_study
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:
@@ -702,7 +704,7 @@ def run_simulation(*, per_group: int, language: str = "both", day_seconds: float
     def execute(server: Server) -> dict[str, Any]:
         admin = Admin(server.base_url, server.admin_user, server.admin_password)
         bots = run_bots(server.base_url, admin, per_group, language, log)
-        l2_turns = server.study["memory"]["recent_turns_L2"] if server.study else 7
+        l2_turns = server.study.conditions["L2"].recent_turns if server.study else 7
         participants = analyse(bots, admin, l2_turns=l2_turns)
         table = summarise(participants)
         checks = check_pattern(participants, table)

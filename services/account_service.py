@@ -13,6 +13,8 @@ from database.models import AuditLog, User
 from services.assignment_service import assign
 from services.clock import Clock
 from services.errors import BadInput, Conflict, Unauthorised
+from services.languages import prompt_language
+from services.study import Study
 
 USERNAME = re.compile(r"^[\w.\-]{3,32}$")
 MIN_PASSWORD = 8
@@ -40,19 +42,19 @@ def new_participant_code(session: Session) -> str:
 
 
 def register(session: Session, *, username: object, password: object, consent: object, language: object,
-             study: dict, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
+             study: Study, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
     """Create a participant and draw their condition, in one transaction; commits."""
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
-    lang = language if language in ("zh", "en") else study["default_language"]
+    lang = prompt_language(language, study.default_language)
     if session.scalar(select(User.id).where(func.lower(User.username) == username.lower())):
         raise Conflict("this username is taken", code="username_taken")
     for _ in range(attempts):
         now = clock.now()
         user = User(username=username, password_hash=hash_password(password), role="participant",
                     participant_code=new_participant_code(session), language=lang, created_at=now,
-                    consent_at=now, consent_version=study["consent"]["version"], status="active")
+                    consent_at=now, consent_version=study.consent.version, status="active")
         session.add(user)
         try:
             session.flush()

@@ -21,15 +21,16 @@ from database.models import (
     User,
 )
 from services.chat_service import serialise_message
+from services.clock import utc_iso
+from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound
 from services.runtime import Runtime
+from services.study import Study
 from services.timer_service import TaskService
 
 PARTICIPANT_STATUSES = ("active", "withdrawn")
 
 
-def _iso(value) -> str | None:
-    return value.isoformat(timespec="seconds") + "Z" if value else None
 
 
 def _counts(session: Session, model, column) -> dict[int, int]:
@@ -59,9 +60,9 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "username": user.username,
             "memory_group": user.memory_group,
             "status": user.status,
-            "enrolled_at": _iso(user.consent_at or user.created_at),
-            "last_active_at": _iso(user.last_active_at),
-            "withdrawn_at": _iso(user.withdrawn_at),
+            "enrolled_at": utc_iso(user.consent_at or user.created_at),
+            "last_active_at": utc_iso(user.last_active_at),
+            "withdrawn_at": utc_iso(user.withdrawn_at),
             "tasks": {t["id"]: t["status"] for t in overview},
             "task_details": overview,
             # a withdrawn participant is no longer expected to do anything
@@ -86,11 +87,11 @@ def _flag(raw: str | None, name: str) -> bool | None:
     raise BadInput(f"{name} must be 1 or 0", code="invalid_filter", details={name: raw})
 
 
-def filter_rows(rows: list[dict[str, Any]], study: dict[str, Any], *, group: str | None = None,
+def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None = None,
                 status: str | None = None, overdue: str | None = None) -> list[dict[str, Any]]:
     """The monitor's filters: memory group, participant status, overdue (1 only overdue, 0 only not)."""
     if group:
-        if group not in study["conditions"]:
+        if group not in study.conditions:
             raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
         rows = [r for r in rows if r["memory_group"] == group]
     if status:
@@ -104,12 +105,12 @@ def filter_rows(rows: list[dict[str, Any]], study: dict[str, Any], *, group: str
     return rows
 
 
-def monitor_summary(rows: list[dict[str, Any]], study: dict[str, Any]) -> dict[str, Any]:
+def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
     """Counts per group and the completion funnel (registered -> T1 done -> ... -> T4 done).
 
     Every enabled group is listed even when empty, so an empty cell is visible at a glance."""
-    task_ids = [t["id"] for t in study["tasks"]]
-    groups: dict[str, int] = {g: 0 for g in study["enabled_conditions"]}
+    task_ids = study.task_ids
+    groups: dict[str, int] = {g: 0 for g in study.enabled_conditions}
     funnel_by_group: dict[str, dict[str, int]] = {g: _empty_funnel(task_ids) for g in groups}
     funnel = _empty_funnel(task_ids)
     statuses = Counter({s: 0 for s in PARTICIPANT_STATUSES})
@@ -165,8 +166,8 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "participant": row,
         "task_sessions": [{
             "id": s.id, "task_id": s.task_id, "attempt": s.attempt, "status": s.status, "phase": s.phase,
-            "started_at": _iso(s.started_at), "chat_ended_at": _iso(s.chat_ended_at),
-            "completed_at": _iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
+            "started_at": utc_iso(s.started_at), "chat_ended_at": utc_iso(s.chat_ended_at),
+            "completed_at": utc_iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
             "idle_gap_count": s.idle_gap_count, "idle_seconds": round(s.idle_seconds, 1),
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
@@ -174,25 +175,25 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "messages": [serialise_message(m, participant_view=False) for m in messages],
         "profiles": [{
             "kind": p.kind, "version": p.version, "task_id": p.task_id, "content": p.content,
-            "rendered": p.rendered, "source": p.source, "created_at": _iso(p.created_at),
+            "rendered": p.rendered, "source": p.source, "created_at": utc_iso(p.created_at),
         } for p in profiles],
         "recall_events": [{
             "id": e.id, "query_message_id": e.query_message_id, "memory_message_id": e.memory_message_id,
             "task_id": e.task_id, "rank": e.rank, "cosine": e.cosine, "r": e.r, "t": e.t,
             "g_before": e.g_before, "g_after": e.g_after, "p": e.p, "p_final": e.p_final,
-            "salience": e.salience, "recalled": e.recalled, "created_at": _iso(e.created_at),
+            "salience": e.salience, "recalled": e.recalled, "created_at": utc_iso(e.created_at),
         } for e in recalls],
         "questionnaires": [{
             "task_id": a.task_id, "instrument": a.instrument, "item_id": a.item_id, "value": a.value,
-            "submitted_at": _iso(a.submitted_at),
+            "submitted_at": utc_iso(a.submitted_at),
         } for a in answers],
         "consolidation_runs": [{
             "id": r.id, "task_id": r.task_id, "trigger": r.trigger, "status": r.status,
-            "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at), "error": r.error,
+            "started_at": utc_iso(r.started_at), "finished_at": utc_iso(r.finished_at), "error": r.error,
             "steps": r.steps, "provider": r.provider,
         } for r in runs],
         "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
-        "audit": [{"at": _iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
+        "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
 
@@ -237,9 +238,7 @@ def reset_task(session: Session, tasks: TaskService, user_id: int, task_id: str,
     return ts
 
 
-def consolidation_service(runtime: Runtime):
-    from services.consolidation_service import ConsolidationService
-
+def consolidation_service(runtime: Runtime) -> ConsolidationService:
     return ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm or runtime.llm,
                                 embedder=runtime.embedder, clock=runtime.clock)
 
@@ -304,7 +303,7 @@ def consolidate_pending(runtime: Runtime, *, user_id: int | None = None, trigger
 
 def _failure_view(f: ProviderFailure, participant_code: str | None) -> dict[str, Any]:
     return {
-        "id": f.id, "at": _iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
+        "id": f.id, "at": utc_iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
         "error_class": f.error_class, "status_code": f.status_code, "message": f.message,
         "user_id": f.user_id, "participant_code": participant_code, "message_id": f.message_id,
         "fallback_provider": f.fallback_provider,

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from database.models import Assignment, AuditLog, User
 from services.clock import Clock
+from services.study import Study
 
 
 def permuted_block(conditions: list[str], multiple: int, seed: int | None, block_index: int) -> list[str]:
@@ -26,16 +27,16 @@ def permuted_block(conditions: list[str], multiple: int, seed: int | None, block
     return block
 
 
-def assign(session: Session, user: User, study: dict, clock: Clock, seed: int | None = None) -> Assignment:
+def assign(session: Session, user: User, study: Study, clock: Clock, seed: int | None = None) -> Assignment:
     """Assign ``user`` to the next slot. The caller commits; a concurrent registration that took
     the same slot makes the commit fail on the unique constraint, and the caller retries."""
     existing = session.scalar(select(Assignment).where(Assignment.user_id == user.id))
     if existing:
         return existing
-    conditions = list(study["enabled_conditions"])
-    multiple = int(study["assignment"].get("block_multiple", 1))
+    conditions = list(study.enabled_conditions)
+    multiple = study.assignment.block_multiple
     if seed is None:
-        seed = study["assignment"].get("seed")
+        seed = study.assignment.seed
     block_size = len(conditions) * multiple
     taken = session.scalar(select(func.count(Assignment.id))) or 0
     block_index, slot_index = divmod(taken, block_size)

@@ -21,10 +21,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import Message, TaskSession, User
+from services.clock import utc_iso
+from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
+from services.languages import prompt_language
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
-from services.memory_engine import MemoryContext, MemoryEngine
+from services.memory import registry
+from services.memory.base import Upkeep
+from services.memory.context import MemoryContext
+from services.memory.engine import MemoryEngine
 from services.runtime import Runtime
+from services.study import Study
 from services.timer_service import TaskService
 
 log = logging.getLogger(__name__)
@@ -49,7 +56,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     """Validate and commit the participant's message. Nothing is stored if it is refused."""
     if not isinstance(content, str) or not content.strip():
         raise BadInput("the message is empty", code="empty_message")
-    limit = runtime.study["limits"]["max_message_chars"]
+    limit = runtime.study.limits.max_message_chars
     if len(content) > limit:
         raise TooLarge(f"the message is longer than {limit} characters", code="message_too_long",
                        details={"limit": limit})
@@ -85,7 +92,7 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     group = user.memory_group
     language = user.language
     engine = MemoryEngine(session, runtime.study, embedder=runtime.embedder, clock=runtime.clock,
-                          settings=runtime.settings, defer_recall_writes=True)
+                          day_seconds=runtime.settings.day_seconds, defer_writes=True)
     context = engine.build_context(user_id=user.id, memory_group=group, task_session=ts, query=message,
                                    language=language)
     history = _task_history(session, ts, before_id=message.id, group=group, study=runtime.study)
@@ -98,28 +105,29 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
         message_id=message.id,
     )
     # Commit what building the context wrote (S1's embedding cache) so no write lock is held while the
-    # model answers; L4's recall is deferred and written with the reply in _store_reply.
+    # model answers; what the build deferred (L4's recall) is written with the reply in _store_reply.
     session.commit()
     return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
 
 
-def system_prompt(study: dict[str, Any], group: str, language: str, context: MemoryContext) -> str:
-    prompts = study["system_prompts"]
-    lang = language if language in ("zh", "en") else study["default_language"]
-    return "\n\n".join([prompts["base"][lang], prompts[group][lang], context.render()])
+def system_prompt(study: Study, group: str, language: str, context: MemoryContext) -> str:
+    prompts = study.system_prompts
+    lang = prompt_language(language, study.default_language)
+    key = registry.get(group).prompt_key
+    return "\n\n".join([prompts["base"][lang], prompts[key][lang], context.render()])
 
 
 def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
-                  study: dict[str, Any]) -> list[dict[str, str]]:
+                  study: Study) -> list[dict[str, str]]:
     """The task in progress as ordinary chat history (the same for every condition by default)."""
     rows = session.scalars(
         select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
     ).all()
     history = [{"role": m.role, "content": m.content} for m in rows]
-    if not study.get("within_task_window_manipulated"):
+    if not study.within_task_window_manipulated:
         return history
     # the switch makes the task in progress part of the manipulation: keep the condition's window only
-    turns = study["conditions"][group]["recent_turns"]
+    turns = registry.get(group).recent_turns(study)
     if turns <= 0:
         return []
     turn_starts = [i for i, m in enumerate(history) if m["role"] == "user"]
@@ -128,13 +136,8 @@ def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: s
 
 def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult) -> Message:
     message = prepared.user_message
-    if prepared.context.recall_candidates:
-        from database.vector_store import RecallCandidate, VectorStore
-
-        store = VectorStore(session, runtime.study, clock=runtime.clock, day_seconds=runtime.settings.day_seconds,
-                            embedder=runtime.embedder)
-        store.apply([RecallCandidate.from_dict(c) for c in prepared.context.recall_candidates],
-                    user_id=message.user_id, query_message_id=message.id, task_id=message.task_id)
+    for write in prepared.context.deferred:
+        write.write(session)
     reply = Message(
         user_id=message.user_id, task_session_id=message.task_session_id, task_id=message.task_id,
         role="assistant", content=result.text, created_at=runtime.clock.now(), reply_to_id=message.id,
@@ -187,32 +190,26 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
     """Per-turn memory upkeep off the request path (S1 rewrites its summary after every turn)."""
     with runtime.db.Session() as session:
         reply = session.get(Message, reply_id)
-        if reply.memory_group != "S1":
+        if not registry.get(reply.memory_group).has_turn_upkeep:
             return
-    runtime.background.submit(_update_s1_summary, runtime, reply_id)
+    runtime.background.submit(_turn_upkeep, runtime, reply_id)
 
 
-# One S1 rewrite at a time per participant: two background workers rewriting the same summary
+# One upkeep at a time per participant: two background workers rewriting the same memory
 # would race for its next version number.
-_s1_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
-_s1_locks_guard = threading.Lock()
+_upkeep_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
+_upkeep_locks_guard = threading.Lock()
 
 
-def _update_s1_summary(runtime: Runtime, reply_id: int) -> None:
-    from services import structured_summary
-
+def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
     with runtime.db.Session() as session:
         user_id = session.get(Message, reply_id).user_id
-    with _s1_locks_guard:
-        lock = _s1_locks[user_id]
+    with _upkeep_locks_guard:
+        lock = _upkeep_locks[user_id]
     with lock, runtime.db.session() as session:
         reply = session.get(Message, reply_id)
-        structured_summary.update_after_turn(
-            session, llm=runtime.consolidation_llm, user=session.get(User, reply.user_id),
-            task_session=session.get(TaskSession, reply.task_session_id),
-            user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=runtime.clock,
-            study=runtime.study,
-        )
+        upkeep = Upkeep(llm=runtime.consolidation_llm, clock=runtime.clock, study=runtime.study)
+        registry.get(reply.memory_group).after_turn(session, upkeep, reply=reply)
 
 
 def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
@@ -221,8 +218,6 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
 
 
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
-    from services.consolidation_service import ConsolidationService
-
     service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
                                    embedder=runtime.embedder, clock=runtime.clock)
     service.consolidate_task_session(task_session_id, trigger=trigger)
@@ -234,7 +229,7 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
         "task_id": message.task_id,
         "role": message.role,
         "content": message.content,
-        "created_at": message.created_at.isoformat(timespec="seconds") + "Z",
+        "created_at": utc_iso(message.created_at),
         "reply_to_id": message.reply_to_id,
     }
     if not participant_view:
@@ -245,7 +240,6 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
             latency_ms=message.latency_ms, attempts=message.attempts,
             emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
             recall_count=message.recall_count,
-            last_recall_at=message.last_recall_at.isoformat(timespec="seconds") + "Z" if message.last_recall_at
-            else None,
+            last_recall_at=utc_iso(message.last_recall_at),
         )
     return data

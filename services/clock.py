@@ -32,3 +32,8 @@ class ManualClock(Clock):
     def set(self, when: datetime) -> None:
         with self._lock:
             self._now = when
+
+
+def utc_iso(value: datetime | None) -> str | None:
+    """A stored (naive UTC) time as the API writes it: ISO 8601 to the second, with a ``Z``."""
+    return value.isoformat(timespec="seconds") + "Z" if value else None

@@ -11,8 +11,11 @@ Pure: no Flask, no database.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from services.study import Study, Task
 
 INTEGER, NUMBER, STRING, DATETIME, BOOLEAN, JSON_TEXT = (
     "integer", "number", "string", "datetime (UTC, YYYY-MM-DD HH:MM:SS)", "boolean (1/0)", "JSON text")
@@ -233,18 +236,18 @@ def item_scale(item: dict[str, Any]) -> str:
     return kind
 
 
-def study_items(study: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+def study_items(study: Study) -> dict[str, tuple[str, Mapping[str, Any]]]:
     """item_id -> (instrument name, item definition), over every instrument of the study."""
-    items: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, instrument in study["instruments"].items():
-        for item in instrument["items"]:
+    items: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for name, instrument in study.instruments.items():
+        for item in instrument.items:
             items[item["id"]] = (name, item)
     return items
 
 
-def task_items(study: dict[str, Any], task: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def task_items(study: Study, task: Task) -> list[tuple[str, Mapping[str, Any]]]:
     """(instrument, item) in the order the task's questionnaire shows them."""
-    return [(name, item) for name in task.get("questionnaire", []) for item in study["instruments"][name]["items"]]
+    return [(name, item) for name in task.questionnaire for item in study.instruments[name].items]
 
 
 def _item_column(name: str, instrument: str, item: dict[str, Any], description: str) -> Column:
@@ -255,27 +258,27 @@ def _item_column(name: str, instrument: str, item: dict[str, Any], description: 
     )
 
 
-def columns_for(file: str, study: dict[str, Any]) -> list[Column]:
+def columns_for(file: str, study: Study) -> list[Column]:
     """Every column of ``file`` in export order, before PII exclusion."""
     columns = list(STATIC_COLUMNS[file])
-    task_ids = [t["id"] for t in study["tasks"]]
+    task_ids = study.task_ids
     if file == "participants.csv":
         columns += [_c(f"{t}_completed_at", DATETIME, f"Time task {t} was completed; empty if not done (yet).")
                     for t in task_ids]
     elif file == "questionnaires_wide.csv":
-        for task in study["tasks"]:
+        for task in study.tasks:
             for instrument, item in task_items(study, task):
                 columns.append(_item_column(
-                    f"{task['id']}_{item['id']}", instrument, item,
-                    f"Answer to {item['id']} ({instrument}) after {task['id']}; empty if not answered."))
+                    f"{task.id}_{item['id']}", instrument, item,
+                    f"Answer to {item['id']} ({instrument}) after {task.id}; empty if not answered."))
     return columns
 
 
-def exported_columns(file: str, study: dict[str, Any], *, exclude_pii: bool) -> list[Column]:
+def exported_columns(file: str, study: Study, *, exclude_pii: bool) -> list[Column]:
     return [c for c in columns_for(file, study) if not (exclude_pii and c.pii)]
 
 
-def codebook_rows(files: dict[str, list[str]], study: dict[str, Any], *, exclude_pii: bool,
+def codebook_rows(files: dict[str, list[str]], study: Study, *, exclude_pii: bool,
                   include_reply_contexts: bool) -> list[dict[str, Any]]:
     """One row per (file, column) actually exported, plus one per questionnaire item of the long file."""
     rows: list[dict[str, Any]] = []
@@ -301,11 +304,11 @@ def _row(file: str, column: Column) -> dict[str, Any]:
             "scale": column.scale, "wording_zh": column.wording_zh, "wording_en": column.wording_en}
 
 
-def codebook_markdown(rows: list[dict[str, Any]], study: dict[str, Any], *, generated_at: str,
+def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at: str,
                       exclude_pii: bool, bom: bool) -> str:
     """The same codebook for people: notes, one table per file, then the questionnaire items."""
     out = [
-        f"# Codebook: {study.get('name', 'study')} data export",
+        f"# Codebook: {study.name} data export",
         "",
         f"Generated {generated_at} (UTC). Options: exclude_pii={'yes' if exclude_pii else 'no'}, "
         f"BOM={'yes' if bom else 'no'}.",
@@ -323,8 +326,8 @@ def codebook_markdown(rows: list[dict[str, Any]], study: dict[str, Any], *, gene
         out.append("- Exported without personal data: usernames and free-text columns (message text, open "
                    "answers, reasons, profile text) are left out, and reply_contexts.jsonl is not included.")
     out += ["", "## Memory conditions", "", "| id | name | enabled |", "| --- | --- | --- |"]
-    for cid, condition in study["conditions"].items():
-        out.append(f"| {cid} | {condition.get('name', '')} | {'yes' if cid in study['enabled_conditions'] else 'no'} |")
+    for cid, condition in study.conditions.items():
+        out.append(f"| {cid} | {condition.name} | {'yes' if cid in study.enabled_conditions else 'no'} |")
     by_file: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if not (row["file"] == "questionnaires_long.csv" and row["item_id"]):
@@ -336,14 +339,14 @@ def codebook_markdown(rows: list[dict[str, Any]], study: dict[str, Any], *, gene
             out.append(f"| `{row['column']}` | {row['type']} | {_md(row['description'])}{flag} |")
     out += ["", "## Questionnaire items", ""]
     asked: dict[str, list[str]] = {}
-    for task in study["tasks"]:
+    for task in study.tasks:
         for _, item in task_items(study, task):
-            asked.setdefault(item["id"], []).append(task["id"])
-    for name, instrument in study["instruments"].items():
-        title = instrument.get("title", {})
+            asked.setdefault(item["id"], []).append(task.id)
+    for name, instrument in study.instruments.items():
+        title = instrument.title
         out += [f"### {name}: {_localised(title, 'en')} / {_localised(title, 'zh')}", "",
                 "| item | scale | asked after | wording (zh) | wording (en) |", "| --- | --- | --- | --- | --- |"]
-        for item in instrument["items"]:
+        for item in instrument.items:
             out.append(f"| `{item['id']}` | {_md(item_scale(item))} | {', '.join(asked.get(item['id'], [])) or '-'} "
                        f"| {_md(_localised(item.get('text'), 'zh'))} | {_md(_localised(item.get('text'), 'en'))} |")
         out.append("")

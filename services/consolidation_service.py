@@ -4,7 +4,7 @@ Run after a task's chat has closed - by the chat service off the request path
 (``trigger="task_end"``), by the scheduler's sweep, or by hand
 (``scripts/manual_consolidation.py``, ``flask consolidate``). For one task session:
 
-1. **Profile (L3, L4)**: the task's conversation is merged into the participant's
+1. **Profile (conditions that ``consolidates_profile``)**: the task's conversation is merged into the participant's
    latest gist profile (``services.profile``), by the consolidation LLM chain or,
    when that chain is answered by the offline template responder (not an LLM),
    by the rule-based extractor (``source="offline-rules"``). Every success writes
@@ -17,8 +17,8 @@ Run after a task's chat has closed - by the chat service off the request path
    Only L4 reads them for recall, but they are filled for all groups so that
    salience and disclosure can be compared across conditions in the analysis,
    and so a study may switch a participant's data to another analysis later.
-3. **R1**: for participants in R1 the recursive memory is updated
-   (``services.recursive_memory.consolidate_task``).
+3. **The condition's own memory**: the participant's condition may keep its own long-term memory
+   (R1's recursive memory, ``services.memory.recursive_summary``), updated via ``MemoryCondition.consolidate``.
 
 Idempotent and crash-safe: a session whose consolidation succeeded is skipped.
 A run first claims the session and records a ``running`` ConsolidationRun in
@@ -32,7 +32,8 @@ holds its claim only for ``lease_seconds``; after that a rerun takes over.
 
 Messages that carry no content ("好的，谢谢") are consolidated like any other, but
 are not recall candidates (``recall_model.CandidateRule``, applied by the
-VectorStore); the run's ``steps["messages"]["not_recall_candidates"]`` lists them.
+forgetting-curve search, ``services.memory.hybrid``); the run's
+``steps["messages"]["not_recall_candidates"]`` lists them.
 
 Importance (``Message.importance_score``) is how much lasting information about
 the person a message carries: half from the durable personal facts the rule
@@ -52,15 +53,18 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from database.db_manager import transaction
+from config import Settings
+from database.db_manager import Database, transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services import recall_model
 from services.clock import Clock
-from services.embedding_service import to_blob
+from services.embedding_service import EmbeddingProvider, build_embedder, to_blob
 from services.failure_log import failure_values
 from services.llm.chain import LLMService
 from services.llm.factory import build_llm_service
 from services.llm.types import AllProvidersFailed
+from services.memory import registry
+from services.memory.base import Upkeep
 from services.profile import (
     apply_delta,
     detect_language,
@@ -72,10 +76,10 @@ from services.profile import (
 from services.profile_extraction import extract_profile_delta
 from services.profile_llm import ProfileUpdateFailed, update_profile_with_llm
 from services.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
+from services.study import Study
 
 log = logging.getLogger(__name__)
 
-PROFILE_GROUPS = ("L3", "L4")
 READY_STATUSES = ("done", "abandoned")
 RETRYABLE = ("pending", "failed")
 OFFLINE_RULES = "offline-rules"
@@ -122,10 +126,11 @@ class _Plan:
 class ConsolidationService:
     """Consolidates finished task sessions; see the module docstring for the guarantees."""
 
-    def __init__(self, db, settings, *, llm: LLMService | None = None, embedder=None, clock: Clock | None = None,
+    def __init__(self, db: Database | Callable[[], Session], settings: Settings, *, llm: LLMService | None = None,
+                 embedder: EmbeddingProvider | None = None, clock: Clock | None = None,
                  step_hook: StepHook | None = None, lease_seconds: float = 900.0) -> None:
         self.settings = settings
-        self.study: dict[str, Any] = settings.study
+        self.study: Study = settings.study
         self.clock = clock or Clock()
         self._session_factory = db.Session if hasattr(db, "Session") else db
         self._llm = llm
@@ -152,8 +157,6 @@ class ConsolidationService:
     @property
     def embedder(self):
         if self._embedder is None:
-            from services.embedding_service import build_embedder
-
             self._embedder = build_embedder(self.settings)
         return self._embedder
 
@@ -303,7 +306,7 @@ class ConsolidationService:
         plan.steps["input"] = {"user_messages": len(texts), "language": language, "memory_group": data["group"],
                                "previous_profile_version": data["previous_version"]}
         extraction = extract_profile_delta(data["user_messages"])
-        if data["group"] in PROFILE_GROUPS:
+        if registry.get(data["group"]).consolidates_profile:
             self._compute_profile(data, language, extraction, plan)
         else:
             plan.steps["profile"] = {"status": "skipped", "reason": f"group {data['group']} reads no profile"}
@@ -322,8 +325,8 @@ class ConsolidationService:
         plan.steps["embeddings"] = {"status": "done", "count": len(texts),
                                     "model": getattr(self.embedder, "model", None)}
         self._step("embeddings")
-        params = recall_model.resolve_recall_params(self.study)
-        weights = self.study["memory"].get("salience_weights")
+        params = self.study.memory.recall
+        weights = dict(self.study.memory.salience_weights)
         for index, (message_id, _) in enumerate(data["user_messages"]):
             score = scores[message_id]
             salience = score.salience(weights)
@@ -338,7 +341,7 @@ class ConsolidationService:
                 "importance_score": round(0.5 * facts + 0.5 * salience, 6),
                 "consolidation_g": recall_model.initial_g(salience, params.g0_base, params.g0_salience),
             }
-        # Recorded, not enforced here: the VectorStore applies the rule at recall time, so a changed rule
+        # Recorded, not enforced here: the forgetting-curve search applies the rule at recall time, so a changed rule
         # takes effect without re-consolidating, and every message keeps its embedding for analysis.
         without_content = [mid for mid, text in data["user_messages"]
                            if not params.candidates.admits_text(text, plan.message_fields[mid]["emotional_salience"])]
@@ -349,7 +352,7 @@ class ConsolidationService:
     def _compute_profile(self, data: dict[str, Any], language: str, extraction, plan: _Plan) -> None:
         previous = data["previous"]
         task_id = data["task_id"]
-        cap = int(self.study["memory"]["gist_max_chars"])
+        cap = self.study.memory.gist_max_chars
         step: dict[str, Any] = {"previous_version": data["previous_version"]}
         llm = self.llm
         if llm.primary.name == "offline":
@@ -434,10 +437,9 @@ class ConsolidationService:
             if run.status != "running" or ts.consolidation_status != "running":
                 raise ConsolidationAborted("the run lost its claim on the session")
             user = session.get(User, ts.user_id)
-            if user.memory_group == "R1":
-                # First, before this transaction writes anything: the update may call a model, and on
-                # SQLite a write lock held meanwhile would stall every participant's chat.
-                self._consolidate_r1(session, user, ts, run, plan)
+            # First, before this transaction writes anything: a condition's own update may call a model,
+            # and on SQLite a write lock held meanwhile would stall every participant's chat.
+            self._consolidate_condition(session, user, ts, run, plan)
             if plan.profile is not None:
                 version = (session.scalar(select(func.max(ProfileVersion.version)).where(
                     ProfileVersion.user_id == ts.user_id, ProfileVersion.kind == "gist")) or 0) + 1
@@ -458,18 +460,18 @@ class ConsolidationService:
             session.flush()
             self._step("before_commit")
 
-    def _consolidate_r1(self, session: Session, user: User, ts: TaskSession, run: ConsolidationRun,
-                        plan: _Plan) -> None:
-        from services.recursive_memory import consolidate_task
-
-        result = consolidate_task(session, llm=self.llm, user=user, task_session=ts, run=run, clock=self.clock,
-                                  study=self.study)
-        plan.steps["r1"] = result
-        if result.get("status") == "kept_previous":
+    def _consolidate_condition(self, session: Session, user: User, ts: TaskSession, run: ConsolidationRun,
+                               plan: _Plan) -> None:
+        upkeep = Upkeep(llm=self.llm, clock=self.clock, study=self.study)
+        step = registry.get(user.memory_group).consolidate(session, upkeep, user=user, task_session=ts, run=run)
+        if step is None:
+            return
+        plan.steps[step.key] = step.result
+        if step.failure is not None:
             # Fail the run so the sweep retries it; the failure row is written with the run's failure.
-            plan.failures.append({"provider": "consolidation", "error_class": "InvalidR1Memory",
-                                  "error": str(result.get("error") or "")[:500], "user_id": user.id})
-            raise ValueError(f"R1 memory update kept the previous memory: {result.get('error')}")
+            plan.failures.append({"provider": "consolidation", "error_class": step.failure_class,
+                                  "error": step.failure, "user_id": user.id})
+            raise ValueError(step.failure_message or step.failure)
 
     def _record_failure(self, task_session_id: int, run_id: int, plan: _Plan, exc: Exception) -> None:
         now = self.clock.now()
@@ -524,11 +526,6 @@ def _latest_profile(session: Session, user_id: int) -> ProfileVersion | None:
     return session.scalar(select(ProfileVersion).where(ProfileVersion.user_id == user_id,
                                                        ProfileVersion.kind == "gist")
                           .order_by(ProfileVersion.version.desc()).limit(1))
-
-
-def latest_profile(session: Session, user_id: int) -> ProfileVersion | None:
-    """The participant's current gist profile (the newest version), or None before the first consolidation."""
-    return _latest_profile(session, user_id)
 
 
 def _short(exc: BaseException) -> str:

@@ -41,6 +41,7 @@ from database.models import (
     User,
 )
 from services import codebook
+from services.study import Study
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
              "questionnaires_wide.csv", "profiles.csv", "recall_events.csv", "consolidation_runs.csv")
@@ -124,7 +125,7 @@ class _Data:
                 "memory_group": assignment.memory_group if assignment else None}
 
 
-def _participants(data: _Data, study: dict[str, Any]) -> list[dict[str, Any]]:
+def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
     done: dict[int, dict[str, datetime]] = defaultdict(dict)
     for s in data.sessions:
         if s.status == "done":
@@ -144,8 +145,8 @@ def _participants(data: _Data, study: dict[str, Any]) -> list[dict[str, Any]]:
             "tasks_done": len(done[user.id]),
             "user_messages": counts[(user.id, "user")], "assistant_replies": counts[(user.id, "assistant")],
         }
-        for task in study["tasks"]:
-            row[f"{task['id']}_completed_at"] = done[user.id].get(task["id"])
+        for task in study.tasks:
+            row[f"{task.id}_completed_at"] = done[user.id].get(task.id)
         rows.append(row)
     return rows
 
@@ -199,7 +200,7 @@ def _messages(data: _Data) -> list[dict[str, Any]]:
     return rows
 
 
-def _questionnaires_long(data: _Data, study: dict[str, Any], exclude_pii: bool) -> list[dict[str, Any]]:
+def _questionnaires_long(data: _Data, study: Study, exclude_pii: bool) -> list[dict[str, Any]]:
     items = codebook.study_items(study)
     rows = []
     for a in data.answers:
@@ -259,13 +260,7 @@ def _reply_contexts(data: _Data) -> list[dict[str, Any]]:
     } for m in data.messages if m.role == "assistant"]
 
 
-def collect_tables(session: Session, study: dict[str, Any], *, exclude_pii: bool = False
-                   ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
-    """file -> (column names, rows) for every CSV file, PII columns already dropped when asked."""
-    return _tables(_Data(session), study, exclude_pii=exclude_pii)
-
-
-def _tables(data: _Data, study: dict[str, Any], *, exclude_pii: bool
+def _tables(data: _Data, study: Study, *, exclude_pii: bool
             ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     raw = {
         "participants.csv": _participants(data, study),
@@ -293,7 +288,7 @@ def _csv_bytes(columns: list[str], rows: list[dict[str, Any]], *, bom: bool) -> 
     return buffer.getvalue().encode("utf-8-sig" if bom else "utf-8")
 
 
-def build_export(session: Session, study: dict[str, Any], *, options: ExportOptions, generated_at: datetime,
+def build_export(session: Session, study: Study, *, options: ExportOptions, generated_at: datetime,
                  deployment: dict[str, Any] | None = None) -> ExportResult:
     """The whole export as zip bytes, with each file's row count."""
     data = _Data(session)
@@ -319,7 +314,7 @@ def build_export(session: Session, study: dict[str, Any], *, options: ExportOpti
         archive.writestr("codebook.md", codebook.codebook_markdown(
             rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom))
         result.files["codebook.md"] = 1
-        archive.writestr("study_config.json", json.dumps(scrub_secrets(study), ensure_ascii=False, indent=2))
+        archive.writestr("study_config.json", json.dumps(scrub_secrets(study.as_dict()), ensure_ascii=False, indent=2))
         result.files["study_config.json"] = 1
         manifest = {
             "generated_at": stamp, "timezone": "UTC",

@@ -360,7 +360,7 @@ def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: 
 @dataclass(frozen=True)
 class FuzzyScoring:
     """S1's fuzzy-recall pieces, taken from the study's S1 settings by the caller
-    (``services.structured_summary`` holds them; this module stays free of the database)."""
+    (``services.memory.structured_summary`` holds them; this module stays free of the database)."""
 
     weights: Mapping[str, float]
     semantic: rm.RelevanceMapping

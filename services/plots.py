@@ -13,7 +13,6 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,6 +23,7 @@ from sqlalchemy.orm import Session
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
 from services import recall_model
 from services.errors import BadInput, NotFound
+from services.study import Study
 
 NO_DATA = "no data yet"
 # Two-sided 95 % Student t quantiles by degrees of freedom; beyond the table the next lower entry is used.
@@ -80,21 +80,21 @@ def _participants(session: Session) -> list[User]:
     return list(session.scalars(select(User).where(User.role == "participant").order_by(User.id)))
 
 
-def _groups(study: dict[str, Any], present: set[str]) -> list[str]:
-    enabled = list(study["enabled_conditions"])
+def _groups(study: Study, present: set[str]) -> list[str]:
+    enabled = list(study.enabled_conditions)
     return enabled + sorted(g for g in present if g not in enabled)
 
 
 # -- funnel --------------------------------------------------------------------------------------
 
 
-def funnel(session: Session, study: dict[str, Any]) -> bytes:
+def funnel(session: Session, study: Study) -> bytes:
     """Registered, then participants who completed each task, per memory group."""
     title = "Completion funnel"
     users = _participants(session)
     if not users:
         return empty_chart(title)
-    task_ids = [t["id"] for t in study["tasks"]]
+    task_ids = study.task_ids
     stages = ["registered"] + [f"{t} done" for t in task_ids]
     done = defaultdict(set)
     for user_id, task_id in session.execute(select(TaskSession.user_id, TaskSession.task_id)
@@ -128,7 +128,7 @@ def funnel(session: Session, study: dict[str, Any]) -> bytes:
 # -- group sizes over time -------------------------------------------------------------------------
 
 
-def group_sizes(session: Session, study: dict[str, Any]) -> bytes:
+def group_sizes(session: Session, study: Study) -> bytes:
     """Cumulative participants per memory group, by assignment time."""
     title = "Group sizes over time"
     rows = session.execute(select(Assignment.memory_group, Assignment.created_at)
@@ -157,10 +157,10 @@ def group_sizes(session: Session, study: dict[str, Any]) -> bytes:
 # -- questionnaire means -------------------------------------------------------------------------------
 
 
-def scale_scores(session: Session, study: dict[str, Any]) -> dict[str, dict[tuple[str, str], list[float]]]:
+def scale_scores(session: Session, study: Study) -> dict[str, dict[tuple[str, str], list[float]]]:
     """instrument -> (group, task) -> one score per participant: the mean of its rating items."""
-    numeric = {item["id"]: name for name, instrument in study["instruments"].items()
-               for item in instrument["items"] if item.get("type", "likert") in ("likert", "ios")}
+    numeric = {item["id"]: name for name, instrument in study.instruments.items()
+               for item in instrument.items if item.get("type", "likert") in ("likert", "ios")}
     group_of = {u.id: u.memory_group for u in _participants(session)}
     per_person: dict[tuple[str, int, str], list[float]] = defaultdict(list)
     for answer in session.scalars(select(QuestionnaireResponse)):
@@ -175,16 +175,16 @@ def scale_scores(session: Session, study: dict[str, Any]) -> dict[str, dict[tupl
     return scores
 
 
-def questionnaire_means(session: Session, study: dict[str, Any], instrument: str | None = None) -> bytes:
+def questionnaire_means(session: Session, study: Study, instrument: str | None = None) -> bytes:
     """Scale means by group and task with 95 % confidence intervals, one panel per instrument."""
     title = "Questionnaire means by group and task (95% CI)"
-    if instrument is not None and instrument not in study["instruments"]:
+    if instrument is not None and instrument not in study.instruments:
         raise BadInput(f"unknown instrument {instrument!r}", code="unknown_instrument")
     scores = scale_scores(session, study)
-    names = [n for n in study["instruments"] if n in scores and (instrument is None or n == instrument)]
+    names = [n for n in study.instruments if n in scores and (instrument is None or n == instrument)]
     if not names:
         return empty_chart(title)
-    task_ids = [t["id"] for t in study["tasks"]]
+    task_ids = study.task_ids
     groups = _groups(study, {g for n in names for g, _ in scores[n]})
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
@@ -203,7 +203,7 @@ def questionnaire_means(session: Session, study: dict[str, Any], instrument: str
                     errors.append(half or 0.0)
             if xs:
                 ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=group)
-        items = study["instruments"][name]["items"]
+        items = study.instruments[name].items
         ax.set_ylim(min(i.get("min", 1) for i in items) - 0.3, max(i.get("max", 7) for i in items) + 0.3)
         ax.set_xticks(range(len(task_ids)), task_ids)
         ax.set_title(name, fontsize=9)
@@ -218,13 +218,13 @@ def questionnaire_means(session: Session, study: dict[str, Any], instrument: str
 # -- recall events -------------------------------------------------------------------------------------
 
 
-def recall_events(session: Session, study: dict[str, Any]) -> bytes:
+def recall_events(session: Session, study: Study) -> bytes:
     """Forgetting-curve candidates per task (L4): recalled versus considered but not recalled."""
     title = "Recall events per task (L4)"
     rows = session.execute(select(RecallEvent.task_id, RecallEvent.recalled, RecallEvent.user_id)).all()
     if not rows:
         return empty_chart(title)
-    task_ids = [t["id"] for t in study["tasks"]]
+    task_ids = study.task_ids
     task_ids += sorted({t for t, _, _ in rows} - set(task_ids))
     recalled = np.array([sum(1 for t, r, _ in rows if t == task and r) for task in task_ids])
     missed = np.array([sum(1 for t, r, _ in rows if t == task and not r) for task in task_ids])
@@ -248,7 +248,7 @@ def recall_events(session: Session, study: dict[str, Any]) -> bytes:
 # -- forgetting curves of one participant ----------------------------------------------------------------
 
 
-def forgetting_curves(session: Session, study: dict[str, Any], user_id: int, *, now: datetime,
+def forgetting_curves(session: Session, study: Study, user_id: int, *, now: datetime,
                       day_seconds: float) -> bytes:
     """p over time for a participant's memories at full relevance (r = 1): the curve decays with
     time since creation or last recall, and each recall restarts it with the larger g. Dots are
@@ -269,7 +269,7 @@ def forgetting_curves(session: Session, study: dict[str, Any], user_id: int, *, 
         by_memory[event.memory_message_id].append(event)
     # the memories recalled most, then the most salient, keep the chart readable
     chosen = sorted(memories, key=lambda m: (-(m.recall_count or 0), -(m.emotional_salience or 0), m.id))[:MAX_CURVES]
-    params = recall_model.resolve_recall_params(study)
+    params = study.memory.recall
     origin = min(m.created_at for m in memories)
     end = max([now] + [e.created_at for e in events])
 
@@ -322,7 +322,7 @@ PLOTS: dict[str, Callable[..., bytes]] = {
 }
 
 
-def render(name: str, session: Session, study: dict[str, Any], *, args: dict[str, str], now: datetime,
+def render(name: str, session: Session, study: Study, *, args: dict[str, str], now: datetime,
            day_seconds: float) -> bytes:
     """The chart called ``name``; ``args`` are the request's query parameters."""
     if name not in PLOTS:

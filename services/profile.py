@@ -112,10 +112,6 @@ def validation_errors(profile: Any) -> list[str]:
     return errors
 
 
-def is_valid(profile: Any) -> bool:
-    return not validation_errors(profile)
-
-
 def iter_items(profile: dict[str, Any]) -> Iterable[tuple[str, str]]:
     for key, value in profile.get("basic_info", {}).items():
         yield f"basic_info.{key}", value
@@ -187,9 +183,6 @@ class ProfileDelta:
         items = self.additions.setdefault(dimension, [])
         if _norm(text) not in {_norm(i) for i in items}:
             items.append(text)
-
-    def is_empty(self) -> bool:
-        return not (self.basic_info or any(self.additions.values()) or self.removals)
 
 
 def apply_delta(old: dict[str, Any], delta: ProfileDelta, task_id: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import jieba
 import jieba.posseg
 
+from services.clipping import clip
 from services.profile import ProfileDelta, Removal
 
 jieba.setLogLevel(logging.WARNING)
@@ -60,8 +61,7 @@ class Extraction:
 
 
 def _clip(text: str) -> str:
-    text = text.strip(" \t，,。.！!？?；;：:、")
-    return text if len(text) <= MAX_ITEM_CHARS else text[: MAX_ITEM_CHARS - 1] + "…"
+    return clip(text, MAX_ITEM_CHARS, trim=" \t，,。.！!？?；;：:、")
 
 
 # ---------------------------------------------------------------------------

@@ -8,22 +8,23 @@ from sqlalchemy.orm import Session
 from database.models import QuestionnaireResponse, TaskSession
 from services.clock import Clock
 from services.errors import BadInput
+from services.study import Study, Task
 from services.timer_service import localised
 
 ITEM_TYPES = {"likert", "ios", "choice", "text"}
 
 
-def items_for_task(study: dict[str, Any], task: dict[str, Any], language: str) -> list[dict[str, Any]]:
+def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, Any]]:
     """The task's items, flattened from its instruments, in the participant's language."""
     items = []
-    for name in task.get("questionnaire", []):
-        instrument = study["instruments"][name]
-        for item in instrument["items"]:
+    for name in task.questionnaire:
+        instrument = study.instruments[name]
+        for item in instrument.items:
             kind = item.get("type", "likert")
             items.append({
                 "id": item["id"],
                 "instrument": name,
-                "instrument_title": localised(instrument.get("title"), language),
+                "instrument_title": localised(instrument.title, language),
                 "type": kind,
                 "required": item.get("required", kind != "text"),
                 "min": item.get("min"),

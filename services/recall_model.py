@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from services.keywords import tokenize
+from services.mappings import deep_merge
 
 NORMALISER = 1.0 - math.exp(-1.0)
 TIME_UNITS = ("days", "hours", "turns")
@@ -364,16 +365,6 @@ _PARAM_KEYS = ("top_k", "threshold", "salience_bonus", "g0_base", "g0_salience",
 _OPTIONAL_KEYS = ("candidates",)  # absent: the documented default CandidateRule
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
     method = raw.get("method", "linear")
     if method not in RELEVANCE_METHODS:
@@ -390,22 +381,22 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
     return RelevanceMapping("linear", floor, ceiling, by_language, raw.get("embedder_model"))
 
 
-def resolve_recall_params(study: Mapping[str, Any], preset: str | None = None,
+def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
                           overrides: Mapping[str, Any] | None = None) -> RecallParams:
-    """The effective recall parameters of a study definition.
+    """The effective recall parameters of a study's ``memory.recall`` section (``config``).
 
     Layers, later ones winning: the constants given directly under
     ``memory.recall`` (the seed's), the chosen preset (``memory.recall.preset``
-    unless ``preset`` is passed), ``memory.recall.overrides``, then ``overrides``."""
-    config = study["memory"]["recall"]
+    unless ``preset`` is passed), ``memory.recall.overrides``, then ``overrides``.
+    The app resolves them once, when the study is loaded (``Study.memory.recall``)."""
     presets = config.get("presets") or {}
     name = preset or config.get("preset") or "calibrated"
     if name not in presets:
         raise ValueError(f"unknown recall preset {name!r}; known: {', '.join(sorted(presets)) or 'none'}")
     values = {k: v for k, v in config.items() if k in _PARAM_KEYS + _OPTIONAL_KEYS}
-    values = _merge(values, presets[name])
-    values = _merge(values, config.get("overrides") or {})
-    values = _merge(values, overrides or {})
+    values = deep_merge(values, presets[name])
+    values = deep_merge(values, config.get("overrides") or {})
+    values = deep_merge(values, overrides or {})
     missing = [k for k in _PARAM_KEYS if k not in values]
     if missing:
         raise ValueError(f"recall preset {name!r} leaves {', '.join(missing)} unset")

@@ -12,8 +12,12 @@ from config import Settings
 from database.db_manager import Database
 from services.background import BackgroundRunner
 from services.clock import Clock
+from services.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
+from services.failure_log import make_failure_recorder
 from services.llm.chain import LLMService
 from services.llm.factory import build_llm_service
+from services.memory import registry
+from services.study import Study
 
 
 @dataclass
@@ -25,32 +29,29 @@ class Runtime:
     llm: LLMService | None = None
     consolidation_llm: LLMService | None = None  # CONSOLIDATION_PROVIDERS, else the reply chain
     record_failure: Callable[[dict[str, Any]], None] | None = None
-    _embedder: Any = None
+    _embedder: EmbeddingProvider | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def study(self) -> dict[str, Any]:
+    def study(self) -> Study:
         return self.settings.study
 
     @property
-    def embedder(self):
+    def embedder(self) -> EmbeddingProvider:
         """Built on first use: loading the embedding model is not needed to serve a login page."""
         with self._lock:
             if self._embedder is None:
-                from services.embedding_service import build_embedder
-
                 self._embedder = build_embedder(self.settings, on_failure=self.record_failure)
             return self._embedder
 
     @embedder.setter
-    def embedder(self, value) -> None:
+    def embedder(self, value: EmbeddingProvider) -> None:
         self._embedder = value
 
 
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,
                   llm: LLMService | None = None) -> Runtime:
-    from services.failure_log import make_failure_recorder
-
+    registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
     db = db or Database(settings.database_url)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
@@ -66,7 +67,5 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
 
 def check_embedder(runtime: Runtime) -> None:
     """Refuse to run a study whose stored vectors come from another embedding model."""
-    from services.embedding_service import check_embedder_pinned
-
     with runtime.db.Session() as session:
         check_embedder_pinned(session, runtime.embedder)

@@ -21,12 +21,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, TaskSession, User
-from services.clock import Clock
+from services.clock import Clock, utc_iso
 from services.errors import Conflict, Forbidden, NotFound
+from services.study import Study, Task
 
 
 class TaskService:
-    def __init__(self, session: Session, study: dict[str, Any], *, time_scale: float, clock: Clock,
+    def __init__(self, session: Session, study: Study, *, time_scale: float, clock: Clock,
                  timer_scale: float | None = None, on_chat_ended: Callable[[int], None] | None = None) -> None:
         self.session = session
         # task timers may be compressed less than days in a pilot run (PILOT_TIMER_SCALE)
@@ -36,16 +37,16 @@ class TaskService:
         self.study = study
         self.time_scale = time_scale
         self.clock = clock
-        self.timing = study["timing"]
-        self.task_ids = [t["id"] for t in study["tasks"]]
+        self.timing = study.timing
+        self.task_ids = study.task_ids
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def task_definition(self, task_id: str) -> dict[str, Any]:
-        for task in self.study["tasks"]:
-            if task["id"] == task_id:
-                return task
-        raise NotFound(f"unknown task {task_id!r}", code="unknown_task")
+    def task_definition(self, task_id: str) -> Task:
+        try:
+            return self.study.task(task_id)
+        except KeyError:
+            raise NotFound(f"unknown task {task_id!r}", code="unknown_task") from None
 
     def sessions_of(self, user_id: int) -> list[TaskSession]:
         return list(self.session.scalars(
@@ -73,23 +74,23 @@ class TaskService:
         t1_done_at = t1.completed_at if t1 and t1.status == "done" else None
         result = []
         previous_done = True
-        for task in self.study["tasks"]:
-            ts = live[task["id"]]
+        for task in self.study.tasks:
+            ts = live[task.id]
             available_at = self._available_at(user, task, t1_done_at)
             entry: dict[str, Any] = {
-                "id": task["id"],
-                "title": localised(task["title"], user.language),
-                "instructions": localised(task.get("instructions"), user.language),
-                "available_at": _iso(available_at),
+                "id": task.id,
+                "title": localised(task.title, user.language),
+                "instructions": localised(task.instructions, user.language),
+                "available_at": utc_iso(available_at),
                 "overdue": False,
             }
             if ts and ts.status == "done":
-                entry.update(status="done", completed_at=_iso(ts.completed_at))
+                entry.update(status="done", completed_at=utc_iso(ts.completed_at))
             elif ts and ts.status == "in_progress":
-                entry.update(status="in_progress", phase=ts.phase, started_at=_iso(ts.started_at),
+                entry.update(status="in_progress", phase=ts.phase, started_at=utc_iso(ts.started_at),
                              timer=self.timer(ts, now))
             elif previous_done and available_at is not None and now >= available_at:
-                overdue_at = available_at + timedelta(days=self.timing["overdue_after_days"] * self.time_scale)
+                overdue_at = available_at + timedelta(days=self.timing.overdue_after_days * self.time_scale)
                 entry.update(status="available", overdue=now >= overdue_at)
             else:
                 entry.update(status="locked")
@@ -99,12 +100,12 @@ class TaskService:
             result.append(entry)
         return result
 
-    def _available_at(self, user: User, task: dict[str, Any], t1_done_at: datetime | None) -> datetime | None:
-        if task["id"] == self.task_ids[0]:
+    def _available_at(self, user: User, task: Task, t1_done_at: datetime | None) -> datetime | None:
+        if task.id == self.task_ids[0]:
             return user.consent_at or user.created_at
         if t1_done_at is None:
             return None
-        return t1_done_at + timedelta(days=task["unlock_offset_days"] * self.time_scale)
+        return t1_done_at + timedelta(days=task.unlock_offset_days * self.time_scale)
 
     def status_of(self, user: User, task_id: str) -> dict[str, Any]:
         self.task_definition(task_id)
@@ -114,7 +115,7 @@ class TaskService:
 
     def timer(self, ts: TaskSession, now: datetime | None = None) -> dict[str, Any]:
         now = now or self.clock.now()
-        limit = self.timing["task_active_seconds"]
+        limit = self.timing.task_active_seconds
         remaining = max(0.0, limit - ts.active_seconds)
         return {
             "active_seconds": round(ts.active_seconds, 3),
@@ -122,24 +123,30 @@ class TaskService:
             "remaining_seconds": round(remaining, 3),
             # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
             "remaining_real_seconds": round(remaining * self.timer_scale, 3),
-            "min_active_seconds": self.timing["min_active_seconds"],
-            "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing["min_active_seconds"],
+            "min_active_seconds": self.timing.min_active_seconds,
+            "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing.min_active_seconds,
             "time_up": remaining <= 0,
-            "idle_gap_real_seconds": self.timing["idle_gap_seconds"],
+            "idle_gap_real_seconds": self.timing.idle_gap_seconds,
         }
 
     def touch(self, ts: TaskSession) -> None:
-        """Credit the time since the last action as active, unless it was an idle gap."""
+        """Credit the time since the last action as active, unless it was an idle gap.
+
+        Only the chat phase is timed: active_seconds is chat time (codebook), so a touch after the
+        chat closed must not add questionnaire time to it.
+        """
+        if ts.phase != "chat":
+            return
         now = self.clock.now()
         gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
-        if gap_real <= self.timing["idle_gap_seconds"]:
+        if gap_real <= self.timing.idle_gap_seconds:
             ts.active_seconds += gap_real / self.timer_scale
         else:
             ts.idle_gap_count += 1
             ts.idle_seconds += gap_real
         ts.last_activity_at = now
-        if ts.phase == "chat" and ts.active_seconds >= self.timing["task_active_seconds"]:
-            ts.active_seconds = float(self.timing["task_active_seconds"])
+        if ts.phase == "chat" and ts.active_seconds >= self.timing.task_active_seconds:
+            ts.active_seconds = float(self.timing.task_active_seconds)
             self._end_chat(ts, "time_up", now)
 
     # -- transitions -----------------------------------------------------------------------------
@@ -180,7 +187,7 @@ class TaskService:
         self.touch(ts)
         if ts.phase != "chat":
             return  # time ran out at this very touch; the chat is already closed
-        if ts.active_seconds < self.timing["min_active_seconds"]:
+        if ts.active_seconds < self.timing.min_active_seconds:
             raise Conflict("the minimum task time has not been reached yet", code="too_early",
                            details={"timer": self.timer(ts)})
         self._end_chat(ts, "finished", self.clock.now())
@@ -193,7 +200,7 @@ class TaskService:
     def expire_if_abandoned(self, ts: TaskSession) -> bool:
         """Close the chat of an attempt open longer than the maximum wall time."""
         now = self.clock.now()
-        if ts.phase == "chat" and now - ts.started_at >= self.timer_delta(self.timing["max_wall_seconds"]):
+        if ts.phase == "chat" and now - ts.started_at >= self.timer_delta(self.timing.max_wall_seconds):
             self._end_chat(ts, "abandoned", now)
             return True
         return False
@@ -249,5 +256,3 @@ def localised(value: Any, language: str) -> str:
     return value or ""
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") + "Z" if value else None

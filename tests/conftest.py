@@ -12,9 +12,10 @@ from datetime import datetime
 
 import pytest
 
-from config import Settings, load_study
+from config import Settings
 from database.db_manager import Database
 from services.clock import ManualClock
+from services.study import load_study
 
 
 @pytest.fixture
@@ -170,13 +171,13 @@ def admin_client(app):
 def walk_task(api: ApiClient, clock, task_id: str, messages: list[str], *, study) -> dict:
     """Do one task through the API: start, chat, wait the minimum time, finish, answer the questionnaire."""
     assert api.post(f"/api/tasks/{task_id}/start").status_code == 201
-    step = study["timing"]["min_active_seconds"] / max(len(messages), 1) + 1
+    step = study.timing.min_active_seconds / max(len(messages), 1) + 1
     for text in messages:
-        clock.advance(min(step, study["timing"]["idle_gap_seconds"]))
+        clock.advance(min(step, study.timing.idle_gap_seconds))
         response = api.post(f"/api/tasks/{task_id}/messages", json={"content": text})
         assert response.status_code == 201, response.get_json()
     while True:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
         response = api.post(f"/api/tasks/{task_id}/finish")
         if response.status_code == 200:
             break

@@ -1,0 +1,1 @@
+"""The memory conditions: one module per condition, registered in ``registry``; see docs/architecture.md."""

@@ -238,5 +238,5 @@ class HttpParticipant:
 @pytest.fixture
 def bot(live_server):
     """bot() -> a new HttpParticipant on the live server."""
-    minimum = live_server.runtime.study["timing"]["min_active_seconds"] * TIME_SCALE
+    minimum = live_server.runtime.study.timing.min_active_seconds * TIME_SCALE
     return lambda: HttpParticipant(live_server.base_url, minimum)

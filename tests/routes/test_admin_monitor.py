@@ -21,7 +21,7 @@ def test_monitor_summary_counts_groups_and_funnel(make_participant, admin_client
     rows = body["participants"]
     assert len(rows) == 5
     summary = body["summary"]
-    assert set(summary["groups"]) >= set(study["enabled_conditions"])
+    assert set(summary["groups"]) >= set(study.enabled_conditions)
     assert sum(summary["groups"].values()) == 5
     for group, n in summary["groups"].items():
         assert n == sum(1 for r in rows if r["memory_group"] == group)
@@ -55,7 +55,7 @@ def test_filters_by_group_status_and_overdue(make_participant, admin_client, clo
 
     assert admin_client.get("/api/admin/participants?overdue=1").get_json()["participants"] == []
     # T1 is available from registration; past overdue_after_days it is overdue for those who never started
-    clock.advance(days=study["timing"]["overdue_after_days"] + 0.1)
+    clock.advance(days=study.timing.overdue_after_days + 0.1)
     overdue = admin_client.get("/api/admin/participants?overdue=1").get_json()
     assert sorted(r["id"] for r in overdue["participants"]) == ids[1:3]  # not the withdrawn one
     assert overdue["summary"]["overdue"] == 2

@@ -52,7 +52,7 @@ def test_reply_stores_exact_context_prompt_and_provenance(app, clock, make_parti
         assert reply.memory_context["group"] == user.memory_group
         system = reply.prompt[0]
         assert system["role"] == "system"
-        assert app.extensions["memory_lab"].study["system_prompts"][user.memory_group]["zh"] in system["content"]
+        assert app.extensions["memory_lab"].study.system_prompts[user.memory_group]["zh"] in system["content"]
         # the task in progress is ordinary chat history, for every condition
         assert [m["content"] for m in reply.prompt[1:]] == [
             "我叫阿明，喜欢爬山。", first["reply"]["content"], "周末想去香山。"]
@@ -140,7 +140,8 @@ def test_streaming_when_every_provider_fails_keeps_the_message(settings, clock, 
 
 @pytest.mark.parametrize("group,expected", [("L1", 0), ("L2", 7)])
 def test_l1_and_l2_context_from_earlier_tasks(app, clock, make_participant, study, group, expected):
-    app.extensions["memory_lab"].study["enabled_conditions"] = [group]
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": [group]})
     api = make_participant(f"ctx{group}")
     lines = [f"第{i}件事：我喜欢第{i}种水果。" for i in range(1, 10)]
     walk_task(api, clock, "T1", lines, study=study)
@@ -158,9 +159,9 @@ def test_l1_and_l2_context_from_earlier_tasks(app, clock, make_participant, stud
 
 @pytest.mark.parametrize("group,kept_turns", [("L1", 0), ("L2", 7), ("L3", 3)])
 def test_within_task_window_switch_truncates_the_task_in_progress(app, clock, make_participant, group, kept_turns):
-    study = app.extensions["memory_lab"].study
-    study["enabled_conditions"] = [group]
-    study["within_task_window_manipulated"] = True
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": [group],
+                                                           "within_task_window_manipulated": True})
     api = make_participant(f"win{group}")
     api.post("/api/tasks/T1/start")
     for i in range(9):
@@ -178,7 +179,7 @@ def test_l4_recall_is_written_with_the_reply_and_not_when_the_reply_fails(app, c
     from database.models import RecallEvent
 
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["L4"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"]})
     api = make_participant("recall01")
     walk_task(api, clock, "T1", ["我叫林晓。", "我对海鲜过敏，吃了会起疹子。", "我养了一只猫。"], study=study)
     clock.advance(days=2)

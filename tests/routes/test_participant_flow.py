@@ -21,7 +21,8 @@ def statuses(api):
 @pytest.mark.postgres
 @pytest.mark.parametrize("group", ["L1", "L2", "L3", "L4"])
 def test_bot_walks_t1_to_t4_with_questionnaires(app, make_participant, clock, study, group):
-    app.extensions["memory_lab"].study["enabled_conditions"] = [group]
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": [group]})
     api = make_participant(f"bot{group}")
     assert statuses(api) == {"T1": "available", "T2": "locked", "T3": "locked", "T4": "locked"}
     walk_task(api, clock, "T1", T1_LINES, study=study)
@@ -95,12 +96,12 @@ def test_bad_messages_are_refused_and_store_nothing(app, make_participant, clock
     api.post("/api/tasks/T1/start")
     clock.advance(3)
     for content, status in (("", 400), ("   \n ", 400), (None, 400), (42, 400),
-                            ("字" * (study["limits"]["max_message_chars"] + 1), 413)):
+                            ("字" * (study.limits.max_message_chars + 1), 413)):
         response = api.post("/api/tasks/T1/messages", json={"content": content})
         assert response.status_code == status, content
         assert set(response.get_json()) >= {"error", "message"}
     assert _message_count(app) == 0
-    exactly = api.post("/api/tasks/T1/messages", json={"content": "字" * study["limits"]["max_message_chars"]})
+    exactly = api.post("/api/tasks/T1/messages", json={"content": "字" * study.limits.max_message_chars})
     assert exactly.status_code == 201
     assert _message_count(app) == 2
 
@@ -130,12 +131,12 @@ def test_invalid_questionnaire_answers_name_the_items_and_store_nothing(app, mak
 
 
 def test_timer_counts_active_time_only_and_enforces_minimum_and_maximum(app, make_participant, clock, study):
-    timing = study["timing"]
+    timing = study.timing
     api = make_participant()
     api.post("/api/tasks/T1/start")
     clock.advance(60)
     api.post("/api/tasks/T1/messages", json={"content": "one"})
-    clock.advance(timing["idle_gap_seconds"] + 500)  # an idle gap: not counted
+    clock.advance(timing.idle_gap_seconds + 500)  # an idle gap: not counted
     api.post("/api/tasks/T1/heartbeat")
     timer = api.get("/api/tasks").get_json()["tasks"][0]["timer"]
     assert timer["active_seconds"] == 60
@@ -152,7 +153,7 @@ def test_timer_counts_active_time_only_and_enforces_minimum_and_maximum(app, mak
         assert response.status_code == 201
     task = api.get("/api/tasks").get_json()["tasks"][0]
     assert task["phase"] == "questionnaire"
-    assert task["timer"]["active_seconds"] == timing["task_active_seconds"]
+    assert task["timer"]["active_seconds"] == timing.task_active_seconds
     with db(app).Session() as session:
         ts = session.scalar(select(TaskSession))
         assert ts.end_reason == "time_up" and ts.idle_gap_count == 1
@@ -161,7 +162,7 @@ def test_timer_counts_active_time_only_and_enforces_minimum_and_maximum(app, mak
 def test_a_chat_left_open_past_the_maximum_wall_time_closes_as_abandoned(app, make_participant, clock, study):
     api = make_participant()
     api.post("/api/tasks/T1/start")
-    clock.advance(study["timing"]["max_wall_seconds"] + 1)
+    clock.advance(study.timing.max_wall_seconds + 1)
     response = api.post("/api/tasks/T1/messages", json={"content": "back again"})
     assert response.status_code == 409
     assert response.get_json()["error"] == "task_phase_questionnaire"
@@ -251,7 +252,7 @@ def test_pilot_timer_scale_keeps_tasks_long_enough_for_a_person(settings, clock,
 def test_choice_items_accept_only_their_options(app, make_participant, clock, study):
     from services.questionnaire_service import items_for_task, validate_answers
 
-    t4 = next(t for t in study["tasks"] if t["id"] == "T4")
+    t4 = study.task("T4")
     items = items_for_task(study, t4, "en")
     choice = next(i for i in items if i["type"] == "choice")
     assert [o["value"] for o in choice["options"]] == ["nothing", "session", "key_facts", "everything"]

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config import load_study
 from services import recall_model as rm
 from services.providers.offline import OfflineEmbeddingProvider
+from services.study import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
 
@@ -129,9 +129,8 @@ def test_seed_literal_preset_is_flagged_as_impossible(calibrate_recall, embedder
 
 
 def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(calibrate_recall, embedder):
-    study = load_study()
-    study["memory"]["recall"]["overrides"] = {"relevance": {"floor": 0.70, "ceiling": 0.75,
-                                                            "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}
+    study = load_study(overrides={"memory": {"recall": {"overrides": {
+        "relevance": {"floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}}}})
     report = calibrate_recall.calibrate(study, embedder=embedder)
     assert report.universal
     assert any("UNIVERSAL" in w for w in report.warnings())

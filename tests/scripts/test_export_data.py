@@ -57,7 +57,7 @@ def test_flask_export_command(app, make_participant, clock, study, tmp_path):
 def test_flask_run_jobs_command(app, make_participant, clock, study):
     alice = make_participant("carol")
     assert alice.post("/api/tasks/T1/start").status_code == 201
-    clock.advance(study["timing"]["max_wall_seconds"] + 1)
+    clock.advance(study.timing.max_wall_seconds + 1)
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 0, result.output
     assert "closed 1 abandoned chat(s); 1 consolidation run(s) (succeeded)" in result.output

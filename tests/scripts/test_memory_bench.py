@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config import load_study
 from services import memory_bench as mb
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set
-from services.structured_summary import s1_settings, semantic_mapping, time_weight
+from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
+from services.study import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "memory_bench.py"
@@ -207,7 +207,7 @@ def test_bm25_evaluation_on_the_tiny_conversation(tiny):
 
 
 def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_age():
-    params = rm.resolve_recall_params(load_study())
+    params = rm.resolve_recall_params(load_study().memory.recall_config)
     cosines = np.array([[0.86, 0.86, 0.70, 0.86]])
     ages = np.array([200.0, 2.0, 2.0, 0.0])
     salience = np.zeros(4)
@@ -303,7 +303,7 @@ def test_every_method_runs_on_the_tiny_conversation(tiny, tmp_path):
     embedder = HashEmbedder()
     ctx = mb.BenchContext(
         methods=list(mb.METHODS), ks=[1, 6], cache=mb.EmbeddingCache(tmp_path, embedder),
-        recall_params=rm.resolve_recall_params(study),
+        recall_params=rm.resolve_recall_params(study.memory.recall_config),
         fuzzy=mb.FuzzyScoring(weights=s1["weights"], semantic=semantic_mapping(embedder.model, s1["semantic_bounds"]),
                               time_weight=time_weight, threshold=s1["threshold"], max_fragments=s1["max_fragments"]))
     results = mb.evaluate_conversation(conv, ctx)

@@ -26,12 +26,12 @@ def test_registration_stores_a_hash_a_code_a_group_and_the_consent(db_session, s
     assert stored.password_hash != "correct-horse-1" and "correct-horse-1" not in stored.password_hash
     assert stored.role == "participant" and stored.status == "active" and stored.language == "en"
     assert stored.participant_code.startswith("P") and len(stored.participant_code) == 9
-    assert stored.memory_group in study["enabled_conditions"]
-    assert stored.consent_at == clock.now() and stored.consent_version == study["consent"]["version"]
+    assert stored.memory_group in study.enabled_conditions
+    assert stored.consent_at == clock.now() and stored.consent_version == study.consent.version
 
 
 def test_an_unknown_language_falls_back_to_the_study_default(db_session, study, clock):
-    assert sign_up(db_session, study, clock, language="fr").language == study["default_language"]
+    assert sign_up(db_session, study, clock, language="fr").language == study.default_language
 
 
 @pytest.mark.parametrize("consent", [False, None, "yes", 1])

@@ -82,7 +82,7 @@ def test_filters_pick_by_group_status_and_overdue(db_session, tasks, people, clo
     assert admin_service.filter_rows(rows, study, overdue="1") == []
     assert len(admin_service.filter_rows(rows, study, overdue="0")) == 3
 
-    clock.advance(days=tasks.timing["overdue_after_days"] + 1)
+    clock.advance(days=tasks.timing.overdue_after_days + 1)
     late = admin_service.filter_rows(admin_service.monitor_rows(db_session, tasks), study, overdue="yes")
     assert {r["id"] for r in late} == {people[0].id, people[2].id}  # a withdrawn participant is never overdue
 
@@ -98,9 +98,9 @@ def test_a_bad_filter_is_refused_naming_it(db_session, tasks, people, study, bad
 def test_the_summary_lists_every_enabled_group_and_the_funnel(db_session, tasks, people, study):
     summary = admin_service.monitor_summary(admin_service.monitor_rows(db_session, tasks), study)
 
-    assert set(summary["groups"]) >= set(study["enabled_conditions"])
+    assert set(summary["groups"]) >= set(study.enabled_conditions)
     assert sum(summary["groups"].values()) == 3
-    assert summary["funnel"] == {"registered": 3, **{t["id"]: 0 for t in study["tasks"]}}
+    assert summary["funnel"] == {"registered": 3, **{t.id: 0 for t in study.tasks}}
     assert summary["statuses"] == {"active": 3, "withdrawn": 0}
 
 
@@ -180,7 +180,7 @@ def test_pending_consolidation_lists_closed_chats_oldest_first(db_session, tasks
     closed = []
     for person in people[1:]:
         ts = tasks.start(person, "T1")
-        clock.advance(tasks.timing["max_wall_seconds"])
+        clock.advance(tasks.timing.max_wall_seconds)
         tasks.expire_if_abandoned(ts)
         closed.append(ts.id)
     db_session.commit()

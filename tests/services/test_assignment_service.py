@@ -45,7 +45,7 @@ def test_same_seed_gives_the_same_sequence_and_another_seed_a_different_one():
 
 
 def test_block_multiple_puts_each_condition_in_a_block_that_many_times(db_session, study, clock):
-    study["assignment"]["block_multiple"] = 2
+    study = study.with_overrides({"assignment": {"block_multiple": 2}})
     users = register_many(db_session, study, clock, 8)
     assert Counter(u.memory_group for u in users) == {"L1": 2, "L2": 2, "L3": 2, "L4": 2}
     rows = db_session.scalars(select(Assignment).order_by(Assignment.id)).all()
@@ -89,6 +89,6 @@ def test_a_taken_block_slot_cannot_be_given_twice(db_session, study, clock):
 
 
 def test_only_enabled_conditions_are_drawn(db_session, study, clock):
-    study["enabled_conditions"] = ["L1", "L4", "S1", "R1"]
+    study = study.with_overrides({"enabled_conditions": ["L1", "L4", "S1", "R1"]})
     users = register_many(db_session, study, clock, 8)
     assert Counter(u.memory_group for u in users) == {"L1": 2, "L4": 2, "S1": 2, "R1": 2}

@@ -149,7 +149,7 @@ def test_english_conversation_gives_an_english_profile(database, settings, clock
 
 
 def test_rendered_gist_respects_the_configured_cap(database, settings, clock):
-    settings.study["memory"]["gist_max_chars"] = 80
+    settings.study = settings.study.with_overrides({"memory": {"gist_max_chars": 80}})
     user_id, ts_id = seed(database, clock)
     service(database, settings, clock).consolidate_task_session(ts_id)
     [version] = profiles(database, user_id)

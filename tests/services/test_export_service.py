@@ -59,7 +59,7 @@ def _walk(api: ApiClient, clock: ManualClock, task_id: str, language: str, seed:
         response = api.post(f"/api/tasks/{task_id}/messages", json={"content": f"{task_id} {text}"})
         assert response.status_code == 201, response.get_json()
     while api.post(f"/api/tasks/{task_id}/finish").status_code != 200:
-        clock.advance(study["timing"]["idle_gap_seconds"] - 1)
+        clock.advance(study.timing.idle_gap_seconds - 1)
     items = api.get(f"/api/tasks/{task_id}/questionnaire").get_json()["items"]
     response = api.post(f"/api/tasks/{task_id}/questionnaire", json={"answers": _answers(items, seed)})
     assert response.status_code == 201, response.get_json()
@@ -190,16 +190,17 @@ def test_the_codebook_describes_every_column_of_every_file(exported):
     codebook = _read(archive, "codebook.csv")
     items = {r["item_id"]: r for r in codebook if r["file"] == "questionnaires_long.csv" and r["item_id"]}
     study = exported["study"]
-    for instrument in study["instruments"].values():
+    for instrument in study.definition["instruments"].values():
         for item in instrument["items"]:
             row = items[item["id"]]
             assert row["wording_zh"] == item["text"]["zh"] and row["wording_en"] == item["text"]["en"]
             assert row["scale"]
     assert "1-7" in items["pu_1"]["scale"] and "strongly agree" in items["pu_1"]["scale"]
     wide = {r["column"]: r for r in codebook if r["file"] == "questionnaires_wide.csv"}
-    assert wide["T4_open_1"]["wording_zh"] == study["instruments"]["open_questions"]["items"][0]["text"]["zh"]
+    open_1 = study.definition["instruments"]["open_questions"]["items"][0]
+    assert wide["T4_open_1"]["wording_zh"] == open_1["text"]["zh"]
     markdown = archive.read("codebook.md").decode("utf-8")
-    assert study["instruments"]["perceived_understanding"]["items"][0]["text"]["zh"] in markdown
+    assert study.definition["instruments"]["perceived_understanding"]["items"][0]["text"]["zh"] in markdown
 
 
 def test_wide_and_long_questionnaires_agree(exported):
@@ -291,7 +292,7 @@ def test_replies_list_their_recalled_memory_ids(exported):
 
 def test_study_config_is_the_study_in_use_without_secrets(exported):
     archive = exported["zips"][(False, False)]
-    assert json.loads(archive.read("study_config.json")) == json.loads(json.dumps(exported["study"]))
+    assert json.loads(archive.read("study_config.json")) == json.loads(json.dumps(exported["study"].as_dict()))
     dirty = {"name": "x", "providers": {"api_key": "sk-123", "model": "m", "SECRET_TOKEN": "s"},
              "list": [{"password": "p", "keep": 1}], "max_tokens": 600}
     assert scrub_secrets(dirty) == {"name": "x", "providers": {"model": "m"}, "list": [{"keep": 1}],
@@ -303,7 +304,7 @@ def test_task_sessions_carry_timing(exported):
     done = [r for r in rows if r["status"] == "done"]
     assert len(done) == 14
     for row in done:
-        assert float(row["active_seconds"]) >= exported["study"]["timing"]["min_active_seconds"]
+        assert float(row["active_seconds"]) >= exported["study"].timing.min_active_seconds
         assert row["started_at"] < row["completed_at"]
         assert float(row["chat_wall_seconds"]) > 0
         assert int(row["user_messages"]) == 2

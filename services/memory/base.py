@@ -1,0 +1,92 @@
+"""What a memory condition is: the interface every condition module implements.
+
+A condition declares
+* how it builds the memory context of a reply (``build``),
+* what it does after each stored turn (``after_turn``; off the request path),
+* what it does when a task is consolidated (``consolidates_profile``: the gist
+  profile is merged; ``consolidate``: its own long-term memory, in the run's transaction),
+* its system-prompt paragraph (``prompt_key`` into the study's ``system_prompts``),
+* how many turns of the task in progress it keeps when the within-task window is
+  part of the manipulation (``recent_turns``, from the study's ``conditions``),
+* what the manipulation check expects of it (``manipulation_check``).
+Conditions register in ``services.memory.registry``; nobody else switches on their ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sqlalchemy.orm import Session
+
+from database.models import ConsolidationRun, Message, TaskSession, User
+from services.clock import Clock
+from services.embedding_service import EmbeddingProvider
+from services.llm.chain import LLMService
+from services.memory.context import MemoryContext
+from services.recall_model import RecallParams
+from services.study import Study
+
+
+@dataclass
+class BuildRequest:
+    """Everything a condition may read to build one reply's context."""
+
+    session: Session
+    study: Study
+    user_id: int
+    task_session: TaskSession
+    query: Message | None
+    clock: Clock
+    day_seconds: float
+    embedder: EmbeddingProvider | None = None
+    recall_params: RecallParams | None = None
+
+
+@dataclass
+class Upkeep:
+    """What per-turn and consolidation upkeep may use: the consolidation model chain, the clock, the study."""
+
+    llm: LLMService
+    clock: Clock
+    study: Study
+
+
+@dataclass
+class ConsolidationStep:
+    """What a condition's own consolidation did, for the run's ``steps``; ``failure`` fails the run."""
+
+    key: str
+    result: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # why the update failed (the failure log's text); None: it did not
+    failure_class: str = "InvalidMemoryUpdate"
+    failure_message: str = ""  # the run's error
+
+
+class MemoryCondition:
+    """A memory condition; subclasses set the class attributes and override what they do."""
+
+    id: ClassVar[str]
+    name: ClassVar[str]
+    consolidates_profile: ClassVar[bool] = False
+    has_turn_upkeep: ClassVar[bool] = False
+    manipulation_check: ClassVar[str] = ""
+
+    @property
+    def prompt_key(self) -> str:
+        """The key of this condition's paragraph in the study's ``system_prompts``."""
+        return self.id
+
+    def recent_turns(self, study: Study) -> int:
+        """Turns of verbatim conversation this condition keeps (``conditions.<id>.recent_turns``)."""
+        return study.conditions[self.id].recent_turns
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        """Add this condition's sections to ``context``."""
+
+    def after_turn(self, session: Session, upkeep: Upkeep, *, reply: Message) -> None:
+        """Upkeep after a stored reply (run off the request path when ``has_turn_upkeep``)."""
+
+    def consolidate(self, session: Session, upkeep: Upkeep, *, user: User, task_session: TaskSession,
+                    run: ConsolidationRun | None) -> ConsolidationStep | None:
+        """This condition's own long-term memory update for a finished task, in the run's transaction."""
+        return None

@@ -1,0 +1,176 @@
+"""The memory context of one reply, and what counts as memory: turns of earlier, completed tasks.
+
+The context is built only from the participant's *earlier, completed* tasks;
+the task in progress reaches the model as ordinary chat history for every
+condition (SPEC §2), so T1 is identical for all groups.
+
+A ``MemoryContext`` knows nothing of conditions: each condition adds the
+sections it contributes (``add_section``: stored data + the block rendered into
+the system prompt), notes, and writes to run with the reply (``defer``). It is
+stored, as a dict, with the reply it produced (the audit trail).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from database.models import Message, ProfileVersion, TaskSession
+from services.languages import prompt_language
+
+SECTION_TITLES = {
+    "profile": {"zh": "用户画像", "en": "User profile"},
+    "recent_turns": {"zh": "以前的对话（最近几轮）", "en": "Earlier conversation (latest exchanges)"},
+    "recalled": {"zh": "想起的往事", "en": "Recalled memories"},
+    "summary": {"zh": "对话摘要", "en": "Conversation summary"},
+    "fragments": {"zh": "相关的历史片段", "en": "Relevant earlier fragments"},
+    "r1_memory": {"zh": "长期记忆", "en": "Long-term memory"},
+    "none": {"zh": "（没有任何以前的记忆）", "en": "(no memory of earlier conversations)"},
+}
+# Every stored context carries these sections (empty when the condition contributes none), so an
+# analysis reads one shape whatever the condition; a new condition's own sections are added after them.
+STORED_SECTIONS: dict[str, Any] = {
+    "profile": None, "recent_turns": [], "recalled": [], "summary": None, "fragments": [], "r1_memory": None,
+}
+STORED_AUDIT: dict[str, Any] = {"recall_candidates": [], "recall_params": None}
+ROLE_LABELS = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
+
+
+class DeferredWrite(Protocol):
+    """A write a context build computed but left to the caller (done with the reply, in its transaction)."""
+
+    def write(self, session: Session) -> None: ...
+
+
+@dataclass
+class Section:
+    key: str
+    data: Any  # stored with the reply under ``key``
+    block: str | None  # the text placed in the system prompt; None: audit data only
+    title: dict[str, str] | None = None
+
+
+@dataclass
+class MemoryContext:
+    group: str
+    language: str = "zh"
+    sections: dict[str, Section] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    deferred: list[DeferredWrite] = field(default_factory=list)
+
+    def add_section(self, key: str, data: Any, block: str | None = None,
+                    title: dict[str, str] | None = None) -> None:
+        """Contribute a section; sections render in the order they are added."""
+        self.sections[key] = Section(key, data, block, title or SECTION_TITLES.get(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The stored data of a section, or ``default`` when the condition did not contribute it."""
+        section = self.sections.get(key)
+        if section is not None:
+            return section.data
+        return copy.deepcopy({**STORED_SECTIONS, **STORED_AUDIT}.get(key, default))
+
+    def defer(self, write: DeferredWrite) -> None:
+        self.deferred.append(write)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"group": self.group, "language": self.language, **copy.deepcopy(STORED_SECTIONS),
+                "notes": list(self.notes), **copy.deepcopy(STORED_AUDIT)}
+        data.update({key: section.data for key, section in self.sections.items()})
+        return data
+
+    def render(self) -> str:
+        """The memory block placed in the system prompt."""
+        lang = prompt_language(self.language)
+        blocks = [f"[{section.title[lang]}]\n{section.block}" for section in self.sections.values()
+                  if section.block and section.title]
+        return "\n\n".join(blocks) if blocks else SECTION_TITLES["none"][lang]
+
+
+def render_turns(turns: Sequence[dict[str, Any]], language: str, *, tagged: bool = False) -> str:
+    """Turns as ``User: ...`` / ``Assistant: ...`` lines (``tagged``: each prefixed with its ``[task]``)."""
+    lang = prompt_language(language)
+    lines = []
+    for turn in turns:
+        tag = f"[{turn['task_id']}] " if tagged else ""
+        lines.append(f"{tag}{ROLE_LABELS['user'][lang]}: {turn['user']}")
+        if turn.get("assistant"):
+            lines.append(f"{tag}{ROLE_LABELS['assistant'][lang]}: {turn['assistant']}")
+    return "\n".join(lines)
+
+
+def render_tagged(items: Sequence[dict[str, Any]]) -> str:
+    """Memories as ``[task] text`` lines."""
+    return "\n".join(f"[{item['task_id']}] {item['text']}" for item in items)
+
+
+def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
+    """SELECT of the participant's completed task sessions before ``task_session`` (the memory).
+
+    Only tasks that are done count (an abandoned or reset attempt is not memory)."""
+    return select(TaskSession.id).where(
+        TaskSession.user_id == user_id,
+        TaskSession.status == "done",
+        TaskSession.id != task_session.id,
+        TaskSession.started_at <= task_session.started_at,
+    )
+
+
+def earlier_turns(session: Session, user_id: int, before_session: TaskSession) -> list[dict[str, Any]]:
+    """User/assistant turns from the participant's completed tasks before this one, oldest first."""
+    rows = session.scalars(
+        select(Message).where(Message.user_id == user_id,
+                              Message.task_session_id.in_(earlier_done_sessions(user_id, before_session)))
+        .order_by(Message.id)
+    ).all()
+    return pair_turns(rows)
+
+
+def recent_turns(session: Session, user_id: int, task_session: TaskSession, n: int) -> list[dict[str, Any]]:
+    """The last ``n`` turns before this task, verbatim."""
+    if n <= 0:
+        return []
+    return earlier_turns(session, user_id, task_session)[-n:]
+
+
+def pair_turns(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Group messages into turns (a user message and the reply to it)."""
+    turns: list[dict[str, Any]] = []
+    by_user_id: dict[int, dict[str, Any]] = {}
+    for msg in messages:
+        if msg.role == "user":
+            turn = {"task_id": msg.task_id, "user": msg.content, "assistant": None,
+                    "user_message_id": msg.id, "assistant_message_id": None}
+            turns.append(turn)
+            by_user_id[msg.id] = turn
+        elif msg.role == "assistant" and msg.reply_to_id in by_user_id:
+            turn = by_user_id[msg.reply_to_id]
+            turn["assistant"] = msg.content
+            turn["assistant_message_id"] = msg.id
+    return turns
+
+
+def latest_version_within(session: Session, user_id: int, kind: str,
+                          session_ids: set[int]) -> ProfileVersion | None:
+    """The newest version of ``kind`` whose basis is one of ``session_ids``.
+
+    Versions written during an attempt that was later reset or abandoned are skipped:
+    what was said there is not memory."""
+    if not session_ids:
+        return None
+    rows = session.scalars(
+        select(ProfileVersion).where(ProfileVersion.user_id == user_id, ProfileVersion.kind == kind)
+        .order_by(ProfileVersion.version.desc()).execution_options(yield_per=20)
+    )
+    try:
+        for row in rows:  # newest first; the match is normally among the first few rows
+            basis = (row.content or {}).get("basis") or {}
+            if basis.get("task_session_id") in session_ids:
+                return row
+        return None
+    finally:
+        rows.close()

@@ -1,0 +1,49 @@
+"""L3 gist: the consolidated user profile (gist) + the last few turns before this task.
+
+Consolidation merges each finished task into the profile (``services.profile``,
+run by ``services.consolidation_service`` for conditions that ``consolidates_profile``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from database.models import ProfileVersion
+from services.memory.base import BuildRequest, MemoryCondition
+from services.memory.context import MemoryContext, recent_turns, render_turns
+from services.profile import render_profile
+
+
+def latest_profile(request: BuildRequest, context: MemoryContext) -> dict[str, Any] | None:
+    """The newest gist profile version, rendered in the participant's language and capped."""
+    version = request.session.scalar(
+        select(ProfileVersion).where(ProfileVersion.user_id == request.user_id, ProfileVersion.kind == "gist")
+        .order_by(ProfileVersion.version.desc()).limit(1))
+    if version is None:
+        context.notes.append("no consolidated profile yet")
+        return None
+    text = render_profile(version.content, language=context.language,
+                          max_chars=request.study.memory.gist_max_chars)
+    return {"version": version.version, "text": text, "content": version.content, "task_id": version.task_id,
+            "source": version.source, "profile_version_id": version.id}
+
+
+def add_gist(request: BuildRequest, context: MemoryContext, turns: int) -> None:
+    """The ``profile`` and ``recent_turns`` sections (shared by L3 and L4)."""
+    profile = latest_profile(request, context)
+    context.add_section("profile", profile, profile["text"] if profile else None)
+    recent = recent_turns(request.session, request.user_id, request.task_session, turns)
+    context.add_section("recent_turns", recent, render_turns(recent, context.language))
+
+
+class GistCondition(MemoryCondition):
+    """L3: the consolidated profile (gist) + the last N turns (default 3) before this task."""
+
+    id = "L3"
+    name = "gist"
+    consolidates_profile = True
+    manipulation_check = "early T1 facts through its profile at T2-T4"
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        add_gist(request, context, self.recent_turns(request.study))

@@ -1,0 +1,405 @@
+"""L4 hybrid: the gist (profile + last turns) plus memories recalled by the forgetting curve.
+
+Forgetting-curve recall (Hou et al., CHI 2024, with the seed's salience extension;
+formulas in ``services.recall_model``): ``ForgettingCurveSearch.recall`` scores the
+new user message against every consolidated user message of the participant's
+earlier tasks in one matrix product, keeps the ``top_k`` most similar as
+candidates, applies the forgetting curve to them and - when written - updates the
+recalled memories (``consolidation_g``, ``recall_count``, ``last_recall_at``) and
+stores one ``RecallEvent`` per candidate. It flushes but never commits: the caller
+owns the transaction. The chat defers the write (``RecallWrite``) to the reply's
+transaction, so no write lock is held while the model answers and a failed reply
+leaves no recall behind; the candidates travel as ``RecallCandidate`` objects from
+the search to the write.
+
+Only memories that carry content are candidates (``RecallParams.candidates``,
+docs/recall_calibration.md): a message without content words and with low
+salience ("好的，谢谢", "OK thanks") is skipped, and a new message without
+content words recalls nothing. Both are counted on the search after each recall
+(``last_excluded``, ``last_query_content_free``) so the memory context can say so.
+
+Vectors of different embedding models live in different spaces, so only
+memories embedded by the current embedder's model are compared; others are
+skipped with a warning (or refused with ``ForeignEmbeddingError``).
+
+Loading a participant's vectors dominates the cost of a recall (70-120 ms for
+10,000 memories on SQLite, against under 1 ms of scoring; docs/benchmarks.md), so the matrix is cached per
+process. Before every use two index-backed checks (``database.vector_store``) decide whether it is
+still current, seeing writes from any process (e.g. ``scripts/manual_consolidation.py``):
+the participant's consolidation runs (count, newest, last start/finish) and
+whether a consolidated message newer than the cached ones exists. The candidate
+rows are then read fresh (g, last recall, salience) and checked against the
+cached vectors, so a deleted or re-embedded candidate forces a reload. Code
+that rewrites stored embeddings outside a consolidation run should still call
+``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only
+noticed once it becomes a candidate.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from database.models import Message, RecallEvent
+from database.vector_store import VectorStore
+from services import recall_model as rm
+from services.clock import Clock
+from services.embedding_service import EmbeddingProvider, from_blob, normalise
+from services.memory.base import BuildRequest, MemoryCondition
+from services.memory.context import MemoryContext, render_tagged
+from services.memory.gist import add_gist
+
+logger = logging.getLogger(__name__)
+
+FOREIGN_VECTOR_POLICIES = ("skip", "raise")
+_EPOCH = datetime(1970, 1, 1)
+_warned_mismatches: set[tuple[Any, ...]] = set()  # (preset, calibrated model, embedder model), warned once
+
+
+class ForeignEmbeddingError(RuntimeError):
+    """The participant has memories embedded by another model than the current embedder's."""
+
+
+def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine of every stored (normalised) vector with the query, in one product.
+
+    einsum computes it in the calling thread; a BLAS matrix-vector product would be
+    split over threads, and on the study's 2-core server, shared with request threads,
+    that turns a sub-millisecond product into a tail of 10 ms and more (docs/benchmarks.md)."""
+    return np.einsum("ij,j->i", matrix, query)
+
+
+@dataclass
+class RecallCandidate:
+    """One of the top-k memories considered for a query, recalled or not."""
+
+    message_id: int
+    task_id: str
+    text: str
+    cosine: float
+    r: float
+    t: float
+    g_before: float
+    g_after: float
+    p: float
+    p_final: float
+    salience: float
+    recalled: bool
+    rank: int
+    at: datetime | None = None  # when the recall was computed
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["at"] = self.at.isoformat() if self.at else None
+        return data
+
+
+@dataclass(frozen=True)
+class _ParticipantMatrix:
+    runs_state: tuple[Any, ...]  # the participant's consolidation runs when loaded
+    max_id: int  # newest consolidated message of any model when loaded
+    foreign: dict[str, int]  # other embedding models -> memories left out
+    message_ids: np.ndarray  # int64, ascending
+    task_session_ids: np.ndarray  # int64, aligned with message_ids
+    matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
+    content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
+    salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
+
+
+class ForgettingCurveSearch:
+    # Process-wide cache of participants' matrices: (database, user, model) -> matrix.
+    _cache: OrderedDict[tuple[str, int, str], _ParticipantMatrix] = OrderedDict()
+    _cache_lock = threading.Lock()
+    cache_participants = 256
+
+    def __init__(self, session: Session, params: rm.RecallParams, *, clock: Clock, day_seconds: float,
+                 embedder: EmbeddingProvider, salience_weights: dict[str, float] | None = None,
+                 use_cache: bool = True, on_foreign_vectors: str = "skip") -> None:
+        if on_foreign_vectors not in FOREIGN_VECTOR_POLICIES:
+            raise ValueError(f"on_foreign_vectors must be one of {FOREIGN_VECTOR_POLICIES}")
+        if day_seconds <= 0:
+            raise ValueError("day_seconds must be positive")
+        self.session = session
+        self.store = VectorStore(session)
+        self.clock = clock
+        self.day_seconds = float(day_seconds)
+        self.embedder = embedder
+        self.params = params
+        self.salience_weights = salience_weights
+        self.use_cache = use_cache
+        self.on_foreign_vectors = on_foreign_vectors
+        self.last_skipped_foreign = 0  # memories of other models left out by the latest recall
+        self.last_excluded = 0  # memories of earlier tasks the candidate rule left out of the latest recall
+        self.last_query_content_free = False  # the latest query had no content words, so recalled nothing
+        mismatch = (self.params.preset, self.params.relevance.embedder_model, embedder.model)
+        if not self.params.relevance.measured_for(embedder.model) and mismatch not in _warned_mismatches:
+            _warned_mismatches.add(mismatch)
+            logger.warning("recall preset %r maps cosine to r with bounds measured for %r, but the embedder is %r: "
+                           "run scripts/calibrate_recall.py and set memory.recall.overrides.relevance",
+                           self.params.preset, self.params.relevance.embedder_model, embedder.model)
+
+    # -- public -------------------------------------------------------------
+
+    def recall(self, *, user_id: int, query_message: Message, query_vector: np.ndarray | None = None,
+               task_id: str, apply: bool = True) -> list[RecallCandidate]:
+        """Recall for one new user message; returns the top-k candidates in rank order.
+
+        ``task_id`` is the task the query belongs to (stored with each RecallEvent); the
+        memories of the query's own task session are never candidates. With ``apply=False``
+        nothing is written: the caller hands the candidates to ``apply`` later."""
+        if query_message.id is None:
+            self.session.add(query_message)
+            self.session.flush()
+        self.last_excluded = 0
+        self.last_query_content_free = not self.params.candidates.admits_query(query_message.content)
+        if self.last_query_content_free:
+            return []
+        found = self._candidates(user_id, query_message, query_vector, reload=False)
+        if found is None:  # the cached matrix is stale: read it again
+            found = self._candidates(user_id, query_message, query_vector, reload=True)
+        if found is None:
+            raise RuntimeError(f"recall candidates of participant {user_id} vanished while being read")
+        memories, cosines = found
+        if not memories:
+            return []
+        candidates = self._score(user_id, query_message, memories, cosines)
+        if apply:
+            self.apply(candidates, user_id=user_id, query_message_id=query_message.id, task_id=task_id)
+        return candidates
+
+    def apply(self, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
+              task_id: str) -> None:
+        """Write a recall: update g, recall_count and last_recall_at of the recalled memories and
+        store one RecallEvent per candidate. Flushes; the caller commits."""
+        write_recall(self.session, candidates, user_id=user_id, query_message_id=query_message_id, task_id=task_id)
+
+    @classmethod
+    def invalidate(cls, user_id: int | None = None) -> None:
+        """Drop cached matrices (one participant's, or all): after rewriting stored embeddings outside a
+        consolidation run, or to free memory after a participant's data is deleted."""
+        with cls._cache_lock:
+            for key in [k for k in cls._cache if user_id is None or k[1] == user_id]:
+                del cls._cache[key]
+
+    # -- internals ----------------------------------------------------------
+
+    def _score(self, user_id: int, query_message: Message, memories: list[Message],
+               cosines: np.ndarray) -> list[RecallCandidate]:
+        now = self.clock.now()
+        references = [m.last_recall_at or m.created_at for m in memories]
+        salience = np.array([self._salience(m) for m in memories])
+        g_before = np.array([
+            m.consolidation_g if m.consolidation_g is not None
+            else rm.initial_g(e, self.params.g0_base, self.params.g0_salience)
+            for m, e in zip(memories, salience, strict=True)
+        ], dtype=np.float64)
+        t = np.atleast_1d(rm.elapsed_time(
+            np.array([(now - ref).total_seconds() for ref in references]),
+            unit=self.params.time_unit, time_scale=self.params.time_scale, day_seconds=self.day_seconds,
+            turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
+        ))
+        scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
+                                     rm.text_language(query_message.content))
+        return [
+            RecallCandidate(
+                message_id=memory.id, task_id=memory.task_id, text=memory.content,
+                cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]),
+                g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
+                p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
+                rank=i + 1, at=now,
+            )
+            for i, memory in enumerate(memories)
+        ]
+
+    def _candidates(self, user_id: int, query_message: Message, query_vector: np.ndarray | None, *,
+                    reload: bool) -> tuple[list[Message], np.ndarray] | None:
+        """The top-k memories (rows of this session) and their cosines.
+
+        None when a candidate row no longer matches the matrix (deleted, re-embedded, or the
+        database was rebuilt under the same URL), so the caller reloads."""
+        store = self._participant_matrix(user_id, reload=reload)
+        if store.matrix.shape[0] == 0:
+            return [], np.zeros(0)
+        query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
+        cosines = cosine_scores(store.matrix, query)
+        own_session = store.task_session_ids == query_message.task_session_id
+        without_content = ~np.asarray(self.params.candidates.admits(store.content_words, store.salience), dtype=bool)
+        self.last_excluded = int((without_content & ~own_session).sum())
+        chosen = rm.top_k_indices(cosines, self.params.top_k, exclude=own_session | without_content)
+        ids = [int(i) for i in store.message_ids[chosen]]
+        rows = self.store.messages(ids)
+        for message_id, index in zip(ids, chosen, strict=True):
+            if not self._matches(rows.get(message_id), user_id, store.matrix, index):
+                return None
+        return [rows[i] for i in ids], cosines[chosen].astype(np.float64)
+
+    def _matches(self, row: Message | None, user_id: int, matrix: np.ndarray, index: int) -> bool:
+        """Whether a candidate row is still the memory the cached matrix holds at ``index``."""
+        return not (row is None or row.user_id != user_id or row.role != "user" or row.consolidated_at is None
+                    or row.embedding is None or row.embedding_model != self.embedder.model
+                    or len(row.embedding) != matrix.shape[1] * 4
+                    or not np.allclose(normalise(from_blob(row.embedding))[0], matrix[index], atol=1e-6))
+
+    def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
+        if query_vector is None:
+            query_vector = self.embedder.embed_queries([query_message.content])[0]
+        vector = normalise(np.asarray(query_vector, dtype=np.float32).reshape(-1))[0]
+        if vector.shape[0] != dim:
+            raise ValueError(f"query vector has {vector.shape[0]} dimensions, stored memories have {dim}")
+        return vector
+
+    def _salience(self, memory: Any) -> float:
+        if memory.emotional_salience is not None:
+            return rm.clamp_score(memory.emotional_salience)
+        return rm.emotional_salience(memory.emotional_intensity, memory.self_disclosure, memory.value_relevance,
+                                     weights=self.salience_weights)
+
+    def _participant_matrix(self, user_id: int, *, reload: bool = False) -> _ParticipantMatrix:
+        model = self.embedder.model
+        key = (self.store.database_key(), user_id, model)
+        runs = self.store.runs_state(user_id)
+        matrix = None
+        if self.use_cache and not reload:
+            with self._cache_lock:
+                matrix = self._cache.get(key)
+            if matrix is not None and (matrix.runs_state != runs
+                                       or self.store.has_newer_consolidated(user_id, matrix.max_id)):
+                matrix = None
+        if matrix is None:
+            matrix = self._load_matrix(user_id, model, runs)
+            if self.use_cache:
+                self._remember(key, matrix)
+        self._check_foreign(user_id, model, matrix)
+        return matrix
+
+    def _remember(self, key: tuple[str, int, str], matrix: _ParticipantMatrix) -> None:
+        with self._cache_lock:
+            self._cache[key] = matrix
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_participants:
+                self._cache.popitem(last=False)
+
+    def _check_foreign(self, user_id: int, model: str, matrix: _ParticipantMatrix) -> None:
+        self.last_skipped_foreign = sum(matrix.foreign.values())
+        if not matrix.foreign:
+            return
+        detail = ", ".join(f"{n} by {m!r}" for m, n in sorted(matrix.foreign.items()))
+        message = (f"participant {user_id} has memories embedded by another model ({detail}); the current "
+                   f"embedder is {model!r} and vectors of different models are never compared")
+        if self.on_foreign_vectors == "raise":
+            raise ForeignEmbeddingError(message)
+        logger.warning("%s: they are left out of recall until re-embedded", message)
+
+    def _load_matrix(self, user_id: int, model: str, runs: tuple[Any, ...]) -> _ParticipantMatrix:
+        rows = self.store.consolidated_vectors(user_id)
+        own = [r for r in rows if r.embedding_model == model]
+        foreign: dict[str, int] = {}
+        for r in rows:
+            if r.embedding_model != model:
+                foreign[str(r.embedding_model)] = foreign.get(str(r.embedding_model), 0) + 1
+        dim = int(getattr(self.embedder, "dim", 0)) or (len(own[0].embedding) // 4 if own else 0)
+        for r in own:
+            if len(r.embedding) != dim * 4:
+                raise ValueError(f"message {r.id} has a {len(r.embedding) // 4}-dimensional embedding labelled "
+                                 f"{model!r}; that model gives {dim} dimensions")
+        matrix = np.frombuffer(b"".join(r.embedding for r in own), dtype=np.float32).reshape(len(own), dim)
+        return _ParticipantMatrix(
+            runs_state=runs,
+            max_id=max((r.id for r in rows), default=0),
+            foreign=foreign,
+            message_ids=np.array([r.id for r in own], dtype=np.int64),
+            task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
+            matrix=np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32),
+            content_words=np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64),
+            salience=np.array([self._salience(r) for r in own], dtype=np.float64),
+        )
+
+    def _turns_since(self, user_id: int, references: list[datetime], now: datetime) -> np.ndarray:
+        """For each reference time, the participant's user messages sent after it, up to now."""
+        sent = self.store.user_message_times(user_id, min(references), now)
+        stamps = np.sort(np.array([(s - _EPOCH).total_seconds() for s in sent], dtype=np.float64))
+        refs = np.array([(r - _EPOCH).total_seconds() for r in references], dtype=np.float64)
+        return (stamps.size - np.searchsorted(stamps, refs, side="right")).astype(np.float64)
+
+
+def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
+                 task_id: str) -> None:
+    """Update g, recall_count and last_recall_at of the recalled memories and store one RecallEvent per
+    candidate. Flushes; the caller commits."""
+    for candidate in candidates:
+        if candidate.recalled:
+            memory = session.get(Message, candidate.message_id)
+            memory.consolidation_g = candidate.g_after
+            memory.recall_count = (memory.recall_count or 0) + 1
+            memory.last_recall_at = candidate.at
+        session.add(RecallEvent(
+            user_id=user_id, query_message_id=query_message_id, memory_message_id=candidate.message_id,
+            task_id=task_id, rank=candidate.rank, cosine=candidate.cosine, r=candidate.r, t=candidate.t,
+            g_before=candidate.g_before, g_after=candidate.g_after, p=candidate.p,
+            p_final=candidate.p_final, salience=candidate.salience, recalled=candidate.recalled,
+            created_at=candidate.at,
+        ))
+    session.flush()
+
+
+@dataclass(frozen=True)
+class RecallWrite:
+    """A computed recall, written with the reply it was computed for (``MemoryContext.defer``)."""
+
+    candidates: tuple[RecallCandidate, ...]
+    user_id: int
+    query_message_id: int
+    task_id: str
+
+    def write(self, session: Session) -> None:
+        write_recall(session, list(self.candidates), user_id=self.user_id, query_message_id=self.query_message_id,
+                     task_id=self.task_id)
+
+
+def _recall_params_audit(params: rm.RecallParams) -> dict[str, Any]:
+    return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
+            "time_unit": params.time_unit, "time_scale": params.time_scale,
+            "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict()}
+
+
+class HybridCondition(MemoryCondition):
+    """L4: L3's profile and turns + memories recalled by the forgetting curve (SPEC §2)."""
+
+    id = "L4"
+    name = "hybrid"
+    consolidates_profile = True
+    manipulation_check = ("at least as many planted facts as L3 (mean per task), plus specific earlier messages "
+                          "recalled by the forgetting curve in every language, never one without content")
+
+    def build(self, request: BuildRequest, context: MemoryContext) -> None:
+        add_gist(request, context, self.recent_turns(request.study))
+        if request.query is None:
+            context.notes.append("no query message: forgetting-curve recall skipped")
+            return
+        if request.embedder is None:
+            context.notes.append("no embedder configured: forgetting-curve recall skipped")
+            return
+        params = request.recall_params
+        search = ForgettingCurveSearch(request.session, params, clock=request.clock, day_seconds=request.day_seconds,
+                                       embedder=request.embedder,
+                                       salience_weights=dict(request.study.memory.salience_weights))
+        candidates = search.recall(user_id=request.user_id, query_message=request.query,
+                                   task_id=request.task_session.task_id, apply=False)
+        recalled = [c.to_dict() for c in candidates if c.recalled]
+        context.add_section("recalled", recalled, render_tagged(recalled))
+        context.add_section("recall_candidates", [c.to_dict() for c in candidates])
+        context.add_section("recall_params", _recall_params_audit(params))
+        if search.last_query_content_free:
+            context.notes.append("the message has no content words: it recalls nothing (recall candidate rule)")
+        elif search.last_excluded:
+            context.notes.append(f"{search.last_excluded} earlier message(s) without content are not recall "
+                                 "candidates (recall candidate rule)")
+        if candidates:
+            context.defer(RecallWrite(tuple(candidates), request.user_id, request.query.id,
+                                      request.task_session.task_id))

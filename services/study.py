@@ -1,0 +1,451 @@
+"""The study definition: typed, frozen, and validated once when it is loaded.
+
+The lab's default study (conditions, tasks, timings, system prompts, consent,
+questionnaire items, memory parameters) is the tracked data file
+``data/study/default_study.json``. A file named in ``STUDY_CONFIG`` (JSON or
+YAML) overrides any part of it: nested mappings merge, every other value
+(lists included) replaces. The merged result is checked here - an unknown or
+misspelled key, a key given twice in a file, a value of the wrong type or an
+unknown recall preset is refused with a ``StudyDefinitionError`` naming the key
+and what is allowed - and becomes a frozen ``Study``. Code reads typed fields
+(``study.timing.min_active_seconds``, ``study.memory.recall.top_k``,
+``study.task("T2").questionnaire``); ``study.definition`` is the exact merged
+definition, written with every export.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from services.languages import LANGUAGES
+from services.mappings import deep_merge
+from services.recall_model import RecallParams, resolve_recall_params
+
+DEFAULT_STUDY_FILE = Path(__file__).resolve().parent.parent / "data" / "study" / "default_study.json"
+ITEM_TYPES = ("likert", "ios", "choice", "text")
+ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required")
+RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
+               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
+
+
+class StudyDefinitionError(ValueError):
+    """The study definition cannot run; the message names the key and what is allowed."""
+
+
+# ---------------------------------------------------------------------------
+# The typed definition
+# ---------------------------------------------------------------------------
+
+Text = Mapping[str, str]  # one wording per study language
+
+
+@dataclass(frozen=True)
+class Consent:
+    version: str
+    text: Text
+
+
+@dataclass(frozen=True)
+class Assignment:
+    block_multiple: int = 1
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ConditionParams:
+    name: str
+    recent_turns: int  # verbatim turns the condition keeps (its window, also within the task when manipulated)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    unlock_offset_days: float
+    title: Text
+    instructions: Text
+    questionnaire: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Timing:
+    task_active_seconds: float  # chat closes after this much active time
+    min_active_seconds: float  # Finish is refused before this
+    idle_gap_seconds: float  # gaps longer than this do not count as active time
+    max_wall_seconds: float  # a task still open this long after start is closed as abandoned
+    overdue_after_days: float  # an available task not started this long after unlock is overdue
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_message_chars: int
+    max_text_answer_chars: int
+
+
+@dataclass(frozen=True)
+class Instrument:
+    title: Text
+    items: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    gist_max_chars: int
+    salience_weights: Mapping[str, float]
+    recall: RecallParams  # the effective forgetting-curve parameters (preset and overrides applied)
+    recall_config: Mapping[str, Any]  # memory.recall as written, for tools that resolve other presets
+    s1: Mapping[str, Any]
+    r1: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    default_language: str
+    consent: Consent
+    enabled_conditions: tuple[str, ...]
+    assignment: Assignment
+    conditions: Mapping[str, ConditionParams]
+    within_task_window_manipulated: bool
+    system_prompts: Mapping[str, Text]
+    tasks: tuple[Task, ...]
+    timing: Timing
+    limits: Limits
+    memory: MemorySettings
+    instruments: Mapping[str, Instrument]
+    definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
+
+    def task(self, task_id: str) -> Task:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [task.id for task in self.tasks]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain, mutable copy of the exact definition (JSON-serialisable)."""
+        return thaw(self.definition)
+
+    def with_overrides(self, override: Mapping[str, Any]) -> Study:
+        """A new study: this definition overridden the way a STUDY_CONFIG file overrides the default."""
+        return build_study(deep_merge(self.as_dict(), override))
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def load_study(path: str | os.PathLike | None = None, *, overrides: Mapping[str, Any] | None = None) -> Study:
+    """The default study, overridden by the file ``path`` (else ``STUDY_CONFIG``, if set), then ``overrides``."""
+    definition = read_study_file(DEFAULT_STUDY_FILE)
+    path = path or os.environ.get("STUDY_CONFIG")
+    if path:
+        definition = deep_merge(definition, read_study_file(Path(path)))
+    if overrides:
+        definition = deep_merge(definition, overrides)
+    return build_study(definition)
+
+
+def read_study_file(path: Path) -> dict[str, Any]:
+    """A JSON or YAML study file as a mapping; a key given twice is refused (the second would silently win)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StudyDefinitionError(f"study file {path}: cannot be read ({exc.strerror})") from exc
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader) if str(path).endswith((".yaml", ".yml")) else \
+            json.loads(text, object_pairs_hook=_unique_pairs)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise StudyDefinitionError(f"study file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StudyDefinitionError(f"study file {path} must hold a mapping at the top level")
+    return data
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise StudyDefinitionError(f"duplicate key {key!r}: a key may be given only once")
+        seen[key] = value
+    return seen
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise StudyDefinitionError(f"duplicate key {key!r} (line {node.start_mark.line + 1}): a key may be "
+                                           "given only once")
+        return super().construct_mapping(node, deep=deep)
+
+
+# ---------------------------------------------------------------------------
+# Building and validating
+# ---------------------------------------------------------------------------
+
+
+def build_study(definition: Mapping[str, Any]) -> Study:
+    """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
+    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"])
+    study = Study(
+        name=_typed("name", raw["name"], str),
+        default_language=_choice("default_language", raw["default_language"], LANGUAGES),
+        consent=_consent(raw["consent"]),
+        enabled_conditions=tuple(_str_list("enabled_conditions", raw["enabled_conditions"])),
+        assignment=_dataclass("assignment", raw["assignment"], Assignment),
+        conditions=_frozen({cid: _dataclass(f"conditions.{cid}", c, ConditionParams)
+                            for cid, c in _mapping("conditions", raw["conditions"]).items()}),
+        within_task_window_manipulated=_typed("within_task_window_manipulated",
+                                              raw["within_task_window_manipulated"], bool),
+        system_prompts=_frozen({key: _text(f"system_prompts.{key}", text)
+                                for key, text in _mapping("system_prompts", raw["system_prompts"]).items()}),
+        tasks=tuple(_task(i, t) for i, t in enumerate(_list("tasks", raw["tasks"]))),
+        timing=_dataclass("timing", raw["timing"], Timing),
+        limits=_dataclass("limits", raw["limits"], Limits),
+        memory=_memory(raw["memory"]),
+        instruments=_frozen({name: _instrument(name, i) for name, i in _mapping("instruments",
+                                                                                raw["instruments"]).items()}),
+        definition=freeze(definition),
+    )
+    _check_consistency(study)
+    return study
+
+
+def _check_consistency(study: Study) -> None:
+    enabled = study.enabled_conditions
+    if not enabled or not set(enabled) <= set(study.conditions):
+        raise StudyDefinitionError(f"enabled_conditions {list(enabled)} must be a non-empty subset of the "
+                                   f"conditions {sorted(study.conditions)}")
+    if len(set(enabled)) != len(enabled):
+        raise StudyDefinitionError("enabled_conditions lists a condition twice")
+    if "base" not in study.system_prompts:
+        raise StudyDefinitionError("system_prompts needs the paragraph 'base' every condition's prompt starts with")
+    ids = study.task_ids
+    if len(set(ids)) != len(ids):
+        raise StudyDefinitionError("task ids must be unique")
+    offsets = [t.unlock_offset_days for t in study.tasks]
+    if offsets != sorted(offsets):
+        raise StudyDefinitionError("task unlock offsets must not decrease")
+    for task in study.tasks:
+        for name in task.questionnaire:
+            if name not in study.instruments:
+                raise StudyDefinitionError(f"tasks.{task.id}.questionnaire names unknown instrument {name!r}; "
+                                           f"allowed: {', '.join(sorted(study.instruments))}")
+    if study.timing.min_active_seconds > study.timing.task_active_seconds:
+        raise StudyDefinitionError("timing.min_active_seconds exceeds timing.task_active_seconds")
+
+
+def _section(path: str, raw: Any, allowed: list[str], optional: tuple[str, ...] = ()) -> Mapping[str, Any]:
+    """``raw`` as a mapping holding exactly the ``allowed`` keys (``optional`` ones may be missing)."""
+    data = _mapping(path or "the study", raw)
+    where = f"{path}." if path else ""
+    unknown = [k for k in data if k not in allowed]
+    if unknown:
+        raise StudyDefinitionError(f"unknown key {where}{unknown[0]}; allowed here: {', '.join(allowed)}")
+    missing = [k for k in allowed if k not in data and k not in optional]
+    if missing:
+        raise StudyDefinitionError(f"missing key {where}{missing[0]}")
+    return data
+
+
+def _mapping(path: str, raw: Any) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise StudyDefinitionError(f"{path} must be a mapping, not {type(raw).__name__}")
+    return raw
+
+
+def _list(path: str, raw: Any) -> list[Any]:
+    if not isinstance(raw, list):
+        raise StudyDefinitionError(f"{path} must be a list, not {type(raw).__name__}")
+    return raw
+
+
+def _str_list(path: str, raw: Any) -> list[str]:
+    return [_typed(f"{path}[{i}]", v, str) for i, v in enumerate(_list(path, raw))]
+
+
+def _typed(path: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    """``value`` when it is of ``kind`` (ints count as floats, booleans as neither)."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds:
+        kinds = (*kinds, int)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = " or ".join(k.__name__ for k in kinds if k is not int or float not in kinds)
+        raise StudyDefinitionError(f"{path} must be {names}, not {value!r}")
+    return value
+
+
+def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise StudyDefinitionError(f"{path} is {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _text(path: str, raw: Any) -> Text:
+    data = _section(path, raw, list(LANGUAGES))
+    return _frozen({lang: _typed(f"{path}.{lang}", data[lang], str) for lang in LANGUAGES})
+
+
+_FIELD_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": float, "str": str, "bool": bool,
+                                                    "int | None": (int, type(None))}
+
+
+def _dataclass(path: str, raw: Any, cls: type) -> Any:
+    names = [f.name for f in fields(cls)]
+    data = _section(path, raw, names, optional=tuple(f.name for f in fields(cls) if f.default is not MISSING))
+    values = {}
+    for f in fields(cls):
+        if f.name in data:
+            values[f.name] = _typed(f"{path}.{f.name}", data[f.name], _FIELD_KINDS[str(f.type)])
+    return cls(**values)
+
+
+def _consent(raw: Any) -> Consent:
+    data = _section("consent", raw, ["version", "text"])
+    return Consent(version=_typed("consent.version", data["version"], str), text=_text("consent.text", data["text"]))
+
+
+def _task(index: int, raw: Any) -> Task:
+    path = f"tasks[{index}]"
+    data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire",))
+    path = f"tasks.{data['id']}" if isinstance(data.get("id"), str) else path
+    return Task(id=_typed(f"{path}.id", data["id"], str),
+                unlock_offset_days=_typed(f"{path}.unlock_offset_days", data["unlock_offset_days"], float),
+                title=_text(f"{path}.title", data["title"]),
+                instructions=_text(f"{path}.instructions", data["instructions"]),
+                questionnaire=tuple(_str_list(f"{path}.questionnaire", data.get("questionnaire", []))))
+
+
+def _instrument(name: str, raw: Any) -> Instrument:
+    path = f"instruments.{name}"
+    data = _section(path, raw, ["title", "items"])
+    items = []
+    for i, item in enumerate(_list(f"{path}.items", data["items"])):
+        where = f"{path}.items[{i}]"
+        item = _section(where, item, list(ITEM_KEYS), optional=("min", "max", "options", "required"))
+        _choice(f"{where}.type", item["type"], ITEM_TYPES)
+        _text(f"{where}.text", item["text"])
+        items.append(freeze(item))
+    return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items))
+
+
+def _memory(raw: Any) -> MemorySettings:
+    data = _section("memory", raw, ["gist_max_chars", "salience_weights", "recall", "s1", "r1"])
+    weights = _section("memory.salience_weights", data["salience_weights"], ["intensity", "disclosure", "value"])
+    recall = _section("memory.recall", data["recall"], list(RECALL_KEYS),
+                      optional=tuple(k for k in RECALL_KEYS if k not in ("preset", "presets")))
+    presets = _mapping("memory.recall.presets", recall["presets"])
+    _recall_layer("memory.recall", recall)
+    for name, layer in presets.items():
+        _recall_layer(f"memory.recall.presets.{name}", layer)
+    _recall_layer("memory.recall.overrides", recall.get("overrides") or {})
+    if recall["preset"] not in presets:
+        raise StudyDefinitionError(f"memory.recall.preset is {recall['preset']!r}; allowed: "
+                                   f"{', '.join(sorted(presets))}")
+    try:
+        for name in presets:  # a typo inside any preset is found now, not when a study switches to it
+            resolve_recall_params(recall, preset=name)
+        params = resolve_recall_params(recall)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StudyDefinitionError(f"memory.recall: {exc}") from exc
+    return MemorySettings(
+        gist_max_chars=_typed("memory.gist_max_chars", data["gist_max_chars"], int),
+        salience_weights=_frozen({k: _typed(f"memory.salience_weights.{k}", v, float) for k, v in weights.items()}),
+        recall=params,
+        recall_config=freeze(recall),
+        s1=freeze(_section("memory.s1", data["s1"], _S1_KEYS)),
+        r1=freeze(_section("memory.r1", data["r1"], _R1_KEYS)),
+    )
+
+
+# The S1 and R1 parameters (docs/conditions_s1_r1.md); their values live in the study data.
+_PARAM_KEYS = [k for k in RECALL_KEYS if k not in ("preset", "presets", "overrides")]
+_RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model"]
+
+
+def _recall_layer(path: str, raw: Any) -> None:
+    """One layer of recall parameters (the seed constants, a preset, the overrides) names only known keys."""
+    layer = _section(path, {k: v for k, v in _mapping(path, raw).items()
+                            if k not in ("preset", "presets", "overrides") or path != "memory.recall"},
+                     _PARAM_KEYS, optional=tuple(_PARAM_KEYS))
+    if "relevance" in layer:
+        relevance = _section(f"{path}.relevance", layer["relevance"], _RELEVANCE_KEYS,
+                             optional=tuple(_RELEVANCE_KEYS))
+        for lang, bounds in _mapping(f"{path}.relevance.by_language", relevance.get("by_language") or {}).items():
+            _choice(f"{path}.relevance.by_language", lang, LANGUAGES)
+            _section(f"{path}.relevance.by_language.{lang}", bounds, ["floor", "ceiling"])
+    if layer.get("candidates") is not None:
+        _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience"],
+                 optional=("min_content_words", "min_salience"))
+
+
+_S1_KEYS = ["weights", "threshold", "max_fragments", "time_weight_floor", "time_decay_hours", "semantic_bounds",
+            "fragment_max_chars", "summary_max_chars", "update_max_turns", "topic_turns"]
+_R1_KEYS = ["max_chars", "merge_min_shared", "merge_overlap", "max_tokens"]
+
+
+# ---------------------------------------------------------------------------
+# Read-only views of nested data
+# ---------------------------------------------------------------------------
+
+
+class FrozenDict(dict):
+    """A dict that refuses changes, so the study cannot be altered after validation; JSON writes it as a dict."""
+
+    def _refuse(self, *_: Any, **__: Any) -> None:
+        raise TypeError("the study definition is read-only; build a new one with Study.with_overrides")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __ior__(self, other: Any) -> FrozenDict:  # type: ignore[override]
+        self._refuse()
+        return self
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+
+def _frozen(data: dict[str, Any]) -> Mapping[str, Any]:
+    return FrozenDict(data)
+
+
+def freeze(value: Any) -> Any:
+    """A read-only deep copy: mappings become FrozenDict, lists tuples."""
+    if isinstance(value, Mapping):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain mutable copy of a frozen value (dicts and lists, as JSON has them)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def iter_items(study: Study, task: Task) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(instrument name, item) of a task's questionnaire, in order."""
+    for name in task.questionnaire:
+        for item in study.instruments[name].items:
+            yield name, item
