@@ -39,7 +39,8 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -548,6 +549,13 @@ class Scored:
         return rank_turns(primary[row], None if secondary is None else secondary[row])
 
 
+@contextmanager
+def _timed(ctx: BenchContext, name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    ctx.timings[name] += time.perf_counter() - started
+
+
 def score_methods(texts: Sequence[str], questions: Sequence[str], ages_days: np.ndarray,
                   ctx: BenchContext, sessions: Sequence[Any] | None = None) -> Scored:
     """Score every turn text against every question with each method of ``ctx``; times each method.
@@ -557,50 +565,54 @@ def score_methods(texts: Sequence[str], questions: Sequence[str], ages_days: np.
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; known: {', '.join(METHODS)}")
     scored = Scored()
-    languages = [rm.text_language(q) for q in questions]
     if "bm25" in ctx.methods:
-        started = time.perf_counter()
-        scored.rankings["bm25"] = (bm25_scores(texts, questions), None)
-        ctx.timings["bm25"] += time.perf_counter() - started
-    if not EMBEDDING_METHODS & set(ctx.methods):
-        return scored
+        with _timed(ctx, "bm25"):
+            scored.rankings["bm25"] = (bm25_scores(texts, questions), None)
+    if EMBEDDING_METHODS & set(ctx.methods):
+        _score_embedded(scored, texts, questions, ages_days, ctx,
+                        sessions if sessions is not None else range(len(texts)))
+    return scored
+
+
+def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[str], ages_days: np.ndarray,
+                    ctx: BenchContext, sessions: Sequence[Any]) -> None:
+    """The methods that need the embedder: dense, fused, the L4 curve and S1's fuzzy score."""
     if ctx.cache is None:
         raise ValueError(f"{', '.join(sorted(EMBEDDING_METHODS))} need an embedding cache")
-    started = time.perf_counter()
-    turn_vectors = ctx.cache.embed(texts, "passage")
-    query_vectors = ctx.cache.embed(questions, "query")
-    cosines = query_vectors.astype(np.float64) @ turn_vectors.astype(np.float64).T
+    with _timed(ctx, "embedding"):
+        turn_vectors = ctx.cache.embed(texts, "passage")
+        query_vectors = ctx.cache.embed(questions, "query")
+        cosines = query_vectors.astype(np.float64) @ turn_vectors.astype(np.float64).T
     scored.cosines = cosines
-    ctx.timings["embedding"] += time.perf_counter() - started
     if "dense" in ctx.methods:
         scored.rankings["dense"] = (cosines, None)
     if "fused" in ctx.methods:
-        started = time.perf_counter()
-        neighbours = session_neighbours(texts, sessions if sessions is not None else range(len(texts)),
-                                        ctx.fusion.window)
-        scored.rankings["fused"] = (fused_scores(texts, neighbours, turn_vectors, questions, query_vectors,
-                                                 ctx.fusion), None)
-        ctx.timings["fused"] += time.perf_counter() - started
+        with _timed(ctx, "fused"):
+            neighbours = session_neighbours(texts, sessions, ctx.fusion.window)
+            scored.rankings["fused"] = (fused_scores(texts, neighbours, turn_vectors, questions, query_vectors,
+                                                     ctx.fusion), None)
+    languages = [rm.text_language(q) for q in questions]
     if {"l4", "l4_t0"} & set(ctx.methods):
-        if ctx.recall_params is None:
-            raise ValueError("l4 needs the study's recall parameters")
-        started = time.perf_counter()
-        params = ctx.recall_params
-        salience = turn_salience(texts, ctx.salience_weights)
-        if "l4_t0" in ctx.methods:
-            scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages),
-                                        cosines)
-        if "l4" in ctx.methods:
-            scored.rankings["l4"] = (l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages),
-                                     cosines)
-        ctx.timings["l4"] += time.perf_counter() - started
+        with _timed(ctx, "l4"):
+            _score_curve(scored, texts, ages_days, ctx, languages)
     if "s1" in ctx.methods:
         if ctx.fuzzy is None:
             raise ValueError("s1 needs the study's fuzzy-recall settings")
-        started = time.perf_counter()
-        scored.rankings["s1"] = (s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages), cosines)
-        ctx.timings["s1"] += time.perf_counter() - started
-    return scored
+        with _timed(ctx, "s1"):
+            scored.rankings["s1"] = (s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages), cosines)
+
+
+def _score_curve(scored: Scored, texts: Sequence[str], ages_days: np.ndarray, ctx: BenchContext,
+                 languages: Sequence[str | None]) -> None:
+    if ctx.recall_params is None:
+        raise ValueError("l4 needs the study's recall parameters")
+    params, cosines = ctx.recall_params, scored.cosines
+    salience = turn_salience(texts, ctx.salience_weights)
+    if "l4_t0" in ctx.methods:
+        scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages), cosines)
+    if "l4" in ctx.methods:
+        scored.rankings["l4"] = (l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages),
+                                 cosines)
 
 
 def evaluate_conversation(conv: Conversation, ctx: BenchContext, limit_qa: int | None = None) -> list[ItemResult]:

@@ -214,7 +214,7 @@ class DeployedBench:
 
     def __init__(self, runtime: Any, conditions: Sequence[str] | None = None) -> None:
         self.runtime = runtime
-        self.conditions = list(conditions or runtime.study["conditions"])
+        self.conditions = list(conditions or runtime.study.conditions)
         self.outcomes = {c: ConditionOutcome(c) for c in self.conditions}
         self._users = 0
 
@@ -289,7 +289,7 @@ class DeployedBench:
     # -- asking the probes ----------------------------------------------------
 
     def _probe(self, history: BenchHistory, condition: str, user_id: int, keys: Mapping[str, int]) -> None:
-        from services.memory_engine import MemoryEngine
+        from services.memory.engine import MemoryEngine
 
         runtime = self.runtime
         runtime.clock.set(history.asked_at)
@@ -307,7 +307,7 @@ class DeployedBench:
                 session.add(query)
                 session.flush()
                 engine = MemoryEngine(session, runtime.study, embedder=runtime.embedder, clock=runtime.clock,
-                                      settings=runtime.settings, defer_recall_writes=True)
+                                      day_seconds=runtime.settings.day_seconds, defer_writes=True)
                 context = engine.build_context(user_id=user_id, memory_group=condition, task_session=ts,
                                                query=query, language=history.language)
                 as_dict, rendered = context.to_dict(), context.render()

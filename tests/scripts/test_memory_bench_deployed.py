@@ -43,7 +43,7 @@ def test_every_condition_is_measured_through_the_deployed_code():
     assert history.asked_at == datetime(2023, 5, 3, 12)
     with md.deployed_runtime(EMBEDDER) as runtime:
         bench = md.DeployedBench(runtime)
-        assert bench.conditions == list(runtime.study["conditions"])
+        assert bench.conditions == list(runtime.study.conditions)
         bench.run(history)
     out = {c: o.to_dict() for c, o in bench.outcomes.items()}
     assert all(o["probes"] == 1 for o in out.values())
