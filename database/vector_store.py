@@ -50,11 +50,20 @@ class VectorStore:
     def consolidated_vectors(self, user_id: int) -> Sequence[Row]:
         """Every consolidated user message of the participant with its embedding, oldest first."""
         return self.session.execute(
-            select(Message.id, Message.task_session_id, Message.embedding_model, Message.embedding, Message.content,
-                   Message.emotional_salience, Message.emotional_intensity, Message.self_disclosure,
+            select(Message.id, Message.task_session_id, Message.task_id, Message.embedding_model, Message.embedding,
+                   Message.content, Message.emotional_salience, Message.emotional_intensity, Message.self_disclosure,
                    Message.value_relevance)
             .where(*self._consolidated(user_id)).order_by(Message.id)
         ).all()
+
+    def replies(self, user_id: int) -> dict[int, str]:
+        """The assistant's reply to each of the participant's messages (the latest, if it was regenerated)."""
+        rows = self.session.execute(
+            select(Message.reply_to_id, Message.content).where(
+                Message.user_id == user_id, Message.role == "assistant", Message.reply_to_id.is_not(None))
+            .order_by(Message.id)
+        ).all()
+        return {r.reply_to_id: r.content for r in rows}
 
     def messages(self, ids: Sequence[int]) -> dict[int, Message]:
         """Message rows by id (rows of this session, so they can be updated)."""
