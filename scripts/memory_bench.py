@@ -70,13 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="locomo: build the real contexts for only the first N QA items per conversation")
     parser.add_argument("--l4-preset", default=None,
                         help="recall preset for l4 (default: the study's, e.g. calibrated; or seed_literal)")
-    defaults = mb.FusionSettings()
-    parser.add_argument("--fusion-window", type=int, default=defaults.window,
-                        help=f"fused: previous turns of the same session indexed with a turn ({defaults.window})")
-    parser.add_argument("--lexical-weight", type=float, default=defaults.weights.lexical,
-                        help=f"fused: weight of z(BM25) (default {defaults.weights.lexical:g})")
-    parser.add_argument("--dense-weight", type=float, default=defaults.weights.dense,
-                        help=f"fused: weight of z(cosine) (default {defaults.weights.dense:g})")
+    parser.add_argument("--fusion-window", type=int, default=None,
+                        help="fused: previous turns of the same session indexed with a turn "
+                             "(default: the study's memory.retrieval.neighbour_turns)")
+    parser.add_argument("--lexical-weight", type=float, default=None,
+                        help="fused: weight of z(BM25) (default: the study's memory.retrieval.fusion)")
+    parser.add_argument("--dense-weight", type=float, default=None,
+                        help="fused: weight of z(cosine) (default: the study's memory.retrieval.fusion)")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in mb.METHODS]
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("k must be at least 1")
     if args.deployed_qa is not None and args.deployed_qa < 1:
         parser.error("--deployed-qa must be at least 1")
-    if args.fusion_window < 0:
+    if args.fusion_window is not None and args.fusion_window < 0:
         parser.error("--fusion-window must be at least 0")
     if args.limit_qa is not None and args.limit_qa < 1:
         parser.error("--limit-qa must be at least 1")
@@ -134,6 +134,19 @@ def build_context(methods: list[str], ks: list[int], cache_dir: Path, l4_preset:
         max_fragments=int(s1["max_fragments"]),
     )
     return ctx
+
+
+def fusion_settings(args: argparse.Namespace) -> mb.FusionSettings:
+    """The fused ranker as the study configures L4's retriever, unless the options override it."""
+    study = load_study().memory.retrieval
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    weights = mb.FusionWeights(lexical=pick(args.lexical_weight, study.fusion.lexical),
+                               dense=pick(args.dense_weight, study.fusion.dense))
+    return mb.FusionSettings(weights=weights, window=pick(args.fusion_window, study.neighbour_turns),
+                             k1=study.k1, b=study.b)
 
 
 def deployed_run(histories: list[Any], ctx: mb.BenchContext) -> dict[str, dict[str, Any]]:
@@ -253,9 +266,7 @@ def run_memorybank(args: argparse.Namespace, ctx: mb.BenchContext) -> dict[str, 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    fusion = mb.FusionSettings(weights=mb.FusionWeights(lexical=args.lexical_weight, dense=args.dense_weight),
-                               window=args.fusion_window)
-    ctx = build_context(args.methods, args.k, args.cache_dir, args.l4_preset, fusion)
+    ctx = build_context(args.methods, args.k, args.cache_dir, args.l4_preset, fusion_settings(args))
     out = run_locomo(args, ctx) if args.dataset == "locomo" else run_memorybank(args, ctx)
     elapsed = time.perf_counter() - started
     out.update({

@@ -51,7 +51,7 @@ from rank_bm25 import BM25Okapi
 
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set, tokenize
-from services.memory.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, neighbour_text
+from services.memory.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
 from services.salience import lexicon_scores
 
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
@@ -346,13 +346,16 @@ def l4_elapsed(ages_days: np.ndarray, params: rm.RecallParams) -> np.ndarray:
 
 
 def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: rm.RecallParams,
-              languages: Sequence[str | None]) -> np.ndarray:
+              languages: Sequence[str | None], retrieval: Sequence[Scores] | None = None) -> np.ndarray:
     """questions × turns ``p_final`` of the forgetting curve for memories never recalled before:
-    ``r`` from the preset's relevance mapping, ``t`` per turn, ``g = g0`` from the turn's salience."""
+    ``r`` from the preset's relevance mapping (a calibrated ``logistic`` one reads the hybrid
+    retriever's per-question ``retrieval`` scores), ``t`` per turn, ``g = g0`` from the turn's salience."""
     g = np.asarray(rm.initial_g(salience, params.g0_base, params.g0_salience), dtype=np.float64)
     out = np.empty_like(cosines, dtype=np.float64)
     for row, language in enumerate(languages):
-        r = params.relevance.to_r(cosines[row], language)
+        extra = None if retrieval is None else {"fused": retrieval[row].fused, "lexical_z": retrieval[row].lexical_z,
+                                                "dense_z": retrieval[row].dense_z}
+        r = params.relevance.to_r(cosines[row], language, scores=extra)
         p = rm.recall_probability(r, t, g)
         out[row] = rm.final_probability(p, salience, params.salience_bonus)
     return out
@@ -509,15 +512,20 @@ def session_neighbours(texts: Sequence[str], sessions: Sequence[Any], window: in
     return out
 
 
-def fused_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray, questions: Sequence[str],
-                 query_vectors: np.ndarray, fusion: FusionSettings) -> np.ndarray:
-    """questions × turns fused scores of ``services.memory.retrieval.HybridRetriever``."""
+def retrieval_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray,
+                     questions: Sequence[str], query_vectors: np.ndarray, fusion: FusionSettings) -> list[Scores]:
+    """Per question, every turn's scores from ``services.memory.retrieval.HybridRetriever``."""
     docs = [RetrievalDoc(i, text, neighbour, vector)
             for i, (text, neighbour, vector) in enumerate(zip(texts, neighbours, turn_vectors, strict=True))]
     retriever = HybridRetriever(docs, fusion.weights, k1=fusion.k1, b=fusion.b)
-    if not docs:
-        return np.zeros((len(questions), 0))
-    return np.vstack([retriever.scores(q, v).fused for q, v in zip(questions, query_vectors, strict=True)])
+    return [retriever.scores(q, v) for q, v in zip(questions, query_vectors, strict=True)]
+
+
+def fused_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray, questions: Sequence[str],
+                 query_vectors: np.ndarray, fusion: FusionSettings) -> np.ndarray:
+    """questions × turns fused scores of ``services.memory.retrieval.HybridRetriever``."""
+    scores = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, fusion)
+    return np.vstack([s.fused for s in scores]) if texts else np.zeros((len(questions), 0))
 
 
 @dataclass
@@ -586,15 +594,17 @@ def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[st
     scored.cosines = cosines
     if "dense" in ctx.methods:
         scored.rankings["dense"] = (cosines, None)
-    if "fused" in ctx.methods:
+    retrieval = None
+    if {"fused", "l4", "l4_t0"} & set(ctx.methods):
         with _timed(ctx, "fused"):
             neighbours = session_neighbours(texts, sessions, ctx.fusion.window)
-            scored.rankings["fused"] = (fused_scores(texts, neighbours, turn_vectors, questions, query_vectors,
-                                                     ctx.fusion), None)
+            retrieval = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, ctx.fusion)
+    if "fused" in ctx.methods:
+        scored.rankings["fused"] = (np.vstack([s.fused for s in retrieval]) if texts else cosines, None)
     languages = [rm.text_language(q) for q in questions]
     if {"l4", "l4_t0"} & set(ctx.methods):
         with _timed(ctx, "l4"):
-            _score_curve(scored, texts, ages_days, ctx, languages)
+            _score_curve(scored, texts, ages_days, ctx, languages, retrieval)
     if "s1" in ctx.methods:
         if ctx.fuzzy is None:
             raise ValueError("s1 needs the study's fuzzy-recall settings")
@@ -603,16 +613,17 @@ def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[st
 
 
 def _score_curve(scored: Scored, texts: Sequence[str], ages_days: np.ndarray, ctx: BenchContext,
-                 languages: Sequence[str | None]) -> None:
+                 languages: Sequence[str | None], retrieval: Sequence[Scores] | None) -> None:
     if ctx.recall_params is None:
         raise ValueError("l4 needs the study's recall parameters")
     params, cosines = ctx.recall_params, scored.cosines
     salience = turn_salience(texts, ctx.salience_weights)
     if "l4_t0" in ctx.methods:
-        scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages), cosines)
+        scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages,
+                                              retrieval), cosines)
     if "l4" in ctx.methods:
-        scored.rankings["l4"] = (l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages),
-                                 cosines)
+        scored.rankings["l4"] = (l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages,
+                                           retrieval), cosines)
 
 
 def evaluate_conversation(conv: Conversation, ctx: BenchContext, limit_qa: int | None = None) -> list[ItemResult]:

@@ -15,6 +15,7 @@ import pytest
 from services import memory_bench as mb
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set
+from services.memory.retrieval import Scores
 from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
 from services.study import load_study
 
@@ -207,7 +208,8 @@ def test_bm25_evaluation_on_the_tiny_conversation(tiny):
 
 
 def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_age():
-    params = rm.resolve_recall_params(load_study().memory.recall_config)
+    # a cosine-band preset, so r is a function of the cosine alone
+    params = rm.resolve_recall_params(load_study().memory.recall_config, preset="cosine_bands")
     cosines = np.array([[0.86, 0.86, 0.70, 0.86]])
     ages = np.array([200.0, 2.0, 2.0, 0.0])
     salience = np.zeros(4)
@@ -223,6 +225,20 @@ def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_a
     # without decay (the l4_t0 ablation) equal relevance means equal p, whatever the age
     no_decay = mb.l4_scores(cosines, np.zeros(4), salience, params, ["en"])
     assert no_decay[0].tolist() == pytest.approx([1.0, 1.0, 0.0, 1.0])
+
+
+def test_l4_with_the_calibrated_relevance_reads_the_retriever_scores():
+    params = rm.resolve_recall_params(load_study().memory.recall_config)
+    assert params.relevance.method == "logistic"
+    cosines = np.array([[0.85, 0.85, 0.85]])
+    retrieval = [Scores(lexical=np.array([3.0, 0.0, 0.0]), cosine=cosines[0], lexical_z=np.array([1.41, -0.71, -0.71]),
+                        dense_z=np.array([0.0, 0.0, 0.0]), fused=np.array([2.12, -1.06, -1.06]))]
+    t = np.full(3, 0.1)
+    p_final = mb.l4_scores(cosines, t, np.zeros(3), params, ["en"], retrieval)
+    # same cosine and age: the turn the retriever scores higher is more likely recalled
+    assert p_final[0, 0] > p_final[0, 1] == pytest.approx(p_final[0, 2])
+    with pytest.raises(ValueError, match="retriever's scores"):
+        mb.l4_scores(cosines, t, np.zeros(3), params, ["en"])
 
 
 def test_fast_keyword_jaccard_matches_the_s1_jaccard():
