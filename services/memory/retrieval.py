@@ -124,8 +124,8 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
     """``tokenize(text + "\n" + neighbours)`` of each doc, tokenizing each distinct line once.
 
-    No token spans a line break (``services.keywords``: a token is a run of letters, digits or Han
-    characters), so the tokens of a text are those of its lines in order. A turn is indexed with its
+    No token spans a line break, a "]" or a space (``services.keywords``: a token is a run of letters, digits or
+    Han characters), so the tokens of a text are those of its pieces in order. A turn is indexed with its
     own exchange and again as a neighbour of the next two, so this roughly halves the cost of
     building the index (docs/benchmarks.md, "Recall")."""
     lines: dict[str, list[str]] = {}
@@ -133,10 +133,13 @@ def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
     for doc in docs:
         tokens: list[str] = []
         for line in f"{doc.text}\n{doc.neighbours}".split("\n"):
-            cached = lines.get(line)
-            if cached is None:
-                cached = lines[line] = tokenize(line)
-            tokens.extend(cached)
+            # "]" ends a tag ("[T1, day 0] message") and no token either: the message then shares its
+            # tokens with its own appearances as a neighbour, where it carries no tag
+            for part in (piece.strip() for piece in line.partition("]")[::2]):
+                cached = lines.get(part)
+                if cached is None:
+                    cached = lines[part] = tokenize(part)
+                tokens.extend(cached)
         corpus.append(tokens)
     return corpus
 

@@ -155,8 +155,8 @@ def test_index_tokens_are_those_of_the_whole_text_though_each_line_is_tokenized_
     from services.keywords import tokenize
     from services.memory.retrieval import _tokenize_docs
 
-    turns = ["我家养了一只橘猫，叫年糕。\nIt's 3 years old, the cats' favourite!", "well-known café\n2.5 km, 周末跑步",
-             "年糕不爱吃东西\nI'm worried"]
+    turns = ["我家养了一只橘猫，[叫]年糕。\nIt's 3 years old, the cats' favourite!",
+             "well-known café\n2.5 km, 周末跑步", "年糕不爱吃东西\nI'm worried"]
     docs = [RetrievalDoc(i, exchange_text(*t.split("\n"), "T1", 0), neighbour_text(turns[:i]), np.ones(2))
             for i, t in enumerate(turns)]
     assert _tokenize_docs(docs) == [tokenize(f"{d.text}\n{d.neighbours}") for d in docs]
