@@ -26,13 +26,13 @@ skipped with a warning (or refused with ``ForeignEmbeddingError``).
 
 Loading a participant's vectors and indexing their exchanges dominates the cost of a recall
 (seconds for 10,000 memories, against about 2 ms of ranking and scoring; docs/benchmarks.md), so the
-matrix and index are cached per process. Before every use two index-backed checks (``database.vector_store``)
-decide whether it is
+matrix and index are cached per process. Before every use one query of two index-backed checks
+(``VectorStore.cache_state``) decides whether it is
 still current, seeing writes from any process (e.g. ``scripts/manual_consolidation.py``):
 the participant's consolidation runs (count, newest, last start/finish) and
 whether a consolidated message newer than the cached ones exists. The candidate
-rows are then read fresh (g, last recall, salience) and checked against the
-cached vectors, so a deleted or re-embedded candidate forces a reload. Code
+rows are then read fresh (g, last recall, salience) and their stored embedding bytes checked
+against the cached ones (by hash), so a deleted or re-embedded candidate forces a reload. Code
 that rewrites stored embeddings outside a consolidation run should still call
 ``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only
 noticed once it becomes a candidate.
