@@ -1,15 +1,18 @@
 """Benchmark L4 recall over many stored memories of one participant.
 
 Builds a temporary SQLite database with the real migrated schema, stores
-``--memories`` consolidated user messages (random unit vectors, 384 dimensions)
-for one participant, and times, with the query vector precomputed so the
-embedding is excluded:
+``--memories`` consolidated exchanges for one participant (a user message of 12
+words from a 3,000-word vocabulary with a random unit vector, 384 dimensions, and
+an assistant reply of 10 words), and times, with the query vector precomputed so
+the embedding is excluded:
 
-  (a) the full ``ForgettingCurveSearch.recall`` (fingerprint query, matrix, top-k, candidate
-      rows, forgetting curve, updates and RecallEvent rows, flush), with the
-      participant's matrix cached (warm) and without the cache (every call reloads);
-  (b) the numpy scoring core alone (cosine product, top-k, curve), also with a
-      multi-threaded BLAS product in place of the single-threaded einsum, for comparison.
+  (a) the full ``ForgettingCurveSearch.recall`` (cache state query, cached index, hybrid
+      retriever top-k, candidate rows, calibrated relevance, forgetting curve,
+      updates and RecallEvent rows, flush: what a reply does for recall, apart from
+      embedding the query), with the participant's index cached
+      (warm) and without the cache (every call reloads and re-indexes);
+  (b) the ranking and scoring core alone (BM25 over exchange + neighbours, cosine
+      product, z-score fusion, top-k, relevance model, curve).
 
 Each timed recall is rolled back afterwards so every iteration sees the same state.
 
@@ -28,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 
 from config import SECONDS_PER_DAY
 from database.db_manager import Database
@@ -36,11 +39,13 @@ from database.models import Message, TaskSession, User
 from services import recall_model as rm
 from services.clock import ManualClock
 from services.embedding_service import to_blob
-from services.memory.hybrid import ForgettingCurveSearch, cosine_scores
+from services.memory.hybrid import ForgettingCurveSearch
 from services.study import Study, load_study
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised
+VOCABULARY = 3000
+QUERY_TEXT = "word17 word250 word1999 word42 word7 word2500 word3 word999"
 
 
 class PrecomputedQueryEmbedder:
@@ -70,6 +75,9 @@ def build_database(url: str, memories: int, seed: int = 7) -> tuple[int, int, np
     vectors[:PLANTED] = query + 0.05 * vectors[:PLANTED] / np.linalg.norm(vectors[:PLANTED], axis=1, keepdims=True)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     salience = rng.uniform(0, 1, size=memories)
+
+    def words(n: int) -> str:
+        return " ".join(f"word{w}" for w in rng.integers(0, VOCABULARY, size=n))
     with db.session() as session:
         user = User(username="bench", password_hash="-", participant_code="B0001", created_at=start)
         session.add(user)
@@ -78,16 +86,29 @@ def build_database(url: str, memories: int, seed: int = 7) -> tuple[int, int, np
         t2 = TaskSession(user_id=user.id, task_id="T2", started_at=now, last_activity_at=now)
         session.add_all([t1, t2])
         session.flush()
-        rows = [{
-            "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "user",
-            "content": f"memory {i}", "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
-            "embedding_model": PrecomputedQueryEmbedder.model, "emotional_salience": float(salience[i]),
-            "consolidation_g": 1.0 + 0.5 * float(salience[i]), "recall_count": 0,
-            "consolidated_at": start + timedelta(hours=1),
-        } for i in range(memories)]
-        session.execute(insert(Message), rows)
+        # Each message followed by its reply, as a chat stores them (ids interleave, which the staleness
+        # check's range scan over newer ids relies on).
+        first = (session.scalar(select(func.max(Message.id))) or 0) + 1
+        rows = []
+        for i in range(memories):
+            user_id, reply_id = first + 2 * i, first + 2 * i + 1
+            rows.append({
+                "id": user_id, "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "user",
+                "content": words(12), "created_at": start + timedelta(seconds=i), "embedding": to_blob(vectors[i]),
+                "embedding_model": PrecomputedQueryEmbedder.model, "emotional_salience": float(salience[i]),
+                "consolidation_g": 1.0 + 0.5 * float(salience[i]), "recall_count": 0,
+                "consolidated_at": start + timedelta(hours=1),
+            })
+            rows.append({
+                "id": reply_id, "user_id": user.id, "task_session_id": t1.id, "task_id": "T1", "role": "assistant",
+                "content": words(10), "created_at": start + timedelta(seconds=i, milliseconds=500),
+                "reply_to_id": user_id,
+            })
+        # insert() with rows of different keys would fill the missing ones with NULL per statement: one per role
+        session.execute(insert(Message), [r for r in rows if r["role"] == "user"])
+        session.execute(insert(Message), [r for r in rows if r["role"] == "assistant"])
         query_message = Message(user_id=user.id, task_session_id=t2.id, task_id="T2", role="user",
-                                content="benchmark query", created_at=now)
+                                content=QUERY_TEXT, created_at=now)
         session.add(query_message)
         session.flush()
         user_id, query_id = user.id, query_message.id
@@ -112,7 +133,9 @@ def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: in
     for iteration in range(warmup + repeat):
         with db.Session() as session:
             store = ForgettingCurveSearch(session, params, clock=clock, day_seconds=SECONDS_PER_DAY,
-                                          embedder=PrecomputedQueryEmbedder(), use_cache=use_cache)
+                                          embedder=PrecomputedQueryEmbedder(), use_cache=use_cache,
+                                          retrieval=study.memory.retrieval,
+                                          task_days={t.id: int(t.unlock_offset_days) for t in study.tasks})
             query_message = session.get(Message, query_id)
             started = time.perf_counter()
             candidates = store.recall(user_id=user_id, query_message=query_message, query_vector=query, task_id="T2")
@@ -123,18 +146,18 @@ def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: in
     return _summary(samples), recalled
 
 
-def time_core(matrix: np.ndarray, query: np.ndarray, params: rm.RecallParams, repeat: int,
-              product=cosine_scores) -> dict[str, float]:
+def time_core(index, query: np.ndarray, params: rm.RecallParams, repeat: int) -> dict[str, float]:
     rng = np.random.default_rng(3)
-    t_all = rng.uniform(0, 0.5, size=matrix.shape[0])
-    g_all = rng.uniform(1.0, 1.5, size=matrix.shape[0])
-    e_all = rng.uniform(0, 1, size=matrix.shape[0])
+    n = len(index.admitted)
+    t_all, g_all, e_all = rng.uniform(0, 0.5, size=n), rng.uniform(1.0, 1.5, size=n), rng.uniform(0, 1, size=n)
     samples = []
     for _ in range(repeat):
         started = time.perf_counter()
-        cosines = product(matrix, query)
-        chosen = rm.top_k_indices(cosines, params.top_k)
-        rm.score_candidates(cosines[chosen], t_all[chosen], g_all[chosen], e_all[chosen], params, "en")
+        ranked = index.rank(QUERY_TEXT, query, params.top_k)
+        chosen = np.array([s.memory_id for s in ranked])
+        scores = {name: np.array([getattr(s, name) for s in ranked]) for name in ("fused", "lexical_z", "dense_z")}
+        rm.score_candidates(np.array([s.cosine for s in ranked]), t_all[chosen], g_all[chosen], e_all[chosen],
+                            params, "en", scores)
         samples.append((time.perf_counter() - started) * 1000)
     return _summary(samples)
 
@@ -145,32 +168,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=300)
     args = parser.parse_args(argv)
     study = load_study()
-    # Random vectors carry no calibration: raw cosine as r (the planted near-copies are recalled, the rest not).
-    # Which mapping is used does not change the work done.
-    params = rm.resolve_recall_params(study.memory.recall_config, overrides={"relevance": {"method": "raw"}})
+    # The default preset: the calibrated relevance model on the hybrid retriever's scores, as deployed.
+    params = study.memory.recall
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         started = time.perf_counter()
         user_id, query_id, query, now = build_database(url, args.memories)
         print(f"built {args.memories} memories in {time.perf_counter() - started:.1f} s "
-              f"(SQLite, migrated schema, preset {params.preset} with raw-cosine relevance, top_k {params.top_k})")
+              f"(SQLite, migrated schema, preset {params.preset}, relevance {params.relevance.method}, "
+              f"top_k {params.top_k}, retrieval {study.memory.retrieval.to_dict()})")
         db = Database(url)
         ForgettingCurveSearch.invalidate()
         timing = (db, study, params, user_id, query_id, query, now)
         cold = time_recall(*timing, use_cache=True, repeat=1)[0]
         warm, recalled = time_recall(*timing, use_cache=True, repeat=args.repeat, warmup=10)
-        uncached, _ = time_recall(*timing, use_cache=False, repeat=max(20, args.repeat // 5))
-        matrix = next(iter(ForgettingCurveSearch._cache.values())).matrix
-        core = time_core(matrix, query, params, args.repeat)
-        core_blas = time_core(matrix, query, params, args.repeat, product=np.matmul)
+        uncached, _ = time_recall(*timing, use_cache=False, repeat=max(5, args.repeat // 60))
+        index = next(iter(ForgettingCurveSearch._cache.values())).index
+        core = time_core(index, query, params, args.repeat)
         db.dispose()
     rows = [
-        ("(a) ForgettingCurveSearch.recall, matrix cached (warm)", warm),
+        ("(a) ForgettingCurveSearch.recall, index cached (warm)", warm),
         ("(a) ForgettingCurveSearch.recall, no cache (loads every call)", uncached),
-        ("(b) numpy scoring core (einsum product, as used)", core),
-        ("(b) numpy scoring core with a BLAS product instead", core_blas),
+        ("(b) ranking + scoring core (hybrid top-k, r, curve)", core),
     ]
-    print(f"first recall (cold cache, loads the matrix): {cold['mean']:.2f} ms; recalled per query: {recalled}")
+    print(f"first recall (cold cache, loads and indexes): {cold['mean']:.2f} ms; recalled per query: {recalled}")
     print(f"{'':52s} {'p50 ms':>8s} {'p95 ms':>8s} {'mean ms':>8s} {'n':>5s}")
     for label, s in rows:
         print(f"{label:52s} {s['p50']:8.2f} {s['p95']:8.2f} {s['mean']:8.2f} {s['n']:5d}")

@@ -1,6 +1,6 @@
 """Bot participants: check the memory manipulation before recruiting anyone.
 
-    python scripts/simulate_participants.py --per-group 5 [--language zh|en|both] [--day-seconds 2]
+    python scripts/simulate_participants.py --per-group 3 [--language zh|en|both] [--day-seconds 10]
     python scripts/simulate_participants.py --per-group 2 --base-url http://127.0.0.1:8000 \\
         --admin-user admin --admin-password ...
 
@@ -9,21 +9,25 @@ through the HTTP API, exactly as a browser would (session cookie, CSRF header,
 polling for unlocks, heartbeats until the minimum task time). In T1 each bot
 plants six facts: name, seafood allergy, cat, PhD-application worry and
 hometown early in the chat, and a hobby in the last turns, with filler turns
-between so that the early facts fall out of a 7-turn window. In T2-T4 it asks
-probes ("what do you remember about me?", a question about dinner, about its
-pet, about its application ...) that never name the facts themselves.
+between so that the early facts fall out of a 7-turn window; four come with a
+specific detail the gist profile drops (SPECIFICS). In T2-T4 it asks probes
+("what do you remember about me?", a question about dinner, about its pet, about
+the hill it climbed ...) that never name the facts or the specifics themselves.
 
 Afterwards an admin account reads every probe reply's stored memory context and
 the script prints a manipulation-check report: per group and task, how many of
 the planted facts the context held, and where (profile, verbatim recent turns,
 forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
-before the task; L3 the profile facts; L4 at least as many as L3 plus recalled
-specifics. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
+before the task; L3 the profile facts; L4 at least as many as L3, and - the check
+that can fail - per task and language a share of L4's probe replies holding a
+planted specific that L3's context for the same message lacks (BEYOND_L3_MIN_SHARE);
+S1 and R1 the allergy at T2. Exit code 0 when every check passes, 1 when one
+fails, 2 on errors.
 
 Without ``--base-url`` the script starts its own server: the real app on a fresh
 temporary SQLite database, offline providers, pilot mode with one study day =
-``--day-seconds`` real seconds (T4 unlocks 16 days = 32 s after T1 at the
-default 2 s). Task durations are stretched so the bots' chats are not cut off
+``--day-seconds`` real seconds (T4 unlocks 16 days = 160 s after T1 at the
+default 10 s). Task durations are stretched so the bots' chats are not cut off
 by the compressed timer (the report says by how much). With ``--base-url`` the
 server must be in pilot mode and an admin account is needed to read contexts.
 """
@@ -57,7 +61,6 @@ if TYPE_CHECKING:
 TASKS = ("T1", "T2", "T3", "T4")
 PROBE_TASKS = ("T2", "T3", "T4")
 SOURCES = ("profile", "recent_turns", "recalled", "other")
-MEMORY_GROUPS_CHECKED = ("L1", "L2", "L3", "L4")
 POLL_SECONDS = 0.25
 CONSOLIDATION_WAIT_SECONDS = 180.0
 
@@ -86,6 +89,19 @@ FACTS = [
 FACT_IDS = [f.id for f in FACTS]
 EARLY_FACTS = {f.id for f in FACTS if not f.late}
 LATE_FACTS = {f.id for f in FACTS if f.late}
+
+# Details planted with a fact that the gist profile drops (the offline extractor keeps "对海鲜过敏",
+# "has a cat called Mochi", "likes hiking", not the shrimp and the rash, the clinginess, the hill's name).
+# A context holding one of them remembers a specific earlier exchange, not the gist. Keyed by fact.
+SPECIFICS = {
+    "allergy": re.compile(r"虾|疹子|\bshrimp\b|\brash\b", re.IGNORECASE),
+    "cat": re.compile(r"黏人|follows me everywhere", re.IGNORECASE),
+    "hometown": re.compile(r"想家|miss home", re.IGNORECASE),
+    "hobby": re.compile(r"香山|Blue Hill"),
+}
+# The manipulation check (check_l4_beyond_l3): share of L4 probe replies whose context holds a specific
+# that L3's context for the same message lacks, per task. Below these, L4 is L3 with extra words.
+BEYOND_L3_MIN_SHARE = {"T2": 0.30, "T3": 0.15, "T4": 0.15}
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,10 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:pet", "家里的小宠物最近不太爱吃东西，我有点担心。"),
             ("probe:application", "申请材料下周就要截止了，我该怎么安排时间？"),
             ("probe:hobby", "你还记得我周末喜欢做什么吗？"),
+            ("probe:allergy_detail", "上次我跟你说过，我吃了什么东西会浑身不舒服来着？"),
+            ("probe:hobby_detail", "我上周末去的是哪座山，你还记得吗？"),
+            ("probe:cat_detail", "我家那个小家伙平时对我怎么样，你还记得吗？"),
+            ("probe:hometown_detail", "一个人在外地上学，我之前跟你说过心里是什么滋味吗？"),
             ("filler", "这几天睡得不太好。"),
             ("filler", "昨天和室友看了一场电影。"),
             ("filler", "好的，今天就聊到这里，下次见！"),
@@ -130,6 +150,9 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:application", "下个月有一场面试，能帮我准备一下自我介绍吗？"),
             ("probe:memory", "你还记得我之前跟你说过哪些事情吗？"),
             ("probe:hobby", "周末想出去走走，有什么建议？"),
+            ("probe:allergy_detail", "点外卖的时候，哪些菜我得避开？我之前跟你说过原因。"),
+            ("probe:hobby_detail", "上次我说去过的那座山，还值得再去一次吗？"),
+            ("probe:cat_detail", "我出门的时候，家里那个小家伙会怎么样？你还记得我说过它的性子吗？"),
             ("filler", "今天有点忙。"),
             ("filler", "谢谢你的建议。"),
             ("filler", "我先去准备了，回头聊！"),
@@ -140,6 +163,9 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:pet", "替我向家里那个毛茸茸的小家伙问声好吧。"),
             ("probe:application", "申请的结果快出来了，给我打打气吧。"),
             ("probe:self", "你觉得我是一个怎样的人？"),
+            ("probe:cat_detail", "你还记得我说过家里那个小家伙有多依赖我吗？"),
+            ("probe:allergy_detail", "我之前说过吃错东西身上会起什么反应？"),
+            ("probe:hometown_detail", "放假想回老家了，你还记得我说过一个人在外地是什么感受吗？"),
             ("filler", "谢谢你这几周的陪伴。"),
             ("filler", "我会想念和你聊天的。"),
             ("filler", "再见啦！"),
@@ -166,6 +192,10 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:pet", "My little pet hasn't been eating much lately and I'm a bit worried."),
             ("probe:application", "My application materials are due next week. How should I plan my time?"),
             ("probe:hobby", "Do you remember what I like to do at weekends?"),
+            ("probe:allergy_detail", "Remind me, what did I say happens to my skin if I eat the wrong thing?"),
+            ("probe:hobby_detail", "Which hill did I climb last week, do you remember?"),
+            ("probe:cat_detail", "Do you remember how my furry companion behaves around me?"),
+            ("probe:hometown_detail", "Living far from where I grew up: do you remember how I said it makes me feel?"),
             ("filler", "I haven't been sleeping well these days."),
             ("filler", "Yesterday I watched a film with my flatmate."),
             ("filler", "Alright, that's it for today. See you next time!"),
@@ -176,6 +206,9 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:application", "I have an interview next month. Could you help me prepare an introduction?"),
             ("probe:memory", "Do you remember what I told you before?"),
             ("probe:hobby", "I want to get outdoors this weekend. Any suggestions?"),
+            ("probe:allergy_detail", "Ordering takeaway tonight: which dishes must I avoid? I told you why before."),
+            ("probe:hobby_detail", "Is the hill I told you I climbed worth another visit?"),
+            ("probe:cat_detail", "When I'm at home, what does my furry companion do? You know her habits."),
             ("filler", "It's been a busy day."),
             ("filler", "Thanks for the advice."),
             ("filler", "I'll go and get ready now. Talk later!"),
@@ -186,6 +219,9 @@ SCRIPTS: dict[str, dict[str, list[Turn]]] = {
             ("probe:pet", "Say hello to my furry little friend at home for me."),
             ("probe:application", "My application results are coming out soon. Cheer me up!"),
             ("probe:self", "What kind of person do you think I am?"),
+            ("probe:cat_detail", "Do you remember how attached my furry companion is to me?"),
+            ("probe:allergy_detail", "What did I tell you my body does when I eat the wrong food?"),
+            ("probe:hometown_detail", "Do you remember how I said I feel about being away from where I grew up?"),
             ("filler", "Thank you for keeping me company these weeks."),
             ("filler", "I'll miss our chats."),
             ("filler", "Goodbye!"),
@@ -199,6 +235,11 @@ def facts_in(text: str) -> set[str]:
     return {fact.id for fact in FACTS if fact.pattern.search(text or "")}
 
 
+def specifics_in(text: str) -> set[str]:
+    """The facts whose planted specific detail (SPECIFICS) ``text`` holds."""
+    return {fact_id for fact_id, pattern in SPECIFICS.items() if pattern.search(text or "")}
+
+
 def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
     """Whether a recalled memory passes the recall-candidate rule the reply was built with
     (services.recall_model.CandidateRule): a content word, or a high salience."""
@@ -210,22 +251,34 @@ def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None
     ).admits_text(memory.get("text") or "", memory.get("salience"))
 
 
+def context_texts(context: dict[str, Any] | None) -> Iterator[tuple[str, str]]:
+    """(section, text) for every piece of a stored memory context the assistant was shown."""
+    if not context:
+        return
+    yield "profile", (context.get("profile") or {}).get("text") or ""
+    for turn in context.get("recent_turns") or []:
+        yield "recent_turns", turn.get("user") or ""
+        yield "recent_turns", turn.get("assistant") or ""
+    for memory in context.get("recalled") or []:
+        yield "recalled", memory.get("text") or ""
+        yield "recalled", memory.get("reply") or ""
+    for key in ("summary", "r1_memory"):
+        yield "other", (context.get(key) or {}).get("text") or ""
+    for fragment in context.get("fragments") or []:
+        yield "other", fragment.get("text") or ""
+
+
 def context_facts(context: dict[str, Any] | None) -> dict[str, set[str]]:
     """Planted facts in each section of a stored memory context."""
     found = {source: set() for source in SOURCES}
-    if not context:
-        return found
-    profile = context.get("profile") or {}
-    found["profile"] = facts_in(profile.get("text") or "")
-    for turn in context.get("recent_turns") or []:
-        found["recent_turns"] |= facts_in(turn.get("user") or "") | facts_in(turn.get("assistant") or "")
-    for memory in context.get("recalled") or []:
-        found["recalled"] |= facts_in(memory.get("text") or "")
-    for key in ("summary", "r1_memory"):
-        found["other"] |= facts_in((context.get(key) or {}).get("text") or "")
-    for fragment in context.get("fragments") or []:
-        found["other"] |= facts_in(fragment.get("text") or "")
+    for source, text in context_texts(context):
+        found[source] |= facts_in(text)
     return found
+
+
+def context_specifics(context: dict[str, Any] | None) -> set[str]:
+    """Planted specifics (SPECIFICS) anywhere in a stored memory context."""
+    return set().union(*(specifics_in(text) for _, text in context_texts(context)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,8 +472,11 @@ def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | No
 
 
 @contextmanager
-def temporary_server(day_seconds: float) -> Iterator[Server]:
-    """The real app (create_app) on a fresh SQLite file, offline providers, served on 127.0.0.1:<free port>."""
+def temporary_server(day_seconds: float, conditions: list[str] | None = None) -> Iterator[Server]:
+    """The real app (create_app) on a fresh SQLite file, offline providers, served on 127.0.0.1:<free port>.
+
+    ``conditions``: the memory conditions new participants are assigned to (default: every condition
+    the study defines, so S1 and R1 are checked too)."""
     from werkzeug.serving import make_server
 
     from app import create_app
@@ -431,6 +487,7 @@ def temporary_server(day_seconds: float) -> Iterator[Server]:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:
         study, note = _stretched_timing(load_study(), day_seconds)
+        study = study.with_overrides({"enabled_conditions": list(conditions or study.conditions)})
         settings = Settings(
             database_url=f"sqlite:///{Path(tmp) / 'simulation.db'}", secret_key=secrets.token_hex(16),
             day_seconds=day_seconds, llm_providers=["offline"], embedding_provider="offline",
@@ -535,6 +592,9 @@ def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, A
         messages = {m["id"]: m for m in record["messages"]}
         kinds = {t.message_id: t.kind.split(":")[0] for t in bot.turns}
         per_task: dict[str, dict[str, Any]] = {}
+        replies = [{"task": t.task_id, "kind": t.kind, "message": t.text,
+                    "specifics": sorted(context_specifics(messages[t.reply_id].get("memory_context")))}
+                   for t in bot.turns if t.task_id in PROBE_TASKS and t.kind.startswith("probe:")]
         for task_id in PROBE_TASKS:
             probes = [t for t in bot.turns if t.task_id == task_id and t.kind.startswith("probe:")]
             if not probes:
@@ -564,7 +624,7 @@ def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, A
         results.append({
             "username": bot.username, "participant_code": bot.participant_code, "memory_group": bot.memory_group,
             "language": bot.language, "tasks_done": bot.tasks_done, "errors": bot.errors, "notes": bot.notes,
-            "tasks": per_task,
+            "tasks": per_task, "replies": replies,
         })
     return results
 
@@ -648,6 +708,75 @@ def check_pattern(participants: list[dict[str, Any]], table: list[dict[str, Any]
     return checks
 
 
+def beyond_l3(participants: list[dict[str, Any]], memory: str = "L4", baseline: str = "L3") -> list[dict[str, Any]]:
+    """Per task and language: the share of ``memory``'s probe replies whose context holds a planted
+    specific that ``baseline``'s context for the same message (same script turn, any participant of
+    that language) lacks. A reply without a baseline counterpart is left out and counted apart."""
+    held: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for p in participants:
+        if p["memory_group"] == baseline:
+            for reply in p.get("replies", []):
+                held[(p["language"], reply["task"], reply["message"])] |= set(reply["specifics"])
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in participants:
+        if p["memory_group"] != memory:
+            continue
+        for reply in p.get("replies", []):
+            cell = cells.setdefault((reply["task"], p["language"]), {
+                "task": reply["task"], "language": p["language"], "replies": 0, "beyond": 0, "unpaired": 0,
+                "specifics": Counter()})
+            key = (p["language"], reply["task"], reply["message"])
+            if key not in held:
+                cell["unpaired"] += 1
+                continue
+            extra = set(reply["specifics"]) - held[key]
+            cell["replies"] += 1
+            cell["beyond"] += bool(extra)
+            cell["specifics"].update(extra)
+    rows = []
+    for (task, _language), cell in sorted(cells.items()):
+        share = cell["beyond"] / cell["replies"] if cell["replies"] else 0.0
+        minimum = BEYOND_L3_MIN_SHARE.get(task, 0.0)
+        rows.append({**cell, "specifics": dict(cell["specifics"]), "share": round(share, 3), "min_share": minimum,
+                     "passed": bool(cell["replies"]) and share >= minimum})
+    return rows
+
+
+def check_l4_beyond_l3(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manipulation check that can fail: per task and language, L4 must hand over specifics L3 does
+    not (BEYOND_L3_MIN_SHARE). L4 with L3's context plus nothing new scores 0 and fails."""
+    groups = {p["memory_group"] for p in participants}
+    if not {"L3", "L4"} <= groups:
+        return []
+    rows = beyond_l3(participants)
+    languages = sorted({p["language"] for p in participants if p["memory_group"] == "L4"})
+    missing = [f"{task} {lang}" for task in PROBE_TASKS for lang in languages
+               if not any(r["task"] == task and r["language"] == lang for r in rows)]
+    detail = "; ".join(f"{r['task']} {r['language']}: {r['beyond']}/{r['replies']} = {r['share']:.0%} "
+                       f"(need {r['min_share']:.0%})" for r in rows)
+    if missing:
+        detail += "; no L4 replies at " + ", ".join(missing)
+    return [{"check": "L4's context holds a planted specific that L3's context for the same message lacks "
+                      "(share of probe replies, per task and language)",
+             "passed": bool(rows) and not missing and all(r["passed"] for r in rows), "detail": detail,
+             "rows": rows}]
+
+
+def check_summary_conditions(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """S1 and R1: every participant's T2 probe contexts hold the planted allergy."""
+    checks = []
+    for group in ("S1", "R1"):
+        members = [p for p in participants if p["memory_group"] == group]
+        if not members:
+            continue
+        missing = [f"{p['participant_code']} ({p['language']})" for p in members
+                   if "allergy" not in p["tasks"].get("T2", {}).get("facts", [])]
+        checks.append({"check": f"{group}'s T2 context holds the planted allergy", "passed": not missing,
+                       "detail": ("missing for " + ", ".join(missing)) if missing
+                       else f"all {len(members)} {group} participants"})
+    return checks
+
+
 def format_report(report: dict[str, Any]) -> str:
     config = report["config"]
     lines = [
@@ -680,6 +809,13 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", "  memories recalled in probe replies, by what they were in the bots' script (all participants):"]
         lines += [f"    {r['group']} {r['task']} {r['language']}: "
                   + ", ".join(f"{kind} {n}" for kind, n in sorted(r["recalled_kinds"].items())) for r in recall_rows]
+    beyond = next((c["rows"] for c in report["checks"] if c.get("rows")), [])
+    if beyond:
+        lines += ["", "  L4 beyond L3: probe replies whose context holds a planted specific that L3's context for the "
+                      "same message lacks"]
+        lines += [f"    {r['task']} {r['language']}: {r['beyond']:>2}/{r['replies']:<2} = {r['share']:4.0%}  "
+                  f"(need {r['min_share']:.0%})  "
+                  + (", ".join(f"{k} {n}" for k, n in sorted(r["specifics"].items())) or "-") for r in beyond]
     lines += ["", "Checks:"]
     for check in report["checks"]:
         lines.append(f"  {'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
@@ -693,10 +829,11 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 2.0,
+def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 10.0,
                    base_url: str | None = None, admin_user: str | None = None, admin_password: str | None = None,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the bots and return the report (``format_report`` prints it)."""
+                   conditions: list[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the bots and return the report (``format_report`` prints it). ``conditions`` applies to the
+    temporary server only (default: all of the study's conditions)."""
     if per_group < 1:
         raise ValueError("--per-group must be at least 1")
     started = time.monotonic()
@@ -707,7 +844,8 @@ def run_simulation(*, per_group: int, language: str = "both", day_seconds: float
         l2_turns = server.study.conditions["L2"].recent_turns if server.study else 7
         participants = analyse(bots, admin, l2_turns=l2_turns)
         table = summarise(participants)
-        checks = check_pattern(participants, table)
+        checks = check_pattern(participants, table) + check_l4_beyond_l3(participants) \
+            + check_summary_conditions(participants)
         waits = admin.waits
         return {
             "config": {
@@ -727,7 +865,7 @@ def run_simulation(*, per_group: int, language: str = "both", day_seconds: float
         if not (admin_user and admin_password):
             raise ValueError("--base-url needs --admin-user and --admin-password (or ADMIN_PASSWORD)")
         return execute(Server(base_url=base_url, admin_user=admin_user, admin_password=admin_password))
-    with temporary_server(day_seconds) as server:
+    with temporary_server(day_seconds, conditions) as server:
         log(f"temporary server on {server.base_url} (pilot day = {day_seconds} s)")
         return execute(server)
 
@@ -739,17 +877,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-group", type=int, required=True, help="bots per enabled memory group")
     parser.add_argument("--base-url", help="run against this server instead of a temporary one")
     parser.add_argument("--language", choices=("zh", "en", "both"), default="both")
-    parser.add_argument("--day-seconds", type=float, default=2.0, help="pilot day length of the temporary server")
+    parser.add_argument("--day-seconds", type=float, default=10.0,
+                        help="pilot day length of the temporary server (default 10 s: shorter days let the "
+                        "wait for consolidation age the memories by days on a busy machine)")
     parser.add_argument("--admin-user", default="admin", help="with --base-url: an admin account")
     parser.add_argument("--admin-password", default=os.environ.get("ADMIN_PASSWORD"),
                         help="with --base-url (default: $ADMIN_PASSWORD)")
+    parser.add_argument("--conditions", help="temporary server only: comma-separated conditions to assign "
+                        "(default: all the study defines, e.g. L1,L2,L3,L4,S1,R1)")
     parser.add_argument("--json-out", help="also write the full report as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         report = run_simulation(per_group=args.per_group, language=args.language, day_seconds=args.day_seconds,
                                 base_url=args.base_url, admin_user=args.admin_user,
-                                admin_password=args.admin_password, log=lambda text: print(text, flush=True))
+                                admin_password=args.admin_password,
+                                conditions=args.conditions.split(",") if args.conditions else None,
+                                log=lambda text: print(text, flush=True))
     except (ApiError, RuntimeError, ValueError, TimeoutError) as exc:
         print(f"simulation failed: {exc}", file=sys.stderr)
         return 2

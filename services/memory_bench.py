@@ -12,6 +12,8 @@ Methods, each a turns-by-questions score matrix plus a tie-break:
 
 * ``bm25`` - BM25 (Okapi) over the turns, tokenised with ``services.keywords``.
 * ``dense`` - cosine between the offline embedder's query and passage vectors.
+* ``fused`` - the deployed hybrid retriever (``services.memory.retrieval``): weighted sum of the
+  z-scored BM25 (over the turn plus its previous turns in the same session) and the z-scored cosine.
 * ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall_model``) used as
   the ranking score over the dense cosines, with ``t`` the time from the turn's
   session to the question (asked at the last session) and ``g`` the never-recalled
@@ -22,8 +24,11 @@ Methods, each a turns-by-questions score matrix plus a tie-break:
 * ``s1`` - S1's fuzzy score: keyword Jaccard, rescaled cosine and the 24-hour time
   weight, with the weights the study configures.
 
-MemoryBank (Zhong et al., AAAI 2024) has probing questions but no gold answers, so
-``describe_memorybank`` only reports which stored days the methods retrieve.
+MemoryBank (Zhong et al., AAAI 2024) has probing questions but no gold answers:
+``load_labelled_evidence`` reads evidence labelled by someone (each exchange, the user's message
+and the reply, is one memory) and ``evaluate_labelled`` scores recall@k on them; without labels
+``describe_memorybank`` only reports which stored days the methods retrieve. What the conditions
+themselves hand the model is measured by ``services.memory_bench_deployed``.
 The data are read where they lie (``../shared/bench``) and never copied.
 """
 from __future__ import annotations
@@ -34,7 +39,8 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -45,13 +51,14 @@ from rank_bm25 import BM25Okapi
 
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set, tokenize
+from services.memory.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
 from services.salience import lexicon_scores
 
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 DEV_CONVERSATIONS = tuple(range(0, 5))
-METHODS = ("bm25", "dense", "l4", "l4_t0", "s1")
-EMBEDDING_METHODS = frozenset({"dense", "l4", "l4_t0", "s1"})
+METHODS = ("bm25", "dense", "fused", "l4", "l4_t0", "s1")
+EMBEDDING_METHODS = frozenset({"dense", "fused", "l4", "l4_t0", "s1"})
 DEFAULT_KS = (5, 10, 25)
 
 # LoCoMo paper, Table 3: DRAGON retriever over dialog turns, all ten conversations, in percent.
@@ -339,13 +346,16 @@ def l4_elapsed(ages_days: np.ndarray, params: rm.RecallParams) -> np.ndarray:
 
 
 def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: rm.RecallParams,
-              languages: Sequence[str | None]) -> np.ndarray:
+              languages: Sequence[str | None], retrieval: Sequence[Scores] | None = None) -> np.ndarray:
     """questions × turns ``p_final`` of the forgetting curve for memories never recalled before:
-    ``r`` from the preset's relevance mapping, ``t`` per turn, ``g = g0`` from the turn's salience."""
+    ``r`` from the preset's relevance mapping (a calibrated ``logistic`` one reads the hybrid
+    retriever's per-question ``retrieval`` scores), ``t`` per turn, ``g = g0`` from the turn's salience."""
     g = np.asarray(rm.initial_g(salience, params.g0_base, params.g0_salience), dtype=np.float64)
     out = np.empty_like(cosines, dtype=np.float64)
     for row, language in enumerate(languages):
-        r = params.relevance.to_r(cosines[row], language)
+        extra = None if retrieval is None else {"fused": retrieval[row].fused, "lexical_z": retrieval[row].lexical_z,
+                                                "dense_z": retrieval[row].dense_z}
+        r = params.relevance.to_r(cosines[row], language, scores=extra)
         p = rm.recall_probability(r, t, g)
         out[row] = rm.final_probability(p, salience, params.salience_bonus)
     return out
@@ -476,33 +486,53 @@ class EmbeddingCache:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class DeployedGate:
-    """What a condition as deployed would hand the model: its own cut-off, not a top-k list."""
+@dataclass(frozen=True)
+class FusionSettings:
+    """The fused ranker's knobs: the weights, how many previous turns of the same session are
+    indexed lexically with a turn (``window``), and BM25's k1 and b."""
 
-    method: str
-    description: str
-    queries: int = 0
-    returned: int = 0
-    evidence_share: float = 0.0  # summed per-item evidence recall of the returned set
+    weights: FusionWeights = FusionWeights()
+    window: int = 2
+    k1: float = 1.2
+    b: float = 0.5
 
     def to_dict(self) -> dict[str, Any]:
-        n = max(self.queries, 1)
-        return {"method": self.method, "description": self.description, "queries": self.queries,
-                "mean_returned": self.returned / n, "evidence_recall_percent": 100.0 * self.evidence_share / n}
+        return {"lexical_weight": self.weights.lexical, "dense_weight": self.weights.dense, "window": self.window,
+                "k1": self.k1, "b": self.b}
 
 
-def _gate(gate: DeployedGate, chosen: Sequence[str], evidence: Sequence[str]) -> None:
-    gate.queries += 1
-    gate.returned += len(chosen)
-    gate.evidence_share += evidence_recall(list(chosen), evidence, len(chosen)) if chosen else 0.0
+def session_neighbours(texts: Sequence[str], sessions: Sequence[Any], window: int) -> list[str]:
+    """For each text, the ``window`` texts before it in the same session (``sessions[i]`` names it)."""
+    out: list[str] = []
+    for i, session in enumerate(sessions):
+        start = i
+        while start > 0 and i - start < window and sessions[start - 1] == session:
+            start -= 1
+        out.append(neighbour_text(list(texts[start:i]), window))
+    return out
+
+
+def retrieval_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray,
+                     questions: Sequence[str], query_vectors: np.ndarray, fusion: FusionSettings) -> list[Scores]:
+    """Per question, every turn's scores from ``services.memory.retrieval.HybridRetriever``."""
+    docs = [RetrievalDoc(i, text, neighbour, vector)
+            for i, (text, neighbour, vector) in enumerate(zip(texts, neighbours, turn_vectors, strict=True))]
+    retriever = HybridRetriever(docs, fusion.weights, k1=fusion.k1, b=fusion.b)
+    return [retriever.scores(q, v) for q, v in zip(questions, query_vectors, strict=True)]
+
+
+def fused_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray, questions: Sequence[str],
+                 query_vectors: np.ndarray, fusion: FusionSettings) -> np.ndarray:
+    """questions × turns fused scores of ``services.memory.retrieval.HybridRetriever``."""
+    scores = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, fusion)
+    return np.vstack([s.fused for s in scores]) if texts else np.zeros((len(questions), 0))
 
 
 @dataclass
 class BenchContext:
     """What the methods need besides the data: the embedding cache for every method but bm25, the
-    recall parameters for l4 and l4_t0, the fuzzy-recall settings for s1. Collects timings, the
-    deployed cut-offs' outcome and the evidence turns' ages across conversations."""
+    recall parameters for l4 and l4_t0, the fuzzy-recall settings for s1, the fused ranker's
+    settings. Collects timings and the evidence turns' ages across conversations."""
 
     methods: Sequence[str]
     ks: Sequence[int]
@@ -510,9 +540,9 @@ class BenchContext:
     recall_params: rm.RecallParams | None = None
     fuzzy: FuzzyScoring | None = None
     salience_weights: Mapping[str, float] | None = None
+    fusion: FusionSettings = FusionSettings()
     timings: Counter = field(default_factory=Counter)
     evidence_ages: list[float] = field(default_factory=list)  # days before the question, per evidence turn
-    gates: dict[str, DeployedGate] = field(default_factory=dict)
 
 
 @dataclass
@@ -521,78 +551,84 @@ class Scored:
 
     rankings: dict[str, tuple[np.ndarray, np.ndarray | None]] = field(default_factory=dict)
     cosines: np.ndarray | None = None
-    l4_p_final: np.ndarray | None = None
-    s1: np.ndarray | None = None
 
     def order(self, method: str, row: int) -> np.ndarray:
         primary, secondary = self.rankings[method]
         return rank_turns(primary[row], None if secondary is None else secondary[row])
 
 
+@contextmanager
+def _timed(ctx: BenchContext, name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    ctx.timings[name] += time.perf_counter() - started
+
+
 def score_methods(texts: Sequence[str], questions: Sequence[str], ages_days: np.ndarray,
-                  ctx: BenchContext) -> Scored:
-    """Score every turn text against every question with each method of ``ctx``; times each method."""
+                  ctx: BenchContext, sessions: Sequence[Any] | None = None) -> Scored:
+    """Score every turn text against every question with each method of ``ctx``; times each method.
+    ``sessions`` names each turn's session (the fused ranker indexes a turn with its previous turns
+    of the same session); without it every turn is its own session."""
     unknown = set(ctx.methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; known: {', '.join(METHODS)}")
     scored = Scored()
-    languages = [rm.text_language(q) for q in questions]
     if "bm25" in ctx.methods:
-        started = time.perf_counter()
-        scored.rankings["bm25"] = (bm25_scores(texts, questions), None)
-        ctx.timings["bm25"] += time.perf_counter() - started
-    if not EMBEDDING_METHODS & set(ctx.methods):
-        return scored
-    if ctx.cache is None:
-        raise ValueError(f"{', '.join(sorted(EMBEDDING_METHODS))} need an embedding cache")
-    started = time.perf_counter()
-    turn_vectors = ctx.cache.embed(texts, "passage")
-    query_vectors = ctx.cache.embed(questions, "query")
-    cosines = query_vectors.astype(np.float64) @ turn_vectors.astype(np.float64).T
-    scored.cosines = cosines
-    ctx.timings["embedding"] += time.perf_counter() - started
-    if "dense" in ctx.methods:
-        scored.rankings["dense"] = (cosines, None)
-    if {"l4", "l4_t0"} & set(ctx.methods):
-        if ctx.recall_params is None:
-            raise ValueError("l4 needs the study's recall parameters")
-        started = time.perf_counter()
-        params = ctx.recall_params
-        salience = turn_salience(texts, ctx.salience_weights)
-        if "l4_t0" in ctx.methods:
-            scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages),
-                                        cosines)
-        if "l4" in ctx.methods:
-            scored.l4_p_final = l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages)
-            scored.rankings["l4"] = (scored.l4_p_final, cosines)
-        ctx.timings["l4"] += time.perf_counter() - started
-    if "s1" in ctx.methods:
-        if ctx.fuzzy is None:
-            raise ValueError("s1 needs the study's fuzzy-recall settings")
-        started = time.perf_counter()
-        scored.s1 = s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages)
-        scored.rankings["s1"] = (scored.s1, cosines)
-        ctx.timings["s1"] += time.perf_counter() - started
+        with _timed(ctx, "bm25"):
+            scored.rankings["bm25"] = (bm25_scores(texts, questions), None)
+    if EMBEDDING_METHODS & set(ctx.methods):
+        _score_embedded(scored, texts, questions, ages_days, ctx,
+                        sessions if sessions is not None else range(len(texts)))
     return scored
 
 
-def deployed_selection(scored: Scored, method: str, row: int, ctx: BenchContext) -> list[int]:
-    """The turns the condition as deployed would put in the memory context for question ``row``:
-    L4 keeps the ``top_k`` most similar whose ``p_final`` passes the threshold; S1 keeps at most
-    ``max_fragments`` of the best scores that pass its threshold."""
-    if method == "l4" and scored.l4_p_final is not None and scored.cosines is not None and ctx.recall_params:
-        params = ctx.recall_params
-        candidates = rm.top_k_indices(scored.cosines[row], params.top_k)
-        return [int(i) for i in candidates if scored.l4_p_final[row, i] >= params.threshold]
-    if method == "s1" and scored.s1 is not None and ctx.fuzzy is not None:
-        best = scored.order("s1", row)[:ctx.fuzzy.max_fragments]
-        return [int(i) for i in best if scored.s1[row, i] >= ctx.fuzzy.threshold]
-    raise ValueError(f"no deployed cut-off for {method!r} in this run")
+def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[str], ages_days: np.ndarray,
+                    ctx: BenchContext, sessions: Sequence[Any]) -> None:
+    """The methods that need the embedder: dense, fused, the L4 curve and S1's fuzzy score."""
+    if ctx.cache is None:
+        raise ValueError(f"{', '.join(sorted(EMBEDDING_METHODS))} need an embedding cache")
+    with _timed(ctx, "embedding"):
+        turn_vectors = ctx.cache.embed(texts, "passage")
+        query_vectors = ctx.cache.embed(questions, "query")
+        cosines = query_vectors.astype(np.float64) @ turn_vectors.astype(np.float64).T
+    scored.cosines = cosines
+    if "dense" in ctx.methods:
+        scored.rankings["dense"] = (cosines, None)
+    retrieval = None
+    if {"fused", "l4", "l4_t0"} & set(ctx.methods):
+        with _timed(ctx, "fused"):
+            neighbours = session_neighbours(texts, sessions, ctx.fusion.window)
+            retrieval = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, ctx.fusion)
+    if "fused" in ctx.methods:
+        scored.rankings["fused"] = (np.vstack([s.fused for s in retrieval]) if texts else cosines, None)
+    languages = [rm.text_language(q) for q in questions]
+    if {"l4", "l4_t0"} & set(ctx.methods):
+        with _timed(ctx, "l4"):
+            _score_curve(scored, texts, ages_days, ctx, languages, retrieval)
+    if "s1" in ctx.methods:
+        if ctx.fuzzy is None:
+            raise ValueError("s1 needs the study's fuzzy-recall settings")
+        with _timed(ctx, "s1"):
+            scored.rankings["s1"] = (s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages), cosines)
+
+
+def _score_curve(scored: Scored, texts: Sequence[str], ages_days: np.ndarray, ctx: BenchContext,
+                 languages: Sequence[str | None], retrieval: Sequence[Scores] | None) -> None:
+    if ctx.recall_params is None:
+        raise ValueError("l4 needs the study's recall parameters")
+    params, cosines = ctx.recall_params, scored.cosines
+    salience = turn_salience(texts, ctx.salience_weights)
+    if "l4_t0" in ctx.methods:
+        scored.rankings["l4_t0"] = (l4_scores(cosines, np.zeros(len(texts)), salience, params, languages,
+                                              retrieval), cosines)
+    if "l4" in ctx.methods:
+        scored.rankings["l4"] = (l4_scores(cosines, l4_elapsed(ages_days, params), salience, params, languages,
+                                           retrieval), cosines)
 
 
 def evaluate_conversation(conv: Conversation, ctx: BenchContext, limit_qa: int | None = None) -> list[ItemResult]:
     """Recall@k of every method on every (or the first ``limit_qa``) evaluated QA item of ``conv``;
-    also adds to ``ctx`` the deployed cut-offs' outcome and the evidence turns' ages."""
+    also adds the evidence turns' ages to ``ctx``."""
     items = conv.questions[:limit_qa] if limit_qa is not None else conv.questions
     if not items:
         return []
@@ -600,7 +636,8 @@ def evaluate_conversation(conv: Conversation, ctx: BenchContext, limit_qa: int |
     ages = turn_ages_days(conv.turns, conv.question_time)
     position = {dia_id: i for i, dia_id in enumerate(ids)}
     ctx.evidence_ages.extend(float(ages[position[e]]) for item in items for e in item.evidence)
-    scored = score_methods([t.passage() for t in conv.turns], [q.question for q in items], ages, ctx)
+    scored = score_methods([t.passage() for t in conv.turns], [q.question for q in items], ages, ctx,
+                           sessions=[t.session for t in conv.turns])
     max_k = max(ctx.ks)
     results: list[ItemResult] = []
     for method in (m for m in METHODS if m in scored.rankings):
@@ -608,15 +645,6 @@ def evaluate_conversation(conv: Conversation, ctx: BenchContext, limit_qa: int |
             ranked = [ids[i] for i in scored.order(method, row)[:max_k]]
             results.append(ItemResult(method, conv.index, item.index, item.category,
                                       {k: evidence_recall(ranked, item.evidence, k) for k in ctx.ks}))
-    descriptions = {}
-    if scored.l4_p_final is not None and ctx.recall_params is not None:
-        descriptions["l4"] = f"top {ctx.recall_params.top_k} by cosine, kept if p_final ≥ {ctx.recall_params.threshold}"
-    if scored.s1 is not None and ctx.fuzzy is not None:
-        descriptions["s1"] = f"score ≥ {ctx.fuzzy.threshold}, at most {ctx.fuzzy.max_fragments}"
-    for method, description in descriptions.items():
-        gate = ctx.gates.setdefault(method, DeployedGate(method, description))
-        for row, item in enumerate(items):
-            _gate(gate, [ids[i] for i in deployed_selection(scored, method, row, ctx)], item.evidence)
     return results
 
 
@@ -628,22 +656,40 @@ MEMORYBANK_FILES = {
     "cn": (Path("memorybank") / "memory_bank_cn.json", Path("memorybank") / "probing_questions_cn.jsonl"),
     "en": (Path("memorybank") / "memory_bank_en.json", Path("memorybank") / "probing_questions_en.jsonl"),
 }
+MEMORYBANK_LANGUAGES = {"zh": "cn", "cn": "cn", "en": "en"}
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
 _ZH_DAY = re.compile(r"(\d{1,2})月(\d{1,2})[日号]")
 _EN_DAY = re.compile(r"\b(" + "|".join(_MONTHS) + r")\s+(\d{1,2})(?:st|nd|rd|th)?\b", re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One stored MemoryBank exchange; ``key`` is 'YYYY-MM-DD#j', j its 0-based position that day."""
+
+    key: str
+    query: str
+    response: str
+    when: datetime
+    day_number: int
+
+
 @dataclass
 class MemoryBankUser:
     name: str
-    memories: list[Turn]  # one per stored exchange (user query + AI response); dia_id 'YYYY-MM-DD#n'
+    exchanges: list[Exchange]
     questions: list[str]
+
+    @property
+    def memories(self) -> list[Turn]:
+        """One memory per exchange (the user's message and the reply), as the rankers see it."""
+        return [Turn(dia_id=e.key, session=e.day_number, speaker=self.name, text=f"{e.query} {e.response}".strip(),
+                     when=e.when) for e in self.exchanges]
 
     @property
     def question_time(self) -> datetime:
         """The probing happens after the stored days: the day after the last one."""
-        return max(m.when for m in self.memories) + timedelta(days=1)
+        return max(e.when for e in self.exchanges) + timedelta(days=1)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -653,9 +699,21 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value or {})
 
 
+def _exchanges(history: Mapping[str, Any]) -> list[Exchange]:
+    out: list[Exchange] = []
+    for day_number, (day, exchanges) in enumerate(sorted(history.items()), start=1):
+        when = datetime.fromisoformat(day).replace(hour=12)  # stored per day; the hour is unknown
+        for j, exchange in enumerate(exchanges):
+            out.append(Exchange(key=f"{day}#{j}", query=str(exchange.get("query", "") or "").strip(),
+                                response=str(exchange.get("response", "") or "").strip(), when=when,
+                                day_number=day_number))
+    return out
+
+
 def load_memorybank(data_dir: Path, language: str) -> tuple[list[MemoryBankUser], list[str]]:
-    """Users with their stored exchanges and probing questions, and what could not be matched."""
-    memory_file, question_file = MEMORYBANK_FILES[language]
+    """Users with their stored exchanges and probing questions, and what could not be matched.
+    ``language`` is 'cn'/'en' (the file suffix) or 'zh' (read as 'cn')."""
+    memory_file, question_file = MEMORYBANK_FILES[MEMORYBANK_LANGUAGES.get(language, language)]
     with open(Path(data_dir) / memory_file, encoding="utf-8") as handle:
         stored = {name.strip(): user for name, user in json.load(handle).items()}
     questions: dict[str, list[str]] = {}
@@ -671,18 +729,100 @@ def load_memorybank(data_dir: Path, language: str) -> tuple[list[MemoryBankUser]
         if name not in questions:
             problems.append(f"user {name!r} has no probing questions")
             continue
-        memories: list[Turn] = []
-        for day_number, (day, exchanges) in enumerate(sorted(_mapping(user.get("history")).items()), start=1):
-            when = datetime.fromisoformat(day).replace(hour=12)  # stored per day; the hour is unknown
-            for number, exchange in enumerate(exchanges, start=1):
-                text = f"{exchange.get('query', '')} {exchange.get('response', '')}".strip()
-                memories.append(Turn(dia_id=f"{day}#{number}", session=day_number, speaker=name, text=text,
-                                     when=when))
-        if memories:
-            users.append(MemoryBankUser(name=name, memories=memories, questions=questions[name]))
+        exchanges = _exchanges(_mapping(user.get("history")))
+        if exchanges:
+            users.append(MemoryBankUser(name=name, exchanges=exchanges, questions=questions[name]))
         else:
             problems.append(f"user {name!r} has no stored exchanges")
     return users, problems
+
+
+@dataclass(frozen=True)
+class LabelledQuestion:
+    """A MemoryBank probing question with labelled evidence exchanges ('YYYY-MM-DD#j')."""
+
+    user: str
+    qid: str
+    index: int  # position in the user's list of probing questions
+    question: str
+    evidence: tuple[str, ...]
+
+
+def _labelled(entry: Any, position: int, users: Mapping[str, MemoryBankUser]) -> LabelledQuestion:
+    where = f"evidence entry {position}"
+    if not isinstance(entry, Mapping) or not {"user", "qid", "evidence"} <= set(entry):
+        raise ValueError(f"{where}: expected an object with user, qid and evidence")
+    name = str(entry["user"]).strip()
+    user = users.get(name)
+    if user is None:
+        raise ValueError(f"{where}: no MemoryBank user {name!r} (known: {', '.join(sorted(users))})")
+    qid = str(entry["qid"])
+    prefix, _, number = qid.rpartition("#")
+    if prefix.strip() != name or not number.isdigit() or int(number) >= len(user.questions):
+        raise ValueError(f"{where}: qid {qid!r} must be '{name}#<i>' with i below {len(user.questions)}")
+    known = {e.key for e in user.exchanges}
+    evidence: list[str] = []
+    for item in entry["evidence"] or []:
+        if not isinstance(item, Mapping) or "date" not in item or not isinstance(item.get("index"), int):
+            raise ValueError(f"{where}: evidence items need a date and an integer index, got {item!r}")
+        key = f"{item['date']}#{item['index']}"
+        if key not in known:
+            raise ValueError(f"{where}: {name} has no exchange {item['index']} on {item['date']}")
+        if key not in evidence:
+            evidence.append(key)
+    if not evidence:
+        raise ValueError(f"{where}: {qid} has no evidence")
+    return LabelledQuestion(user=name, qid=qid, index=int(number), question=user.questions[int(number)],
+                            evidence=tuple(evidence))
+
+
+def load_labelled_evidence(path: Path, users: Sequence[MemoryBankUser]) -> list[LabelledQuestion]:
+    """Labelled MemoryBank questions from a JSON list of ``{"user", "qid": "<user>#<i>", "evidence":
+    [{"date", "index"}]}``; every reference is checked against the data, with a clear error."""
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list of labelled questions")
+    by_name = {u.name: u for u in users}
+    labelled = [_labelled(entry, i, by_name) for i, entry in enumerate(entries)]
+    seen: set[str] = set()
+    for item in labelled:
+        if item.qid in seen:
+            raise ValueError(f"{path}: {item.qid} is labelled twice")
+        seen.add(item.qid)
+    return labelled
+
+
+def evaluate_labelled(users: Sequence[MemoryBankUser], labelled: Sequence[LabelledQuestion],
+                      ctx: BenchContext) -> list[ItemResult]:
+    """Recall@k of every method on labelled MemoryBank questions; an exchange is one memory."""
+    results: list[ItemResult] = []
+    for number, user in enumerate(users):
+        items = [q for q in labelled if q.user == user.name]
+        if not items:
+            continue
+        memories = user.memories
+        ids = [m.dia_id for m in memories]
+        scored = score_methods([m.passage() for m in memories], [q.question for q in items],
+                               turn_ages_days(memories, user.question_time), ctx,
+                               sessions=[m.session for m in memories])
+        for method in (m for m in METHODS if m in scored.rankings):
+            for row, item in enumerate(items):
+                ranked = [ids[i] for i in scored.order(method, row)[:max(ctx.ks)]]
+                results.append(ItemResult(method, number, item.index, 0,
+                                          {k: evidence_recall(ranked, item.evidence, k) for k in ctx.ks}))
+    return results
+
+
+def method_recalls(results: Sequence[ItemResult], ks: Sequence[int]) -> dict[str, dict[str, float]]:
+    """method → {'recall@k': mean evidence recall as a fraction, 'n': items}."""
+    out: dict[str, dict[str, float]] = {}
+    for method in dict.fromkeys(r.method for r in results):
+        mine = [r for r in results if r.method == method]
+        out[method] = {**{f"recall@{k}": float(np.mean([r.recall[k] for r in mine])) for k in ks}, "n": len(mine)}
+    return out
 
 
 def question_day(question: str, year: int) -> date | None:
@@ -712,7 +852,8 @@ def describe_memorybank(users: Sequence[MemoryBankUser], ctx: BenchContext, top:
     for user in users:
         days = [m.dia_id.split("#")[0] for m in user.memories]
         ages = turn_ages_days(user.memories, user.question_time)
-        scored = score_methods([m.passage() for m in user.memories], user.questions, ages, ctx)
+        scored = score_methods([m.passage() for m in user.memories], user.questions, ages, ctx,
+                               sessions=[m.session for m in user.memories])
         year = user.memories[0].when.year
         entry: dict[str, Any] = {"user": user.name, "exchanges": len(user.memories), "days": len(set(days)),
                                  "questions": [], "top1_days": {}}

@@ -41,10 +41,12 @@ from numpy.typing import ArrayLike
 
 from services.keywords import tokenize
 from services.mappings import deep_merge
+from services.memory.relevance import LogisticRelevance
+from services.memory.retrieval import BM25_B, BM25_K1, FusionWeights
 
 NORMALISER = 1.0 - math.exp(-1.0)
 TIME_UNITS = ("days", "hours", "turns")
-RELEVANCE_METHODS = ("raw", "linear")
+RELEVANCE_METHODS = ("raw", "linear", "logistic")
 DEFAULT_SALIENCE_WEIGHTS = {"intensity": 0.4, "disclosure": 0.4, "value": 0.2}
 # A score the consolidation step could not produce counts as 0: missing evidence
 # must never make a memory easier to recall than a neutral one.
@@ -168,21 +170,27 @@ def text_language(text: str) -> str | None:
 
 @dataclass(frozen=True)
 class RelevanceMapping:
-    """Raw cosine → r ∈ [0, 1].
+    """A candidate's scores → r ∈ [0, 1].
 
     ``raw``: r = cosine clipped to [0, 1] (the seed, literally).
     ``linear``: r = (cosine − floor) / (ceiling − floor), clipped, where the floor
     is the embedder's measured similarity of unrelated pairs and the ceiling a
     cosine that counts as fully relevant. Cosine levels differ by language (E5
     gives English pairs lower cosines than Chinese ones), so ``by_language`` may
-    hold a (floor, ceiling) per query language. ``embedder_model`` names the model the
-    bounds were measured for: they mean nothing for another embedder."""
+    hold a (floor, ceiling) per query language.
+    ``logistic``: r = P(relevant | the retriever's scores), a per-language logistic model
+    (``services.memory.relevance``) fitted by ``scripts/calibrate_recall.py``; ``fitted_for``
+    records the retrieval settings (fusion weights) its scores came from.
+    ``embedder_model`` names the model the bounds or fit were measured for: they mean nothing
+    for another embedder."""
 
     method: str = "linear"
     floor: float = 0.0
     ceiling: float = 1.0
     by_language: dict[str, tuple[float, float]] = field(default_factory=dict)
     embedder_model: str | None = None
+    model: LogisticRelevance | None = None
+    fitted_for: dict[str, Any] | None = None
 
     def measured_for(self, model: str) -> bool:
         """False when these bounds were calibrated for a different embedding model."""
@@ -191,16 +199,24 @@ class RelevanceMapping:
     def bounds(self, language: str | None = None) -> tuple[float, float]:
         return self.by_language.get(language or "", (self.floor, self.ceiling))
 
-    def to_r(self, cosine: ArrayLike, language: str | None = None) -> float | np.ndarray:
+    def to_r(self, cosine: ArrayLike, language: str | None = None,
+             scores: Mapping[str, ArrayLike] | None = None) -> float | np.ndarray:
+        """r for candidates with these cosines; ``logistic`` also needs the retriever's ``scores``
+        (``fused``, ``lexical_z``, ``dense_z``; the cosine is taken from ``cosine``)."""
         cos = np.asarray(cosine, dtype=np.float64)
         if self.method == "raw":
             return _result(np.clip(cos, 0.0, 1.0))
+        if self.method == "logistic":
+            if self.model is None or scores is None:
+                raise ValueError("logistic relevance needs its model and the retriever's scores")
+            return _result(self.model.predict({**scores, "cosine": cos}, language))
         floor, ceiling = self.bounds(language)
         return _result(np.clip((cos - floor) / (ceiling - floor), 0.0, 1.0))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["by_language"] = {k: {"floor": f, "ceiling": c} for k, (f, c) in self.by_language.items()}
+        data["model"] = self.model.to_dict() if self.model else None
         return data
 
 
@@ -371,6 +387,12 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
         raise ValueError(f"recall relevance method {method!r} must be one of {RELEVANCE_METHODS}")
     if method == "raw":
         return RelevanceMapping("raw")
+    if method == "logistic":
+        if not isinstance(raw.get("model"), Mapping):
+            raise ValueError("recall relevance method 'logistic' needs a fitted 'model' "
+                             "(scripts/calibrate_recall.py --write-preset)")
+        return RelevanceMapping("logistic", model=LogisticRelevance.from_dict(raw["model"]),
+                                embedder_model=raw.get("embedder_model"), fitted_for=raw.get("fitted_for"))
     floor, ceiling = float(raw["floor"]), float(raw["ceiling"])
     by_language: dict[str, tuple[float, float]] = {}
     for lang, bounds in (raw.get("by_language") or {}).items():
@@ -426,6 +448,41 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
     return params
 
 
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """How L4 (and S1) find candidates: the hybrid retriever of ``services.memory.retrieval``.
+
+    ``fusion``: weights of the z-scored BM25 and cosine scores; ``k1``/``b``: BM25's;
+    ``neighbour_turns``: earlier exchanges of the same task indexed lexically with each memory."""
+
+    fusion: FusionWeights = field(default_factory=FusionWeights)
+    k1: float = BM25_K1
+    b: float = BM25_B
+    neighbour_turns: int = 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fusion": {"lexical": self.fusion.lexical, "dense": self.fusion.dense}, "k1": self.k1,
+                "b": self.b, "neighbour_turns": self.neighbour_turns}
+
+
+def retrieval_from_config(raw: Mapping[str, Any] | None) -> RetrievalSettings:
+    """The retrieval settings of a study's ``memory.retrieval`` section (defaults where absent)."""
+    raw = raw or {}
+    fusion = raw.get("fusion") or {}
+    settings = RetrievalSettings(
+        fusion=FusionWeights(lexical=float(fusion.get("lexical", 1.5)), dense=float(fusion.get("dense", 1.0))),
+        k1=float(raw.get("k1", BM25_K1)), b=float(raw.get("b", BM25_B)),
+        neighbour_turns=int(raw.get("neighbour_turns", 2)))
+    if settings.fusion.lexical < 0 or settings.fusion.dense < 0 or not (settings.fusion.lexical
+                                                                        or settings.fusion.dense):
+        raise ValueError("memory.retrieval.fusion weights must be non-negative and not both 0")
+    if settings.k1 < 0 or not 0.0 <= settings.b <= 1.0:
+        raise ValueError("memory.retrieval needs k1 >= 0 and 0 <= b <= 1")
+    if settings.neighbour_turns < 0:
+        raise ValueError("memory.retrieval.neighbour_turns must be 0 or more")
+    return settings
+
+
 # ---------------------------------------------------------------------------
 # The scoring core shared by the VectorStore, the calibration and the benchmark
 # ---------------------------------------------------------------------------
@@ -464,13 +521,15 @@ class RecallScores:
 
 
 def score_candidates(cosine: ArrayLike, t: ArrayLike, g: ArrayLike, salience: ArrayLike,
-                     params: RecallParams, language: str | None = None) -> RecallScores:
-    """r, p, p_final, the recall decision and the updated g for each candidate."""
+                     params: RecallParams, language: str | None = None,
+                     scores: Mapping[str, ArrayLike] | None = None) -> RecallScores:
+    """r, p, p_final, the recall decision and the updated g for each candidate. ``scores``: the
+    retriever's per-candidate scores, which a ``logistic`` relevance model reads."""
     cos = np.atleast_1d(np.asarray(cosine, dtype=np.float64))
     t_ = np.broadcast_to(np.asarray(t, dtype=np.float64), cos.shape)
     g_ = np.broadcast_to(np.asarray(g, dtype=np.float64), cos.shape)
     e = np.broadcast_to(np.asarray(salience, dtype=np.float64), cos.shape)
-    r = np.atleast_1d(np.asarray(params.relevance.to_r(cos, language), dtype=np.float64))
+    r = np.atleast_1d(np.asarray(params.relevance.to_r(cos, language, scores), dtype=np.float64))
     p = np.atleast_1d(np.asarray(recall_probability(r, t_, g_)))
     p_final = np.atleast_1d(np.asarray(final_probability(p, e, params.salience_bonus)))
     recalled = p_final >= params.threshold

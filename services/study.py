@@ -26,7 +26,7 @@ import yaml
 
 from services.languages import LANGUAGES
 from services.mappings import deep_merge
-from services.recall_model import RecallParams, resolve_recall_params
+from services.recall_model import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parent.parent / "data" / "study" / "default_study.json"
 ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
@@ -100,6 +100,7 @@ class MemorySettings:
     salience_weights: Mapping[str, float]
     recall: RecallParams  # the effective forgetting-curve parameters (preset and overrides applied)
     recall_config: Mapping[str, Any]  # memory.recall as written, for tools that resolve other presets
+    retrieval: RetrievalSettings  # the hybrid retriever behind L4's candidates and S1's fragments
     s1: Mapping[str, Any]
     r1: Mapping[str, Any]
 
@@ -418,7 +419,7 @@ def _instrument(name: str, raw: Any) -> Instrument:
 
 
 def _memory(raw: Any) -> MemorySettings:
-    data = _section("memory", raw, ["gist_max_chars", "salience_weights", "recall", "s1", "r1"])
+    data = _section("memory", raw, ["gist_max_chars", "salience_weights", "recall", "retrieval", "s1", "r1"])
     weights = _section("memory.salience_weights", data["salience_weights"], ["intensity", "disclosure", "value"])
     recall = _section("memory.recall", data["recall"], list(RECALL_KEYS),
                       optional=tuple(k for k in RECALL_KEYS if k not in ("preset", "presets")))
@@ -437,18 +438,34 @@ def _memory(raw: Any) -> MemorySettings:
     except (ValueError, KeyError, TypeError) as exc:
         raise StudyDefinitionError(f"memory.recall: {exc}") from exc
     return MemorySettings(
+        retrieval=_retrieval(data["retrieval"]),
         gist_max_chars=_typed("memory.gist_max_chars", data["gist_max_chars"], int),
         salience_weights=_frozen({k: _typed(f"memory.salience_weights.{k}", v, float) for k, v in weights.items()}),
         recall=params,
         recall_config=freeze(recall),
-        s1=freeze(_section("memory.s1", data["s1"], _S1_KEYS)),
+        s1=freeze(_s1(data["s1"])),
         r1=freeze(_section("memory.r1", data["r1"], _R1_KEYS)),
     )
 
 
 # The S1 and R1 parameters (docs/conditions_s1_r1.md); their values live in the study data.
 _PARAM_KEYS = [k for k in RECALL_KEYS if k not in ("preset", "presets", "overrides")]
-_RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model"]
+_RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model", "model", "fitted_for"]
+
+
+def _retrieval(raw: Any) -> RetrievalSettings:
+    """memory.retrieval: fusion weights, BM25's k1 and b, neighbouring exchanges (docs/recall_calibration.md)."""
+    data = _section("memory.retrieval", raw, ["fusion", "k1", "b", "neighbour_turns"])
+    fusion = _section("memory.retrieval.fusion", data["fusion"], ["lexical", "dense"])
+    for key, value in fusion.items():
+        _typed(f"memory.retrieval.fusion.{key}", value, float)
+    _typed("memory.retrieval.k1", data["k1"], float)
+    _typed("memory.retrieval.b", data["b"], float)
+    _typed("memory.retrieval.neighbour_turns", data["neighbour_turns"], int)
+    try:
+        return retrieval_from_config(data)
+    except ValueError as exc:
+        raise StudyDefinitionError(str(exc)) from exc
 
 
 def _recall_layer(path: str, raw: Any) -> None:
@@ -467,8 +484,15 @@ def _recall_layer(path: str, raw: Any) -> None:
                  optional=("min_content_words", "min_salience"))
 
 
-_S1_KEYS = ["weights", "threshold", "max_fragments", "time_weight_floor", "time_decay_hours", "semantic_bounds",
-            "fragment_max_chars", "summary_max_chars", "update_max_turns", "topic_turns"]
+def _s1(raw: Any) -> dict[str, Any]:
+    data = _section("memory.s1", raw, _S1_KEYS)
+    if _typed("memory.s1.candidate_pool", data["candidate_pool"], int) < 1:
+        raise StudyDefinitionError("memory.s1.candidate_pool must be at least 1")
+    return data
+
+
+_S1_KEYS = ["weights", "threshold", "max_fragments", "candidate_pool", "time_weight_floor", "time_decay_hours",
+            "semantic_bounds", "fragment_max_chars", "summary_max_chars", "update_max_turns", "topic_turns"]
 _R1_KEYS = ["max_chars", "merge_min_shared", "merge_overlap", "max_tokens"]
 
 

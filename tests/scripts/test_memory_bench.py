@@ -15,6 +15,7 @@ import pytest
 from services import memory_bench as mb
 from services import recall_model as rm
 from services.keywords import keyword_jaccard, keyword_set
+from services.memory.retrieval import Scores
 from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
 from services.study import load_study
 
@@ -207,7 +208,8 @@ def test_bm25_evaluation_on_the_tiny_conversation(tiny):
 
 
 def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_age():
-    params = rm.resolve_recall_params(load_study().memory.recall_config)
+    # a cosine-band preset, so r is a function of the cosine alone
+    params = rm.resolve_recall_params(load_study().memory.recall_config, preset="cosine_bands")
     cosines = np.array([[0.86, 0.86, 0.70, 0.86]])
     ages = np.array([200.0, 2.0, 2.0, 0.0])
     salience = np.zeros(4)
@@ -223,6 +225,20 @@ def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_a
     # without decay (the l4_t0 ablation) equal relevance means equal p, whatever the age
     no_decay = mb.l4_scores(cosines, np.zeros(4), salience, params, ["en"])
     assert no_decay[0].tolist() == pytest.approx([1.0, 1.0, 0.0, 1.0])
+
+
+def test_l4_with_the_calibrated_relevance_reads_the_retriever_scores():
+    params = rm.resolve_recall_params(load_study().memory.recall_config)
+    assert params.relevance.method == "logistic"
+    cosines = np.array([[0.85, 0.85, 0.85]])
+    retrieval = [Scores(lexical=np.array([3.0, 0.0, 0.0]), cosine=cosines[0], lexical_z=np.array([1.41, -0.71, -0.71]),
+                        dense_z=np.array([0.0, 0.0, 0.0]), fused=np.array([2.12, -1.06, -1.06]))]
+    t = np.full(3, 0.1)
+    p_final = mb.l4_scores(cosines, t, np.zeros(3), params, ["en"], retrieval)
+    # same cosine and age: the turn the retriever scores higher is more likely recalled
+    assert p_final[0, 0] > p_final[0, 1] == pytest.approx(p_final[0, 2])
+    with pytest.raises(ValueError, match="retriever's scores"):
+        mb.l4_scores(cosines, t, np.zeros(3), params, ["en"])
 
 
 def test_fast_keyword_jaccard_matches_the_s1_jaccard():
@@ -296,7 +312,7 @@ def test_embedding_cache_embeds_each_text_once_and_persists(tmp_path):
                                                            "test_hash-embedder.query.npz"]
 
 
-def test_every_method_and_deployed_cut_off_runs_on_the_tiny_conversation(tiny, tmp_path):
+def test_every_method_runs_on_the_tiny_conversation(tiny, tmp_path):
     conv, _ = tiny
     study = load_study()
     s1 = s1_settings(study)
@@ -313,13 +329,24 @@ def test_every_method_and_deployed_cut_off_runs_on_the_tiny_conversation(tiny, t
         assert [r.qa for r in mine] == [0, 1, 2, 5]
         # all six turns are within k = 6, so every evidence turn is found
         assert all(r.recall[6] == 1.0 for r in mine), method
-    assert set(ctx.gates) == {"l4", "s1"} and all(g.queries == 4 for g in ctx.gates.values())
     assert len(ctx.evidence_ages) == 5 and ctx.evidence_ages.count(0.0) == 3
 
 
 # ---------------------------------------------------------------------------
 # MemoryBank (descriptive)
 # ---------------------------------------------------------------------------
+
+
+def exchange(day: str, j: int, query: str, response: str = "") -> mb.Exchange:
+    return mb.Exchange(key=f"{day}#{j}", query=query, response=response,
+                       when=mb.datetime.fromisoformat(day).replace(hour=12), day_number=int(day[-2:]))
+
+
+def ann() -> mb.MemoryBankUser:
+    return mb.MemoryBankUser(name="Ann", questions=["What cake did I bake on May 2nd?", "Which park did I visit?"],
+                             exchanges=[exchange("2023-05-01", 0, "I visited Greenfield park with my sister."),
+                                        exchange("2023-05-02", 0, "I baked a lemon cake for the party."),
+                                        exchange("2023-05-02", 1, "The party was fun.")])
 
 
 @pytest.mark.parametrize(("question", "expected"), [
@@ -336,14 +363,7 @@ def test_question_day(question, expected):
 
 
 def test_describe_memorybank_reports_the_days_retrieved():
-    def exchange(day: str, n: int, text: str) -> mb.Turn:
-        return mb.Turn(dia_id=f"{day}#{n}", session=0, speaker="Ann", text=text,
-                       when=mb.datetime.fromisoformat(day).replace(hour=12))
-
-    user = mb.MemoryBankUser(name="Ann", questions=["What cake did I bake on May 2nd?", "Which park did I visit?"],
-                             memories=[exchange("2023-05-01", 1, "I visited Greenfield park with my sister."),
-                                       exchange("2023-05-02", 1, "I baked a lemon cake for the party."),
-                                       exchange("2023-05-02", 2, "The party was fun.")])
+    user = ann()
     assert user.question_time.isoformat() == "2023-05-03T12:00:00"
     report = mb.describe_memorybank([user], mb.BenchContext(methods=["bm25"], ks=[5]), top=2)
     # the second-ranked exchange is a zero-score tie broken by storage order: two days for both questions
@@ -397,3 +417,123 @@ def test_cli_rejects_unknown_methods(tmp_path):
                                capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert completed.returncode == 2
     assert "unknown methods ['magic']" in completed.stderr
+
+
+# ---------------------------------------------------------------------------
+# The fused ranker
+# ---------------------------------------------------------------------------
+
+
+def test_session_neighbours_stay_inside_the_session():
+    texts = ["a", "b", "c", "d", "e"]
+    assert mb.session_neighbours(texts, [1, 1, 1, 2, 2], window=2) == ["", "a", "a\nb", "", "d"]
+    assert mb.session_neighbours(texts, [1, 1, 1, 2, 2], window=0) == ["", "", "", "", ""]
+
+
+def test_fused_finds_an_answer_through_the_question_before_it(tmp_path):
+    # "Every Sunday" shares no word with the question; with window 1 it is indexed with the turn before.
+    texts = ["Alice: How often do you go climbing?", "Bob: Every Sunday at the gym.", "Alice: I baked bread."]
+    cache = mb.EmbeddingCache(tmp_path, HashEmbedder())
+    question = "When do they go climbing?"
+    turns, queries = cache.embed(texts, "passage"), cache.embed([question], "query")
+    lexical_only = mb.FusionSettings(weights=mb.FusionWeights(lexical=1.0, dense=0.0), window=1)
+    alone = mb.FusionSettings(weights=mb.FusionWeights(lexical=1.0, dense=0.0), window=0)
+    with_context = mb.fused_scores(texts, mb.session_neighbours(texts, [1, 1, 1], 1), turns, [question], queries,
+                                   lexical_only)[0]
+    without = mb.fused_scores(texts, mb.session_neighbours(texts, [1, 1, 1], 0), turns, [question], queries, alone)[0]
+    assert with_context[1] > with_context[2] and without[1] == without[2]
+
+
+# ---------------------------------------------------------------------------
+# Labelled MemoryBank questions
+# ---------------------------------------------------------------------------
+
+
+def _write(tmp_path, entries) -> Path:
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return path
+
+
+def test_labelled_evidence_is_checked_against_the_data(tmp_path):
+    users = [ann()]
+    good = [{"user": " Ann ", "qid": "Ann#0", "evidence": [{"date": "2023-05-02", "index": 0}]}]
+    [item] = mb.load_labelled_evidence(_write(tmp_path, good), users)
+    assert (item.user, item.index, item.question, item.evidence) == (
+        "Ann", 0, "What cake did I bake on May 2nd?", ("2023-05-02#0",))
+    for entries, message in [
+        ({"user": "Ann"}, "expected a JSON list"),
+        ([{"user": "Bob", "qid": "Bob#0", "evidence": []}], "no MemoryBank user 'Bob'"),
+        ([{"user": "Ann", "qid": "Ann#2", "evidence": []}], "must be 'Ann#<i>' with i below 2"),
+        ([{"user": "Ann", "qid": "Ann#1", "evidence": [{"date": "2023-05-02", "index": 2}]}],
+         "Ann has no exchange 2 on 2023-05-02"),
+        ([{"user": "Ann", "qid": "Ann#1", "evidence": []}], "Ann#1 has no evidence"),
+        (good + good, "Ann#0 is labelled twice"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            mb.load_labelled_evidence(_write(tmp_path, entries), users)
+
+
+def test_labelled_recall_per_method(tmp_path):
+    labelled = [mb.LabelledQuestion("Ann", "Ann#0", 0, "What cake did I bake on May 2nd?", ("2023-05-02#0",)),
+                mb.LabelledQuestion("Ann", "Ann#1", 1, "Which park did I visit?", ("2023-05-01#0",))]
+    results = mb.evaluate_labelled([ann()], labelled, mb.BenchContext(methods=["bm25"], ks=[1, 3]))
+    # BM25 puts the cake and the park exchange first for their questions (shared rare words)
+    assert mb.method_recalls(results, [1, 3]) == {"bm25": {"recall@1": 1.0, "recall@3": 1.0, "n": 2}}
+
+
+@needs_bench
+def test_cli_memorybank_with_labelled_evidence_writes_the_contract(tmp_path):
+    out = tmp_path / "mb.json"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dataset", "memorybank", "--language", "en", "--methods", "bm25",
+         "--evidence", str(Path(__file__).parent / "fixtures" / "memorybank_en_small.json"), "--k", "5,10",
+         "--json-out", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert set(data["methods"]) == {"bm25"} and data["questions"] == 3
+    assert all(0.0 <= data["methods"]["bm25"][f"recall@{k}"] <= 1.0 for k in (5, 10))
+    # Frank#0 ("how long did I run in the park") and Emily#3 (Green Wheat/Meadow Park) are lexical hits
+    assert data["methods"]["bm25"]["recall@10"] >= 2 / 3
+    assert "deployed contexts skipped" in completed.stderr
+
+
+@needs_bench
+def test_cli_memorybank_rejects_a_missing_evidence_file(tmp_path):
+    completed = subprocess.run([sys.executable, str(SCRIPT), "--dataset", "memorybank", "--evidence",
+                                str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert completed.returncode == 2 and "no such file" in completed.stderr
+
+
+def test_cli_memorybank_json_contract_with_deployed_contexts(tmp_path):
+    # A one-user MemoryBank in the benchmark's file layout; the real offline embedder and the real
+    # condition code run on it (a few dozen short texts).
+    data = tmp_path / "bench"
+    (data / "memorybank").mkdir(parents=True)
+    history = {"2023-05-01": [{"query": "Hi, I'm Mia. I'm allergic to peanuts.", "response": "Noted, Mia."},
+                              {"query": "My cat is called Pixel.", "response": "What a fun name for a cat!"}],
+               "2023-05-02": [{"query": "I started learning the cello this week.", "response": "Lovely!"},
+                              {"query": "I practise every evening after work.", "response": "Great habit."}]}
+    (data / "memorybank" / "memory_bank_en.json").write_text(json.dumps({" Mia ": {"history": history}}),
+                                                             encoding="utf-8")
+    (data / "memorybank" / "probing_questions_en.jsonl").write_text(
+        json.dumps({"Mia": ["What is my cat called?", "Which instrument am I learning?"]}) + "\n", encoding="utf-8")
+    evidence = _write(tmp_path, [
+        {"user": "Mia", "qid": "Mia#0", "evidence": [{"date": "2023-05-01", "index": 1}]},
+        {"user": "Mia", "qid": "Mia#1", "evidence": [{"date": "2023-05-02", "index": 0}]}])
+    out = tmp_path / "out.json"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--data", str(data), "--cache-dir", str(tmp_path / "cache"),
+         "--dataset", "memorybank", "--language", "en", "--methods", "bm25,dense,fused", "--k", "5,10",
+         "--evidence", str(evidence), "--json-out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert {"bm25", "dense", "fused"} <= set(result["methods"])
+    # four memories only: every evidence exchange is within the first five
+    assert all(result["methods"][m]["recall@5"] == 1.0 for m in ("bm25", "dense", "fused"))
+    assert {"L1", "L2", "L3", "L4", "S1", "R1"} <= set(result["deployed"])
+    for row in result["deployed"].values():
+        assert 0.0 <= row["evidence_share"] <= 1.0 and row["items_per_question"] >= 0
+    # L2's last seven turns hold the whole two-day history: both halves of every evidence exchange
+    assert result["deployed"]["L2"]["evidence_share"] == 1.0
+    assert result["deployed"]["L1"]["evidence_share"] == 0.0 and result["deployed"]["L1"]["items_per_question"] == 0

@@ -24,9 +24,11 @@ def test_scripts_plant_each_fact_once_and_probes_never_name_one(language):
             found = sim.facts_in(turn.text)
             if turn.kind.startswith("fact:"):
                 assert task_id == "T1" and found == {turn.kind.split(":")[1]}, turn.text
+                assert sim.specifics_in(turn.text) <= found, turn.text
                 planted[turn.kind.split(":")[1]] = index
             else:
                 assert found == set(), f"{turn.kind} names a fact: {turn.text}"
+                assert sim.specifics_in(turn.text) == set(), f"{turn.kind} names a specific: {turn.text}"
     assert set(planted) == set(sim.FACT_IDS)
     t1 = len(script["T1"])
     assert t1 > 7, "T1 must be longer than L2's 7-turn window"
@@ -34,6 +36,75 @@ def test_scripts_plant_each_fact_once_and_probes_never_name_one(language):
         in_window = planted[fact.id] >= t1 - 7
         assert in_window is fact.late, fact.id
     assert all(any(t.kind.startswith("probe:") for t in script[task]) for task in sim.PROBE_TASKS)
+    # every planted specific is planted, and each probe task asks about at least one of them
+    t1_specifics = set().union(*(sim.specifics_in(t.text) for t in script["T1"]))
+    assert t1_specifics == set(sim.SPECIFICS)
+    for task in sim.PROBE_TASKS:
+        asked = {t.kind.split(":")[1].removesuffix("_detail") for t in script[task] if t.kind.endswith("_detail")}
+        assert asked and asked <= set(sim.SPECIFICS), task
+
+
+def _participant(group, language, contexts_by_task, code="P"):
+    """A participant record as ``analyse`` makes it, from {task: [(message, context), ...]}."""
+    tasks, replies = {}, []
+    for task, pairs in contexts_by_task.items():
+        facts = set()
+        for message, context in pairs:
+            facts |= set().union(*sim.context_facts(context).values())
+            replies.append({"task": task, "kind": "probe:x", "message": message,
+                            "specifics": sorted(sim.context_specifics(context))})
+        tasks[task] = {"facts": sorted(facts)}
+    return {"memory_group": group, "language": language, "participant_code": code, "tasks": tasks,
+            "replies": replies}
+
+
+PROFILE = {"profile": {"text": "限制：对海鲜过敏 [T1]\n社交：养了一只猫，叫麻薯 [T1]"}}
+RECALLED = {**PROFILE, "recalled": [{"message_id": 1, "task_id": "T1",
+                                     "text": "用户: 我对海鲜过敏，吃一点虾就会全身起疹子。"}]}
+
+
+def _run(l4_context):
+    messages = [f"probe {i}" for i in range(4)]
+    by_task = {task: [(m, PROFILE) for m in messages] for task in sim.PROBE_TASKS}
+    l4_by_task = {task: [(m, l4_context(task, i)) for i, m in enumerate(messages)] for task in sim.PROBE_TASKS}
+    return sim.check_l4_beyond_l3([_participant("L3", "zh", by_task), _participant("L4", "zh", l4_by_task)])
+
+
+def test_manipulation_check_fails_when_l4_equals_l3():
+    [check] = _run(lambda task, i: PROFILE)
+    assert not check["passed"]
+    assert all(row["share"] == 0 and not row["passed"] for row in check["rows"])
+    assert "T2 zh: 0/4 = 0%" in check["detail"]
+
+
+def test_manipulation_check_needs_the_share_at_every_task():
+    # two of four replies at T2 (50 %), one of four at T3 and T4 (25 %): passes
+    [check] = _run(lambda task, i: RECALLED if i < (2 if task == "T2" else 1) else PROFILE)
+    assert check["passed"], check["detail"]
+    # one of four at T2 (25 % < 30 %): fails, although T3 and T4 pass
+    [check] = _run(lambda task, i: RECALLED if i < 1 else PROFILE)
+    rows = {row["task"]: row for row in check["rows"]}
+    assert not check["passed"] and not rows["T2"]["passed"] and rows["T3"]["passed"]
+    # a specific L3 holds too does not count
+    l3_too = {"profile": {"text": "对海鲜过敏，吃虾起疹子"}}
+    rows = sim.beyond_l3([_participant("L3", "zh", {"T2": [("q", l3_too)]}),
+                          _participant("L4", "zh", {"T2": [("q", RECALLED)]})])
+    assert rows[0]["beyond"] == 0
+
+
+def test_manipulation_check_fails_without_l4_replies_in_a_language():
+    l3 = _participant("L3", "en", {t: [("q", PROFILE)] for t in sim.PROBE_TASKS})
+    l4 = _participant("L4", "en", {"T2": [("q", RECALLED)]})
+    [check] = sim.check_l4_beyond_l3([l3, l4])
+    assert not check["passed"] and "no L4 replies at T3 en, T4 en" in check["detail"]
+
+
+def test_summary_conditions_must_hold_the_allergy_at_t2():
+    good = _participant("S1", "zh", {"T2": [("q", {"summary": {"text": "用户对海鲜过敏"}})]})
+    bad = _participant("R1", "en", {"T2": [("q", {"r1_memory": {"text": "has a cat"}})]}, code="R")
+    checks = {c["check"]: c for c in sim.check_summary_conditions([good, bad])}
+    assert checks["S1's T2 context holds the planted allergy"]["passed"]
+    assert not checks["R1's T2 context holds the planted allergy"]["passed"]
 
 
 def test_context_facts_by_section():
@@ -62,7 +133,8 @@ def test_recalled_memories_are_judged_by_the_rule_the_reply_was_built_with():
 
 def test_a_small_offline_run_shows_the_expected_pattern():
     lines = []
-    report = sim.run_simulation(per_group=1, language="zh", day_seconds=1.0, log=lines.append)
+    report = sim.run_simulation(per_group=1, language="zh", day_seconds=1.0, conditions=["L1", "L2", "L3", "L4"],
+                                log=lines.append)
     assert report["config"]["bots"] == 4 and report["config"]["languages"] == ["zh"]
     assert not [p["errors"] for p in report["participants"] if p["errors"]]
     groups = sorted(p["memory_group"] for p in report["participants"])
@@ -92,7 +164,9 @@ def test_a_small_offline_run_shows_the_expected_pattern():
         c["check"] for c in report["checks"]}
     by_name = {c["check"]: c for c in report["checks"]}
     for name, check in by_name.items():
-        if not name.startswith("L4 recalls"):  # recall depends on the embedder's calibration; reported, not forced
+        # recall depends on the embedder's calibration and a one-bot run's timing: reported, not forced here
+        # (the manipulation check itself is tested on fixtures above; docs/simulation.md records a full run)
+        if not name.startswith(("L4 recalls", "L4's context")):
             assert check["passed"], (name, check["detail"])
     text = sim.format_report(report)
     assert "Manipulation check" in text and "PASS  L1 remembers none" in text

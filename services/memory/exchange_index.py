@@ -1,0 +1,72 @@
+"""A participant's consolidated exchanges as L4 (and S1) search them: the hybrid retriever over exchanges.
+
+A memory is an *exchange*: the participant's message plus the assistant's reply to it, indexed with
+its task tag and study day (``retrieval.exchange_text``), together with the exchanges just before it
+in the same task (``neighbour_turns``), so "what did you recommend to me?" can find the
+recommendation and a short answer carries the question it answered. The dense side uses the stored
+passage vector of the participant's message (written at consolidation; no re-embedding).
+
+Only rows that may be recalled (``admitted``: the recall-candidate rule) enter the retriever, so the
+z-scores of the fusion are taken over the memories that can actually be recalled. Pure: numpy and the
+retriever; the caller loads the rows and caches the index (building it tokenizes every exchange).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.memory.retrieval import HybridRetriever, RetrievalDoc, ScoredMemory, exchange_text, neighbour_text
+from services.recall_model import RetrievalSettings
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One consolidated exchange as loaded for the index."""
+
+    session_id: int  # the task session it belongs to (neighbours come from the same one)
+    task_id: str
+    day: int | None  # the study day of its task
+    user_text: str
+    reply: str | None
+
+
+def index_texts(exchanges: Sequence[Exchange], neighbour_turns: int) -> tuple[list[str], list[str]]:
+    """The index text of each exchange and the text of its neighbours (the previous ``neighbour_turns``
+    exchanges of the same task session, in the given order)."""
+    texts, neighbours = [], []
+    previous: dict[int, list[str]] = {}
+    for exchange in exchanges:
+        plain = exchange_text(exchange.user_text, exchange.reply)
+        earlier = previous.setdefault(exchange.session_id, [])
+        texts.append(exchange_text(exchange.user_text, exchange.reply, exchange.task_id, exchange.day))
+        neighbours.append(neighbour_text(earlier, neighbour_turns))
+        earlier.append(plain)
+    return texts, neighbours
+
+
+class ExchangeIndex:
+    """The hybrid retriever over one participant's admitted exchanges; ranks return rows of the input."""
+
+    def __init__(self, exchanges: Sequence[Exchange], vectors: np.ndarray, admitted: np.ndarray,
+                 settings: RetrievalSettings) -> None:
+        if len(exchanges) != len(vectors) or len(exchanges) != len(admitted):
+            raise ValueError("exchanges, vectors and admitted must be aligned")
+        self.session_ids = np.array([e.session_id for e in exchanges], dtype=np.int64)
+        self.admitted = np.asarray(admitted, dtype=bool)
+        texts, neighbours = index_texts(exchanges, settings.neighbour_turns)
+        self.rows = np.flatnonzero(self.admitted)
+        self._row_sessions = self.session_ids[self.rows]  # the session of each indexed row, for the exclusion
+        docs = [RetrievalDoc(int(row), texts[row], neighbours[row], vectors[row]) for row in self.rows]
+        self.retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b)
+
+    def rank(self, query_text: str, query_vector: np.ndarray, k: int,
+             exclude_session: int | None = None) -> list[ScoredMemory]:
+        """The ``k`` best admitted exchanges for a message, best first; ``memory_id`` is the row of the
+        input. Exchanges of ``exclude_session`` (the message's own task) are never returned."""
+        if k <= 0 or not len(self.rows):
+            return []
+        own = int((self._row_sessions == exclude_session).sum()) if exclude_session is not None else 0
+        ranked = self.retriever.rank(query_text, query_vector, k + own)
+        return [s for s in ranked if self.session_ids[s.memory_id] != exclude_session][:k]

@@ -1,0 +1,176 @@
+"""Relevance ``r`` for the forgetting curve as a calibrated probability (L4, issue 9).
+
+The forgetting curve (SPEC §2) needs ``r`` in [0, 1]. Here ``r`` is
+P(the memory is relevant to the new message | the retriever's scores), fitted
+by logistic regression on labelled (message, candidate memory) pairs: the
+calibration participants of ``scripts/calibrate_recall.py``, where a pair is
+relevant when the two share a topic. One model per query language, because the
+embedder's cosine sits on a different level for Chinese and English.
+
+    r = σ(intercept + Σ coef_i · feature_i)
+
+Features are named (``FEATURES``): ``fused`` (the retriever's z-score fusion
+for this participant's memories), ``cosine`` (raw cosine, which carries the
+absolute level the per-query z-scores throw away), ``lexical_z`` and
+``dense_z``. A model must give ``fused`` a positive coefficient and any other
+feature a non-negative one, so ``r`` rises with every score: the fit enforces
+it (a feature whose unconstrained weight comes out negative is dropped and the
+model refitted) and ``LogisticRelevance`` refuses a model that breaks it.
+
+Pure numpy: Newton-Raphson (iteratively reweighted least squares) with a small
+L2 penalty, which for a handful of features converges in a few iterations.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+FEATURES = ("fused", "cosine", "lexical_z", "dense_z")
+MONOTONE_IN = "fused"
+# r must rise with the fused score (issue 9): its coefficient is held at least this large.
+MIN_FUSED_COEF = 0.05
+
+
+def sigmoid(x: ArrayLike) -> np.ndarray:
+    """σ(x) = 1 / (1 + e^{-x}), computed without overflow for large |x|."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    positive = x >= 0
+    out[positive] = 1.0 / (1.0 + np.exp(-x[positive]))
+    exp_x = np.exp(x[~positive])
+    out[~positive] = exp_x / (1.0 + exp_x)
+    return out
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """One language's model: r = σ(intercept + coef · features)."""
+
+    features: tuple[str, ...]
+    intercept: float
+    coef: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if MONOTONE_IN not in self.features:
+            raise ValueError(f"a relevance model must use the {MONOTONE_IN!r} score")
+        unknown = set(self.features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown relevance features {sorted(unknown)}; known: {FEATURES}")
+        if len(self.coef) != len(self.features):
+            raise ValueError("a relevance model needs one coefficient per feature")
+        for name, weight in zip(self.features, self.coef, strict=True):
+            if weight < 0 or (name == MONOTONE_IN and weight <= 0):
+                raise ValueError(f"relevance coefficient of {name!r} is {weight}: r must rise with every score "
+                                 f"(and strictly with {MONOTONE_IN!r})")
+
+    def predict(self, scores: Mapping[str, ArrayLike]) -> np.ndarray:
+        """r for each candidate; ``scores`` maps every feature name to an array (or a float)."""
+        z = np.full(np.broadcast(*[np.asarray(scores[f]) for f in self.features]).shape, self.intercept)
+        for name, weight in zip(self.features, self.coef, strict=True):
+            z = z + weight * np.asarray(scores[name], dtype=np.float64)
+        return sigmoid(z)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"intercept": self.intercept, "coef": dict(zip(self.features, self.coef, strict=True))}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> LogisticModel:
+        coef = raw.get("coef")
+        if not isinstance(coef, Mapping) or not coef:
+            raise ValueError("a logistic relevance model needs 'coef': {feature: weight}")
+        return cls(tuple(coef), float(raw["intercept"]), tuple(float(v) for v in coef.values()))
+
+
+@dataclass(frozen=True)
+class LogisticRelevance:
+    """Per-language logistic models (``default`` for any other language)."""
+
+    default: LogisticModel
+    by_language: dict[str, LogisticModel] = field(default_factory=dict)
+
+    def model(self, language: str | None) -> LogisticModel:
+        return self.by_language.get(language or "", self.default)
+
+    def predict(self, scores: Mapping[str, ArrayLike], language: str | None = None) -> np.ndarray:
+        return self.model(language).predict(scores)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"default": self.default.to_dict(),
+                "by_language": {lang: m.to_dict() for lang, m in self.by_language.items()}}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> LogisticRelevance:
+        if "default" not in raw:
+            raise ValueError("a logistic relevance model needs a 'default' model")
+        return cls(LogisticModel.from_dict(raw["default"]),
+                   {lang: LogisticModel.from_dict(m) for lang, m in (raw.get("by_language") or {}).items()})
+
+
+def fit_logistic(x: ArrayLike, y: ArrayLike, *, l2: float = 1e-2, iterations: int = 50,
+                 tol: float = 1e-9, offset: ArrayLike | None = None) -> tuple[float, np.ndarray]:
+    """Maximum-likelihood logistic regression (intercept unpenalised) by Newton-Raphson.
+
+    Returns (intercept, coefficients). ``x``: (n, d) features, ``y``: n labels in {0, 1};
+    ``offset``: a fixed per-row term added to the linear predictor (a coefficient held fixed)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    fixed = np.zeros(y.shape[0]) if offset is None else np.asarray(offset, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError("x must be (n, d) and y n labels")
+    if not (0 < y.sum() < y.size):
+        raise ValueError("fitting needs both relevant and unrelated pairs")
+    design = np.hstack([np.ones((x.shape[0], 1)), x])
+    penalty = np.diag([0.0] + [l2] * x.shape[1])
+    w = np.zeros(design.shape[1])
+    for _ in range(iterations):
+        p = sigmoid(design @ w + fixed)
+        gradient = design.T @ (p - y) + penalty @ w
+        hessian = (design * (p * (1 - p))[:, None]).T @ design + penalty
+        step = np.linalg.solve(hessian + 1e-12 * np.eye(w.size), gradient)
+        w = w - step
+        if float(np.abs(step).max()) < tol:
+            break
+    return float(w[0]), w[1:]
+
+
+def fit_monotone(scores: Mapping[str, ArrayLike], labels: ArrayLike, features: Sequence[str], *,
+                 l2: float = 1e-2, min_fused: float = MIN_FUSED_COEF) -> LogisticModel:
+    """A logistic model on ``features`` whose coefficients are all non-negative and whose ``fused``
+    coefficient is at least ``min_fused``: the maximum-likelihood fit under those constraints.
+
+    Another feature whose weight comes out negative is dropped (the most negative first) and the model
+    refitted: a score that lowers r when it rises would make the curve reward a worse match. When the
+    fused score's own weight comes out below ``min_fused`` (the other features already carry what it
+    says, e.g. the cosine inside it), it is held at ``min_fused`` - the constrained optimum of the
+    concave likelihood then lies on that bound - and the others are fitted around it."""
+    chosen = list(dict.fromkeys(features))
+    if MONOTONE_IN not in chosen:
+        raise ValueError(f"the relevance model must use {MONOTONE_IN!r}")
+    columns = {f: np.asarray(scores[f], dtype=np.float64) for f in chosen}
+    fused_fixed: float | None = None
+    while True:
+        free = [f for f in chosen if not (f == MONOTONE_IN and fused_fixed is not None)]
+        offset = None if fused_fixed is None else fused_fixed * columns[MONOTONE_IN]
+        x = np.column_stack([columns[f] for f in free]) if free else np.zeros((len(labels), 0))
+        intercept, coef = fit_logistic(x, labels, l2=l2, offset=offset)
+        weights = dict(zip(free, (float(c) for c in coef), strict=True))
+        if fused_fixed is not None:
+            weights[MONOTONE_IN] = fused_fixed
+        if weights[MONOTONE_IN] < min_fused:
+            fused_fixed = min_fused
+            continue
+        negative = sorted((w, f) for f, w in weights.items() if f != MONOTONE_IN and w < 0)
+        if not negative:
+            return LogisticModel(tuple(chosen), intercept, tuple(weights[f] for f in chosen))
+        chosen.remove(negative[0][1])
+
+
+def log_loss(model: LogisticModel, scores: Mapping[str, ArrayLike], labels: ArrayLike) -> float:
+    """Mean negative log-likelihood of ``labels`` under ``model`` (lower is better calibrated)."""
+    p = np.clip(model.predict(scores), 1e-12, 1 - 1e-12)
+    y = np.asarray(labels, dtype=np.float64)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))

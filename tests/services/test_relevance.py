@@ -1,0 +1,79 @@
+"""services.memory.relevance: the logistic relevance model is a probability, rises with the fused score,
+recovers known coefficients, and refuses models that would reward a worse match."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from config import load_study
+from services import recall_model as rm
+from services.memory import relevance as rel
+
+
+def test_sigmoid_is_stable_at_the_extremes():
+    assert rel.sigmoid(np.array([-1000.0, 0.0, 1000.0])) == pytest.approx([0.0, 0.5, 1.0])
+
+
+def test_fit_recovers_the_coefficients_of_simulated_data():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(20000, 2))
+    y = (rng.random(20000) < rel.sigmoid(-1.0 + 2.0 * x[:, 0] + 0.5 * x[:, 1])).astype(float)
+    intercept, coef = rel.fit_logistic(x, y, l2=0.0)
+    assert intercept == pytest.approx(-1.0, abs=0.08)
+    assert coef == pytest.approx([2.0, 0.5], abs=0.08)
+
+
+def test_fit_needs_both_labels():
+    with pytest.raises(ValueError, match="both"):
+        rel.fit_logistic(np.zeros((3, 1)), np.ones(3))
+
+
+def test_a_feature_that_lowers_r_is_dropped_and_fused_is_held_at_its_floor():
+    rng = np.random.default_rng(3)
+    n = 5000
+    dense = rng.normal(size=n)
+    noise = rng.normal(size=n)
+    y = (rng.random(n) < rel.sigmoid(2.0 * dense - 1.0 * noise)).astype(float)
+    # "fused" carries nothing beyond dense; "lexical_z" lowers the odds: it is dropped, fused kept at its floor
+    scores = {"fused": rng.normal(size=n) * 0.01, "dense_z": dense, "lexical_z": noise}
+    model = rel.fit_monotone(scores, y, ("fused", "dense_z", "lexical_z"))
+    assert model.features == ("fused", "dense_z")
+    assert model.coef[0] == pytest.approx(rel.MIN_FUSED_COEF)
+    assert model.coef[1] > 1.0  # attenuated from 2: the dropped feature mattered (with the wrong sign)
+
+
+def test_models_that_would_not_rise_with_the_fused_score_are_refused():
+    with pytest.raises(ValueError, match="rise"):
+        rel.LogisticModel(("fused", "cosine"), 0.0, (-0.1, 1.0))
+    with pytest.raises(ValueError, match="rise"):
+        rel.LogisticModel(("fused", "cosine"), 0.0, (0.1, -1.0))
+    with pytest.raises(ValueError, match="fused"):
+        rel.LogisticModel(("cosine",), 0.0, (1.0,))
+    with pytest.raises(ValueError, match="unknown"):
+        rel.LogisticModel(("fused", "salience"), 0.0, (1.0, 1.0))
+
+
+@pytest.mark.parametrize("language", ["zh", "en", None])
+def test_the_configured_relevance_is_a_probability_monotone_in_the_fused_score(language):
+    params = load_study().memory.recall
+    assert params.relevance.method == "logistic"
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        cosine = rng.uniform(0.7, 0.95)
+        dense_z, lexical_z = rng.normal(size=2)
+        fused = np.sort(rng.normal(scale=3.0, size=40))
+        others = {"dense_z": np.full(40, dense_z), "lexical_z": np.full(40, lexical_z)}
+        r = params.relevance.to_r(np.full(40, cosine), language, {"fused": fused, **others})
+        assert np.all((r >= 0) & (r <= 1))
+        assert np.all(np.diff(r) > 0)
+
+
+def test_the_model_round_trips_through_the_study_definition():
+    model = rel.LogisticRelevance(rel.LogisticModel(("fused", "cosine"), -3.0, (0.5, 2.0)),
+                                  {"en": rel.LogisticModel(("fused",), -1.0, (1.0,))})
+    assert rel.LogisticRelevance.from_dict(model.to_dict()) == model
+    assert model.predict({"fused": 1.0}, "en") == pytest.approx(0.5)
+    assert model.predict({"fused": 0.0, "cosine": 1.5}, "zh") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="fitted 'model'"):
+        rm.resolve_recall_params(load_study().memory.recall_config,
+                                 overrides={"relevance": {"method": "logistic", "model": None}})
