@@ -20,9 +20,11 @@ the planted facts the context held, and where (profile, verbatim recent turns,
 forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
 before the task; L3 the profile facts; L4 at least as many as L3, and - the check
 that can fail - per task and language a share of L4's probe replies holding a
-planted specific that L3's context for the same message lacks (BEYOND_L3_MIN_SHARE);
-S1 and R1 the allergy at T2. Exit code 0 when every check passes, 1 when one
-fails, 2 on errors.
+planted specific that L3's context for the same message lacks (minimum shares per
+task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
+these expectations (``manipulation_check`` in services/memory/); the script checks
+the declarations of the groups that ran, so a new condition is checked by declaring
+its own. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
 
 Without ``--base-url`` the script starts its own server: the real app on a fresh
 temporary SQLite database, offline providers, pilot mode with one study day =
@@ -56,6 +58,7 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from services.memory.base import ManipulationCheck
     from services.study import Study
 
 TASKS = ("T1", "T2", "T3", "T4")
@@ -99,9 +102,6 @@ SPECIFICS = {
     "hometown": re.compile(r"想家|miss home", re.IGNORECASE),
     "hobby": re.compile(r"香山|Blue Hill"),
 }
-# The manipulation check (check_l4_beyond_l3): share of L4 probe replies whose context holds a specific
-# that L3's context for the same message lacks, per task. Below these, L4 is L3 with extra words.
-BEYOND_L3_MIN_SHARE = {"T2": 0.30, "T3": 0.15, "T4": 0.15}
 
 
 @dataclass(frozen=True)
@@ -573,7 +573,7 @@ def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
     return bots
 
 
-def _l2_window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
+def _window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
     """Facts in the last ``turns`` turns (user message + reply) of the tasks before ``task_id``."""
     earlier = [m for m in messages if TASKS.index(m["task_id"]) < TASKS.index(task_id)]
     replies = {m["reply_to_id"]: m for m in earlier if m["role"] == "assistant"}
@@ -584,8 +584,9 @@ def _l2_window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -
     return found
 
 
-def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, Any]]:
-    """Per bot and probe task: which planted facts the probe replies' memory contexts held, by section."""
+def analyse(bots: list[Bot], admin: Admin, *, recent_turns: dict[str, int]) -> list[dict[str, Any]]:
+    """Per bot and probe task: which planted facts the probe replies' memory contexts held, by section, and
+    which lay in the bot's condition's recent-turn window (``recent_turns`` by group; default 7 turns)."""
     results = []
     for bot in bots:
         record = admin.get(f"/api/admin/participants/{bot.user_id}")
@@ -618,8 +619,8 @@ def analyse(bots: list[Bot], admin: Admin, *, l2_turns: int) -> list[dict[str, A
                 "recalled_kinds": dict(sorted(Counter(kinds.get(i, "other") for i in recalled_ids).items())),
                 "recalled_texts": sorted(messages[i]["content"] for i in recalled_ids if i in messages),
                 "recalled_without_content": len(without_content),
-                "l2_window_facts": sorted(_l2_window_facts(list(messages.values()), task_id, l2_turns),
-                                          key=FACT_IDS.index),
+                "window_facts": sorted(_window_facts(list(messages.values()), task_id,
+                                                     recent_turns.get(bot.memory_group, 7)), key=FACT_IDS.index),
             }
         results.append({
             "username": bot.username, "participant_code": bot.participant_code, "memory_group": bot.memory_group,
@@ -649,77 +650,121 @@ def summarise(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def check_pattern(participants: list[dict[str, Any]], table: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The expected pattern, group by group, with what was seen when it does not hold."""
-    checks = []
-    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+Participants = list[dict[str, Any]]
+Check = dict[str, Any]
+
+
+def _declared_groups(participants: Participants) -> list[tuple[str, ManipulationCheck, Participants]]:
+    """The groups present, in registry order, each with what its condition declares for the check.
+    A group no condition here registers is an error (the server runs other code than this checkout)."""
+    from services.memory import registry
+
+    by_group: dict[str, Participants] = defaultdict(list)
     for p in participants:
         by_group[p["memory_group"]].append(p)
-
-    def add(name: str, passed: bool, detail: str) -> None:
-        checks.append({"check": name, "passed": passed, "detail": detail})
-
-    if by_group.get("L1"):
-        leaks = [f"{p['participant_code']} {t}: {task['facts']}" for p in by_group["L1"]
-                 for t, task in p["tasks"].items() if task["facts"]]
-        add("L1 remembers none of the planted facts", not leaks, "; ".join(leaks) or "no fact in any context")
-    if by_group.get("L2"):
-        wrong_t2 = [f"{p['participant_code']}: {p['tasks']['T2']['facts']}" for p in by_group["L2"]
-                    if "T2" in p["tasks"] and set(p["tasks"]["T2"]["facts"]) != LATE_FACTS]
-        add("L2 at T2 holds exactly the facts of T1's last turns (hobby), none of the early ones", not wrong_t2,
-            "; ".join(wrong_t2) or f"every L2 participant: {sorted(LATE_FACTS)}")
-        outside = [f"{p['participant_code']} {t}: {sorted(set(task['facts']) - set(task['l2_window_facts']))}"
-                   for p in by_group["L2"] for t, task in p["tasks"].items()
-                   if not set(task["facts"]) <= set(task["l2_window_facts"])]
-        add("L2 never holds a fact from outside its recent-turn window", not outside,
-            "; ".join(outside) or "all facts lie within the window")
-    if by_group.get("L3"):
-        missing = [f"{p['participant_code']} {t}" for p in by_group["L3"] for t, task in p["tasks"].items()
-                   if not set(task["sources"]["profile"]) & EARLY_FACTS]
-        found = sorted({f for p in by_group["L3"] for task in p["tasks"].values() for f in task["sources"]["profile"]},
-                       key=FACT_IDS.index)
-        add("L3 holds early T1 facts through its profile at T2-T4", not missing,
-            ("missing in " + "; ".join(missing)) if missing else f"profile facts seen: {found}")
-    if by_group.get("L3") and by_group.get("L4"):
-        means = {(r["group"], r["task"], r["language"]): r["facts_mean"] for r in table}
-        behind = [f"{task} {lang}: L4 {means[('L4', task, lang)]} < L3 {means[('L3', task, lang)]}"
-                  for (group, task, lang) in means if group == "L4" and ("L3", task, lang) in means
-                  and means[("L4", task, lang)] < means[("L3", task, lang)]]
-        add("L4 holds at least as many facts as L3 (mean per task)", not behind, "; ".join(behind) or "yes")
-    if by_group.get("L4"):
-        recalled = {t: sum(task["recalled_memories"] for p in by_group["L4"] for tt, task in p["tasks"].items()
-                           if tt == t) for t in PROBE_TASKS}
-        add("L4 recalls specific earlier messages by the forgetting curve", sum(recalled.values()) > 0,
-            ", ".join(f"{t}: {n} recalled" for t, n in recalled.items()))
-        languages = sorted({p["language"] for p in by_group["L4"]})
-        specifics = {lang: {t: sorted({f for p in by_group["L4"] if p["language"] == lang
-                                       for f in p["tasks"].get(t, {}).get("sources", {}).get("recalled", [])},
-                                      key=FACT_IDS.index) for t in PROBE_TASKS} for lang in languages}
-        add("L4 recalls planted facts as specific messages in every language (at some of T2-T4)",
-            all(any(facts.values()) for facts in specifics.values()),
-            "; ".join(f"{lang}: " + (", ".join(f"{t} {facts}" for t, facts in by_task.items() if facts) or "none")
-                      for lang, by_task in specifics.items()))
-        empty = sum(task.get("recalled_without_content", 0) for p in by_group["L4"] for task in p["tasks"].values())
-        kinds = sum((Counter(task.get("recalled_kinds", {})) for p in by_group["L4"] for task in p["tasks"].values()),
-                    Counter())
-        add("L4 never recalls a message without content (acknowledgements, generic questions)", empty == 0,
-            f"{empty} recalled; recalled memories were, in the bots' script: "
-            + (", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())) or "nothing"))
-    return checks
+    order = {condition_id: index for index, condition_id in enumerate(registry.ids())}
+    return [(group, registry.get(group).manipulation_check, by_group[group])
+            for group in sorted(by_group, key=lambda g: (order.get(g, len(order)), g))]
 
 
-def beyond_l3(participants: list[dict[str, Any]], memory: str = "L4", baseline: str = "L3") -> list[dict[str, Any]]:
-    """Per task and language: the share of ``memory``'s probe replies whose context holds a planted
-    specific that ``baseline``'s context for the same message (same script turn, any participant of
-    that language) lacks. A reply without a baseline counterpart is left out and counted apart."""
+def _check(name: str, passed: bool, detail: str) -> Check:
+    return {"check": name, "passed": passed, "detail": detail}
+
+
+def _check_holds_no_fact(group: str, members: Participants) -> list[Check]:
+    leaks = [f"{p['participant_code']} {t}: {task['facts']}" for p in members
+             for t, task in p["tasks"].items() if task["facts"]]
+    return [_check(f"{group} remembers none of the planted facts", not leaks,
+                   "; ".join(leaks) or "no fact in any context")]
+
+
+def _check_recent_window(group: str, members: Participants) -> list[Check]:
+    wrong_t2 = [f"{p['participant_code']}: {p['tasks']['T2']['facts']}" for p in members
+                if "T2" in p["tasks"] and set(p["tasks"]["T2"]["facts"]) != LATE_FACTS]
+    outside = [f"{p['participant_code']} {t}: {sorted(set(task['facts']) - set(task['window_facts']))}"
+               for p in members for t, task in p["tasks"].items()
+               if not set(task["facts"]) <= set(task["window_facts"])]
+    return [_check(f"{group} at T2 holds exactly the facts of T1's last turns (hobby), none of the early ones",
+                   not wrong_t2, "; ".join(wrong_t2) or f"every {group} participant: {sorted(LATE_FACTS)}"),
+            _check(f"{group} never holds a fact from outside its recent-turn window", not outside,
+                   "; ".join(outside) or "all facts lie within the window")]
+
+
+def _check_profile(group: str, members: Participants) -> list[Check]:
+    missing = [f"{p['participant_code']} {t}" for p in members for t, task in p["tasks"].items()
+               if not set(task["sources"]["profile"]) & EARLY_FACTS]
+    found = sorted({f for p in members for task in p["tasks"].values() for f in task["sources"]["profile"]},
+                   key=FACT_IDS.index)
+    return [_check(f"{group} holds early T1 facts through its profile at T2-T4", not missing,
+                   ("missing in " + "; ".join(missing)) if missing else f"profile facts seen: {found}")]
+
+
+def _check_as_many_as_baseline(group: str, baseline: str, table: list[dict[str, Any]]) -> list[Check]:
+    means = {(r["group"], r["task"], r["language"]): r["facts_mean"] for r in table}
+    behind = [f"{task} {lang}: {group} {means[(group, task, lang)]} < {baseline} {means[(baseline, task, lang)]}"
+              for (g, task, lang) in means if g == group and (baseline, task, lang) in means
+              and means[(group, task, lang)] < means[(baseline, task, lang)]]
+    return [_check(f"{group} holds at least as many facts as {baseline} (mean per task)", not behind,
+                   "; ".join(behind) or "yes")]
+
+
+def _check_recall(group: str, members: Participants) -> list[Check]:
+    recalled = {t: sum(task["recalled_memories"] for p in members for tt, task in p["tasks"].items() if tt == t)
+                for t in PROBE_TASKS}
+    languages = sorted({p["language"] for p in members})
+    specifics = {lang: {t: sorted({f for p in members if p["language"] == lang
+                                   for f in p["tasks"].get(t, {}).get("sources", {}).get("recalled", [])},
+                                  key=FACT_IDS.index) for t in PROBE_TASKS} for lang in languages}
+    empty = sum(task.get("recalled_without_content", 0) for p in members for task in p["tasks"].values())
+    kinds = sum((Counter(task.get("recalled_kinds", {})) for p in members for task in p["tasks"].values()),
+                Counter())
+    return [
+        _check(f"{group} recalls specific earlier messages by the forgetting curve", sum(recalled.values()) > 0,
+               ", ".join(f"{t}: {n} recalled" for t, n in recalled.items())),
+        _check(f"{group} recalls planted facts as specific messages in every language (at some of T2-T4)",
+               all(any(facts.values()) for facts in specifics.values()),
+               "; ".join(f"{lang}: " + (", ".join(f"{t} {facts}" for t, facts in by_task.items() if facts) or "none")
+                         for lang, by_task in specifics.items())),
+        _check(f"{group} never recalls a message without content (acknowledgements, generic questions)", empty == 0,
+               f"{empty} recalled; recalled memories were, in the bots' script: "
+               + (", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())) or "nothing")),
+    ]
+
+
+def check_pattern(participants: Participants, table: list[dict[str, Any]]) -> list[Check]:
+    """The expected pattern, as each present group's condition declares it (``manipulation_check``), with
+    what was seen when it does not hold. One kind of expectation after the other, groups in registry order."""
+    declared = _declared_groups(participants)
+    present = {group for group, _, _ in declared}
+    kinds: list[Callable[[str, ManipulationCheck, Participants], list[Check]]] = [
+        lambda g, c, m: _check_holds_no_fact(g, m) if c.holds_no_fact else [],
+        lambda g, c, m: _check_recent_window(g, m) if c.recent_window_only else [],
+        lambda g, c, m: _check_profile(g, m) if c.profile_holds_early_facts else [],
+        lambda g, c, m: _check_as_many_as_baseline(g, c.beyond.baseline, table)
+        if c.beyond and c.beyond.baseline in present else [],
+        lambda g, c, m: _check_recall(g, m) if c.recalls_messages else [],
+    ]
+    return [check for kind in kinds for group, condition, members in declared
+            for check in kind(group, condition, members)]
+
+
+def beyond_baseline(participants: Participants, group: str) -> list[dict[str, Any]]:
+    """Per task and language: the share of ``group``'s probe replies whose context holds a planted
+    specific that its declared baseline's context for the same message (same script turn, any participant
+    of that language) lacks. A reply without a baseline counterpart is left out and counted apart."""
+    from services.memory import registry
+
+    beyond = registry.get(group).manipulation_check.beyond
+    if beyond is None:
+        raise ValueError(f"memory condition {group!r} declares no baseline to go beyond")
     held: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for p in participants:
-        if p["memory_group"] == baseline:
+        if p["memory_group"] == beyond.baseline:
             for reply in p.get("replies", []):
                 held[(p["language"], reply["task"], reply["message"])] |= set(reply["specifics"])
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for p in participants:
-        if p["memory_group"] != memory:
+        if p["memory_group"] != group:
             continue
         for reply in p.get("replies", []):
             cell = cells.setdefault((reply["task"], p["language"]), {
@@ -736,44 +781,47 @@ def beyond_l3(participants: list[dict[str, Any]], memory: str = "L4", baseline: 
     rows = []
     for (task, _language), cell in sorted(cells.items()):
         share = cell["beyond"] / cell["replies"] if cell["replies"] else 0.0
-        minimum = BEYOND_L3_MIN_SHARE.get(task, 0.0)
+        minimum = beyond.share_needed(task)
         rows.append({**cell, "specifics": dict(cell["specifics"]), "share": round(share, 3), "min_share": minimum,
                      "passed": bool(cell["replies"]) and share >= minimum})
     return rows
 
 
-def check_l4_beyond_l3(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The manipulation check that can fail: per task and language, L4 must hand over specifics L3 does
-    not (BEYOND_L3_MIN_SHARE). L4 with L3's context plus nothing new scores 0 and fails."""
-    groups = {p["memory_group"] for p in participants}
-    if not {"L3", "L4"} <= groups:
-        return []
-    rows = beyond_l3(participants)
-    languages = sorted({p["language"] for p in participants if p["memory_group"] == "L4"})
+def _check_beyond(participants: Participants, group: str, baseline: str) -> Check:
+    rows = beyond_baseline(participants, group)
+    languages = sorted({p["language"] for p in participants if p["memory_group"] == group})
     missing = [f"{task} {lang}" for task in PROBE_TASKS for lang in languages
                if not any(r["task"] == task and r["language"] == lang for r in rows)]
     detail = "; ".join(f"{r['task']} {r['language']}: {r['beyond']}/{r['replies']} = {r['share']:.0%} "
                        f"(need {r['min_share']:.0%})" for r in rows)
     if missing:
-        detail += "; no L4 replies at " + ", ".join(missing)
-    return [{"check": "L4's context holds a planted specific that L3's context for the same message lacks "
-                      "(share of probe replies, per task and language)",
-             "passed": bool(rows) and not missing and all(r["passed"] for r in rows), "detail": detail,
-             "rows": rows}]
+        detail += f"; no {group} replies at " + ", ".join(missing)
+    return {"check": f"{group}'s context holds a planted specific that {baseline}'s context for the same message "
+                     "lacks (share of probe replies, per task and language)",
+            "passed": bool(rows) and not missing and all(r["passed"] for r in rows), "detail": detail,
+            "rows": rows, "group": group, "baseline": baseline}
 
 
-def check_summary_conditions(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """S1 and R1: every participant's T2 probe contexts hold the planted allergy."""
+def check_beyond_baseline(participants: Participants) -> list[Check]:
+    """The manipulation check that can fail: per task and language, a condition that declares a baseline
+    must hand over specifics the baseline does not (its declared minimum shares). A condition with the
+    baseline's context plus nothing new scores 0 and fails. Checked when both groups ran."""
+    declared = _declared_groups(participants)
+    present = {group for group, _, _ in declared}
+    return [_check_beyond(participants, group, condition.beyond.baseline) for group, condition, _ in declared
+            if condition.beyond and condition.beyond.baseline in present]
+
+
+def check_held_facts(participants: Participants) -> list[Check]:
+    """Conditions that declare planted facts at a task: every participant's probe contexts there hold them."""
     checks = []
-    for group in ("S1", "R1"):
-        members = [p for p in participants if p["memory_group"] == group]
-        if not members:
-            continue
-        missing = [f"{p['participant_code']} ({p['language']})" for p in members
-                   if "allergy" not in p["tasks"].get("T2", {}).get("facts", [])]
-        checks.append({"check": f"{group}'s T2 context holds the planted allergy", "passed": not missing,
-                       "detail": ("missing for " + ", ".join(missing)) if missing
-                       else f"all {len(members)} {group} participants"})
+    for group, condition, members in _declared_groups(participants):
+        for task_id, facts in condition.holds_facts_at:
+            missing = [f"{p['participant_code']} ({p['language']})" for p in members
+                       if not set(facts) <= set(p["tasks"].get(task_id, {}).get("facts", []))]
+            checks.append(_check(f"{group}'s {task_id} context holds the planted {' and '.join(facts)}",
+                                 not missing, ("missing for " + ", ".join(missing)) if missing
+                                 else f"all {len(members)} {group} participants"))
     return checks
 
 
@@ -809,10 +857,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", "  memories recalled in probe replies, by what they were in the bots' script (all participants):"]
         lines += [f"    {r['group']} {r['task']} {r['language']}: "
                   + ", ".join(f"{kind} {n}" for kind, n in sorted(r["recalled_kinds"].items())) for r in recall_rows]
-    beyond = next((c["rows"] for c in report["checks"] if c.get("rows")), [])
-    if beyond:
-        lines += ["", "  L4 beyond L3: probe replies whose context holds a planted specific that L3's context for the "
-                      "same message lacks"]
+    for check in (c for c in report["checks"] if c.get("rows")):
+        group, baseline, beyond = check["group"], check["baseline"], check["rows"]
+        lines += ["", f"  {group} beyond {baseline}: probe replies whose context holds a planted specific that "
+                      f"{baseline}'s context for the same message lacks"]
         lines += [f"    {r['task']} {r['language']}: {r['beyond']:>2}/{r['replies']:<2} = {r['share']:4.0%}  "
                   f"(need {r['min_share']:.0%})  "
                   + (", ".join(f"{k} {n}" for k, n in sorted(r["specifics"].items())) or "-") for r in beyond]
@@ -841,11 +889,11 @@ def run_simulation(*, per_group: int, language: str = "both", day_seconds: float
     def execute(server: Server) -> dict[str, Any]:
         admin = Admin(server.base_url, server.admin_user, server.admin_password)
         bots = run_bots(server.base_url, admin, per_group, language, log)
-        l2_turns = server.study.conditions["L2"].recent_turns if server.study else 7
-        participants = analyse(bots, admin, l2_turns=l2_turns)
+        study_conditions = server.study.conditions if server.study else {}
+        participants = analyse(bots, admin, recent_turns={g: c.recent_turns for g, c in study_conditions.items()})
         table = summarise(participants)
-        checks = check_pattern(participants, table) + check_l4_beyond_l3(participants) \
-            + check_summary_conditions(participants)
+        checks = check_pattern(participants, table) + check_beyond_baseline(participants) \
+            + check_held_facts(participants)
         waits = admin.waits
         return {
             "config": {

@@ -63,6 +63,34 @@ class ConsolidationStep:
     failure_message: str = ""  # the run's error
 
 
+@dataclass(frozen=True)
+class BeyondBaseline:
+    """The condition must hand over more than ``baseline``: at least as many planted facts (mean per task),
+    and per task a minimum share of probe replies whose context holds a planted specific that the
+    baseline's context for the same message lacks (``min_share``: task id -> share)."""
+
+    baseline: str
+    min_share: tuple[tuple[str, float], ...] = ()
+
+    def share_needed(self, task_id: str) -> float:
+        return dict(self.min_share).get(task_id, 0.0)
+
+
+@dataclass(frozen=True)
+class ManipulationCheck:
+    """What the manipulation check (scripts/simulate_participants.py) expects of a condition's memory
+    context in the bots' probe replies. The script evaluates these declarations, never condition ids, so a
+    new condition is checked by declaring its expectations here. ``description`` is for people."""
+
+    description: str = ""
+    holds_no_fact: bool = False  # nothing the bots planted reaches the context
+    recent_window_only: bool = False  # only facts from its recent-turn window (``recent_turns``)
+    profile_holds_early_facts: bool = False  # early T1 facts through its consolidated profile at T2-T4
+    beyond: BeyondBaseline | None = None
+    recalls_messages: bool = False  # specific earlier messages recalled, each with content, in every language
+    holds_facts_at: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (task id, planted fact ids) it must hold
+
+
 class MemoryCondition:
     """A memory condition; subclasses set the class attributes and override what they do."""
 
@@ -70,7 +98,7 @@ class MemoryCondition:
     name: ClassVar[str]
     consolidates_profile: ClassVar[bool] = False
     has_turn_upkeep: ClassVar[bool] = False
-    manipulation_check: ClassVar[str] = ""
+    manipulation_check: ClassVar[ManipulationCheck] = ManipulationCheck()
 
     @property
     def prompt_key(self) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 
 from database.models import ProfileVersion
-from services.memory.base import BuildRequest, MemoryCondition
+from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import MemoryContext, recent_turns, render_turns
 from services.profile import render_profile
 
@@ -43,7 +43,8 @@ class GistCondition(MemoryCondition):
     id = "L3"
     name = "gist"
     consolidates_profile = True
-    manipulation_check = "early T1 facts through its profile at T2-T4"
+    manipulation_check = ManipulationCheck("early T1 facts through its profile at T2-T4",
+                                           profile_holds_early_facts=True)
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         add_gist(request, context, self.recent_turns(request.study))

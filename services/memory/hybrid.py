@@ -56,7 +56,7 @@ from database.vector_store import VectorStore
 from services import recall_model as rm
 from services.clock import Clock
 from services.embedding_service import EmbeddingProvider, normalise
-from services.memory.base import BuildRequest, MemoryCondition
+from services.memory.base import BeyondBaseline, BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import ROLE_LABELS, MemoryContext
 from services.memory.exchange_index import Exchange, ExchangeIndex
 from services.memory.gist import add_gist
@@ -407,8 +407,13 @@ class HybridCondition(MemoryCondition):
     id = "L4"
     name = "hybrid"
     consolidates_profile = True
-    manipulation_check = ("at least as many planted facts as L3 (mean per task), plus specific earlier messages "
-                          "recalled by the forgetting curve in every language, never one without content")
+    # The check that can fail: below these shares of probe replies holding a planted specific that L3's
+    # context for the same message lacks, per task, L4 is L3 with extra words.
+    manipulation_check = ManipulationCheck(
+        "at least as many planted facts as L3 (mean per task), plus specific earlier messages recalled by the "
+        "forgetting curve in every language, never one without content",
+        recalls_messages=True,
+        beyond=BeyondBaseline("L3", min_share=(("T2", 0.30), ("T3", 0.15), ("T4", 0.15))))
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         add_gist(request, context, self.recent_turns(request.study))

@@ -35,7 +35,7 @@ from services.clock import Clock
 from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
 from services.languages import prompt_language
 from services.memory import versioned_json as vj
-from services.memory.base import BuildRequest, ConsolidationStep, MemoryCondition, Upkeep
+from services.memory.base import BuildRequest, ConsolidationStep, ManipulationCheck, MemoryCondition, Upkeep
 from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
 from services.study import Study, thaw
 
@@ -404,7 +404,9 @@ class RecursiveSummaryCondition(MemoryCondition):
 
     id = "R1"
     name = "recursive_summary"
-    manipulation_check = "the latest recursive memory built from earlier completed tasks"
+    manipulation_check = ManipulationCheck(
+        "the latest recursive memory built from earlier completed tasks, the allergy at T2",
+        holds_facts_at=(("T2", ("allergy",)),))
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,

@@ -47,7 +47,7 @@ from services.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
 from services.languages import prompt_language
 from services.llm.types import ProviderError
-from services.memory.base import BuildRequest, MemoryCondition, Upkeep
+from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition, Upkeep
 from services.memory.context import (
     ROLE_LABELS,
     MemoryContext,
@@ -636,7 +636,9 @@ class StructuredSummaryCondition(MemoryCondition):
     id = "S1"
     name = "structured_summary"
     has_turn_upkeep = True
-    manipulation_check = "the structured summary of earlier tasks and fragments recalled by fuzzy score"
+    manipulation_check = ManipulationCheck(
+        "the structured summary of earlier tasks and fragments recalled by fuzzy score, the allergy at T2",
+        holds_facts_at=(("T2", ("allergy",)),))
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         build_context(request.session, context=context, user_id=request.user_id, task_session=request.task_session,

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from services.memory import registry
+from services.memory.base import BeyondBaseline, ManipulationCheck, MemoryCondition
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "simulate_participants.py"
 spec = importlib.util.spec_from_file_location("simulate_participants", SCRIPT)
 sim = importlib.util.module_from_spec(spec)
@@ -67,7 +70,7 @@ def _run(l4_context):
     messages = [f"probe {i}" for i in range(4)]
     by_task = {task: [(m, PROFILE) for m in messages] for task in sim.PROBE_TASKS}
     l4_by_task = {task: [(m, l4_context(task, i)) for i, m in enumerate(messages)] for task in sim.PROBE_TASKS}
-    return sim.check_l4_beyond_l3([_participant("L3", "zh", by_task), _participant("L4", "zh", l4_by_task)])
+    return sim.check_beyond_baseline([_participant("L3", "zh", by_task), _participant("L4", "zh", l4_by_task)])
 
 
 def test_manipulation_check_fails_when_l4_equals_l3():
@@ -87,22 +90,22 @@ def test_manipulation_check_needs_the_share_at_every_task():
     assert not check["passed"] and not rows["T2"]["passed"] and rows["T3"]["passed"]
     # a specific L3 holds too does not count
     l3_too = {"profile": {"text": "对海鲜过敏，吃虾起疹子"}}
-    rows = sim.beyond_l3([_participant("L3", "zh", {"T2": [("q", l3_too)]}),
-                          _participant("L4", "zh", {"T2": [("q", RECALLED)]})])
+    rows = sim.beyond_baseline([_participant("L3", "zh", {"T2": [("q", l3_too)]}),
+                                _participant("L4", "zh", {"T2": [("q", RECALLED)]})], "L4")
     assert rows[0]["beyond"] == 0
 
 
 def test_manipulation_check_fails_without_l4_replies_in_a_language():
     l3 = _participant("L3", "en", {t: [("q", PROFILE)] for t in sim.PROBE_TASKS})
     l4 = _participant("L4", "en", {"T2": [("q", RECALLED)]})
-    [check] = sim.check_l4_beyond_l3([l3, l4])
+    [check] = sim.check_beyond_baseline([l3, l4])
     assert not check["passed"] and "no L4 replies at T3 en, T4 en" in check["detail"]
 
 
 def test_summary_conditions_must_hold_the_allergy_at_t2():
     good = _participant("S1", "zh", {"T2": [("q", {"summary": {"text": "用户对海鲜过敏"}})]})
     bad = _participant("R1", "en", {"T2": [("q", {"r1_memory": {"text": "has a cat"}})]}, code="R")
-    checks = {c["check"]: c for c in sim.check_summary_conditions([good, bad])}
+    checks = {c["check"]: c for c in sim.check_held_facts([good, bad])}
     assert checks["S1's T2 context holds the planted allergy"]["passed"]
     assert not checks["R1's T2 context holds the planted allergy"]["passed"]
 
@@ -171,3 +174,46 @@ def test_a_small_offline_run_shows_the_expected_pattern():
     text = sim.format_report(report)
     assert "Manipulation check" in text and "PASS  L1 remembers none" in text
     assert any(line.startswith("registered 4 bots") for line in lines)
+
+
+class _DeclaredOnly(MemoryCondition):
+    """A condition that exists only in this test: the script must check it from its declaration alone."""
+
+    id = "X7"
+    name = "declared_only"
+    manipulation_check = ManipulationCheck(
+        "the cat at T3, and specifics the sensory condition lacks at T2",
+        holds_facts_at=(("T3", ("cat",)),), beyond=BeyondBaseline("L1", min_share=(("T2", 0.5),)))
+
+
+class _Forgetful(MemoryCondition):
+    id = "X8"
+    name = "forgetful"
+    manipulation_check = ManipulationCheck("nothing", holds_no_fact=True)
+
+
+@pytest.fixture
+def declared_conditions():
+    conditions = [registry.register(_DeclaredOnly()), registry.register(_Forgetful())]
+    yield conditions
+    for condition in conditions:
+        registry.unregister(condition.id)
+
+
+def test_a_condition_registered_from_a_test_module_is_checked_by_its_declaration(declared_conditions):
+    x7 = _participant("X7", "en", {"T2": [("q", RECALLED)], "T3": [("q", PROFILE)], "T4": [("q", {})]}, code="A")
+    l1 = _participant("L1", "en", {task: [("q", {})] for task in sim.PROBE_TASKS}, code="B")
+    x8 = _participant("X8", "en", {"T2": [("q", PROFILE)]}, code="C")
+    held = {c["check"]: c for c in sim.check_held_facts([x7, l1, x8])}
+    assert list(held) == ["X7's T3 context holds the planted cat"] and held[next(iter(held))]["passed"]
+    [beyond] = sim.check_beyond_baseline([x7, l1, x8])
+    assert beyond["check"].startswith("X7's context holds a planted specific that L1's context")
+    assert beyond["passed"] and "T2 en: 1/1 = 100% (need 50%)" in beyond["detail"]
+    pattern = {c["check"]: c for c in sim.check_pattern([x7, l1, x8], table=[])}
+    assert pattern["L1 remembers none of the planted facts"]["passed"]
+    assert not pattern["X8 remembers none of the planted facts"]["passed"]
+    assert "C T2: ['allergy', 'cat']" in pattern["X8 remembers none of the planted facts"]["detail"]
+    # the same declaration fails when the condition holds nothing its baseline lacks
+    x7_like_l1 = _participant("X7", "en", {task: [("q", {})] for task in sim.PROBE_TASKS}, code="A")
+    assert not any(c["passed"] for c in sim.check_held_facts([x7_like_l1, l1]) + sim.check_beyond_baseline(
+        [x7_like_l1, l1]))

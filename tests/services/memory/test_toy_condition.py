@@ -15,7 +15,7 @@ from sqlalchemy import select
 from config import Settings
 from database.models import Message, TaskSession, User
 from services.memory import registry
-from services.memory.base import BuildRequest, MemoryCondition
+from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import MemoryContext, earlier_turns
 from tests.conftest import walk_task
 
@@ -28,7 +28,8 @@ TITLE = {"zh": "以前完成的任务", "en": "Tasks done before"}
 class EarlierTasksCondition(MemoryCondition):
     id = TOY_ID
     name = "earlier_tasks"
-    manipulation_check = "the ids of the tasks completed before, nothing of what was said"
+    manipulation_check = ManipulationCheck("the ids of the tasks completed before, nothing of what was said",
+                                           holds_no_fact=True)
 
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         tasks = sorted({turn["task_id"] for turn in earlier_turns(request.session, request.user_id,
