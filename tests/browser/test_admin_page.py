@@ -74,7 +74,7 @@ def test_admin_monitor_follows_a_bot_and_shows_the_memory_context(new_page, live
     code_header = page.locator("#participants th[data-col=participant_code]")
     code_header.locator("button").click()
     expect(code_header).to_have_attribute("aria-sort", "ascending")
-    codes = page.locator("#participants tbody td[data-col=participant_code]").all_inner_texts()
+    codes = _codes_once_settled(page)
     assert codes == sorted(codes)
     code_header.locator("button").click()
     expect(code_header).to_have_attribute("aria-sort", "descending")
@@ -182,3 +182,16 @@ def test_participant_cannot_open_the_admin_console(new_page, live_server, bot):
         assert page.request.get(path).status == 403, path
     fetched = page.evaluate("fetch('/api/admin/participants').then(r => r.status)")
     assert fetched == 403
+
+
+def _codes_once_settled(page, seconds: float = 5.0) -> list[str]:
+    """The codes in the table once a re-render that was already in flight (the filter just cleared,
+    the 3 s poll) has landed: read until they come out sorted or the time is up, then let the caller
+    assert. Polled from Python because the CSP forbids the eval that wait_for_function needs."""
+    cells = page.locator("#participants tbody td[data-col=participant_code]")
+    deadline = time.monotonic() + seconds
+    codes = cells.all_inner_texts()
+    while codes != sorted(codes) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+        codes = cells.all_inner_texts()
+    return codes
