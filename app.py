@@ -14,11 +14,14 @@ import click
 from flask import Flask, jsonify, request
 from flask_login import LoginManager
 from flask_wtf.csrf import CSRFError, CSRFProtect
+from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import HTTPException
 
 from config import Settings
-from database.models import User
-from routes.access import close_db_session, db_session, limiter
+from database.db_manager import is_unavailable
+from routes import http_safety
+from routes.access import DbIdConverter, close_db_session, db_session, limiter
+from services.account_service import session_user
 from services.clock import Clock
 from services.errors import StudyError
 from services.llm.chain import LLMService
@@ -47,7 +50,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         RATELIMIT_ENABLED=settings.rate_limits_enabled,
         JSON_AS_ASCII=False,
     )
-    app.json.ensure_ascii = False
+    http_safety.install(app)
+    app.url_map.converters["id"] = DbIdConverter
     runtime = build_runtime(settings, clock=clock, llm=llm)
     if embedder is not None:
         runtime.embedder = embedder
@@ -60,8 +64,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     login = LoginManager(app)
 
     @login.user_loader
-    def load_user(user_id: str):
-        return db_session().get(User, int(user_id))
+    def load_user(cookie_id: str):
+        return session_user(db_session(), cookie_id)
 
     app.teardown_appcontext(close_db_session)
     _register_errors(app)
@@ -101,6 +105,16 @@ def _register_errors(app: Flask) -> None:
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
         return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
 
+    @app.errorhandler(DBAPIError)
+    def database_error(exc: DBAPIError):
+        db_session().rollback()
+        if not is_unavailable(exc):
+            return unexpected(exc)
+        log.warning("database unavailable on %s %s: %s", request.method, request.path, exc.orig)
+        response = jsonify(http_safety.unavailable_body())
+        response.headers["Retry-After"] = str(http_safety.RETRY_AFTER_SECONDS)
+        return response, 503
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception):
         log.exception("unhandled error on %s %s", request.method, request.path)
@@ -120,7 +134,10 @@ def _register_cli(app: Flask) -> None:
         password = os.environ.get("ADMIN_PASSWORD") or click.prompt(
             "Password", hide_input=True, confirmation_prompt=True)
         with runtime.db.Session() as session:
-            user = create_admin(session, username, password, runtime.clock)
+            try:
+                user = create_admin(session, username, password, runtime.clock)
+            except StudyError as exc:
+                raise click.ClickException(exc.message) from exc
         click.echo(f"admin {user.username} is ready")
 
     @app.cli.command("consolidate")
@@ -155,11 +172,14 @@ def _register_cli(app: Flask) -> None:
     @click.option("--out", required=True, type=click.Path(dir_okay=False), help="zip file to write")
     @click.option("--bom", is_flag=True, help="UTF-8 with byte-order mark (Excel)")
     @click.option("--exclude-pii", is_flag=True, help="leave out usernames and free-text columns")
-    def export_command(out: str, bom: bool, exclude_pii: bool) -> None:
+    @click.option("--no-escape-formulas", is_flag=True,
+                  help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
+    def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
         from services.export_service import ExportOptions, write_export
 
-        result = write_export(runtime, out, options=ExportOptions(bom=bom, exclude_pii=exclude_pii))
+        options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
+        result = write_export(runtime, out, options=options)
         click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
 
     @app.cli.command("run-jobs")

@@ -90,6 +90,8 @@ class Settings:
     assignment_seed: int | None = None
     rate_limits_enabled: bool = True
     cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
+    # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
+    db_busy_timeout_seconds: float = 10.0
     run_migrations_on_start: bool = True
     study: Study = field(default_factory=load_study)
 
@@ -142,6 +144,7 @@ class Settings:
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
+            db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:

@@ -12,25 +12,43 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# SQLite's messages, and PostgreSQL's SQLSTATEs, that mean "try again later": lock_not_available,
+# read_only_sql_transaction, cannot_connect_now, too_many_connections.
+_SQLITE_BUSY = ("database is locked", "database table is locked", "readonly database", "database is busy")
+_POSTGRES_BUSY = {"55P03", "25006", "57P03", "53300"}
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says the database is locked, read-only or not accepting connections now:
+    the write did not happen, and the same request may succeed a moment later."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if getattr(exc.orig, "sqlstate", None) in _POSTGRES_BUSY:
+        return True
+    message = str(exc.orig).lower()
+    return any(part in message for part in _SQLITE_BUSY)
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, busy_timeout: float = 10.0) -> None:
+        """``busy_timeout``: seconds a SQLite write waits for another writer's lock before it fails
+        (the request then answers 503 "not saved, try again" rather than hanging)."""
         self.url = url
         kwargs: dict = {"future": True}
         if url.startswith("sqlite"):
             # Threads (waitress, the scheduler) share the file; WAL lets readers and a writer coexist.
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout}
             if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
 
     def session(self) -> AbstractContextManager[Session]:
@@ -79,9 +97,11 @@ def alembic_config(url: str):
     return cfg
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+def _sqlite_pragmas(busy_timeout_ms: int) -> Callable[..., None]:
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        cursor.close()
+    return on_connect

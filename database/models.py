@@ -6,6 +6,7 @@ Every schema change is an Alembic revision under ``database/migrations``.
 """
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +22,16 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
+
+
+def username_key(username: str) -> str:
+    """The form two usernames are compared in: ``Name``, `` name`` and ``ＮＡＭＥ`` are one account.
+
+    NFKC folds compatibility forms (full-width letters), casefold() is Unicode-aware lower-casing."""
+    return unicodedata.normalize("NFKC", username.strip()).casefold()
 
 
 class Base(DeclarativeBase):
@@ -36,6 +45,8 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
+    # unique in the database, so two registrations differing only in case cannot both succeed
+    username_key: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
     role: Mapped[str] = mapped_column(String(16), default="participant")  # participant | admin
     participant_code: Mapped[str | None] = mapped_column(String(16), unique=True)
@@ -47,8 +58,15 @@ class User(Base):
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime)
     withdrawn_reason: Mapped[str | None] = mapped_column(Text)
     last_active_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # part of the login cookie; raised by logout and password changes, which ends every older session
+    session_version: Mapped[int] = mapped_column(Integer, default=0)
 
     assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
+
+    @validates("username")
+    def _keep_username_key(self, _name: str, value: str) -> str:
+        self.username_key = username_key(value)
+        return value
 
     @property
     def is_admin(self) -> bool:
@@ -67,7 +85,7 @@ class User(Base):
         return True
 
     def get_id(self) -> str:
-        return str(self.id)
+        return f"{self.id}.{self.session_version or 0}"
 
 
 class Assignment(Base):
@@ -105,7 +123,12 @@ class TaskSession(Base):
     """One attempt at one task. A reset closes the attempt; a new one may then start."""
 
     __tablename__ = "task_sessions"
-    __table_args__ = (UniqueConstraint("user_id", "task_id", "attempt", name="uq_task_attempt"),)
+    __table_args__ = (
+        UniqueConstraint("user_id", "task_id", "attempt", name="uq_task_attempt"),
+        # at most one attempt that counts per task: two simultaneous starts cannot both succeed
+        Index("uq_task_live_attempt", "user_id", "task_id", unique=True,
+              sqlite_where=text("status != 'reset'"), postgresql_where=text("status != 'reset'")),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -140,7 +163,8 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(16))  # user | assistant
     content: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime)
-    reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    # unique: a message has at most one reply, even when two retries race
+    reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"), unique=True)
     # -- assistant replies: reproducibility
     memory_group: Mapped[str | None] = mapped_column(String(8))
     memory_context: Mapped[dict[str, Any] | None] = mapped_column(JSON)

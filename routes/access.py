@@ -12,9 +12,11 @@ from flask import current_app, g, jsonify, redirect, request
 from flask_limiter import Limiter
 from flask_login import current_user
 from sqlalchemy.orm import Session
+from werkzeug.routing import IntegerConverter
 
 from database.models import User
-from services.errors import Forbidden, Unauthorised
+from services.errors import BadInput, Forbidden, Unauthorised
+from services.input_checks import MAX_DB_ID, check_json_text
 from services.runtime import Runtime
 
 
@@ -36,7 +38,7 @@ def close_db_session(_exc: BaseException | None = None) -> None:
 
 def current() -> User:
     """The logged-in user, attached to this request's session."""
-    return db_session().get(User, int(current_user.get_id()))
+    return db_session().get(User, current_user.id)
 
 
 def _wants_json() -> bool:
@@ -69,10 +71,16 @@ admin_required = _guard("admin")
 def json_body() -> dict[str, Any]:
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
-        from services.errors import BadInput
-
         raise BadInput("the request body must be a JSON object", code="invalid_json")
+    check_json_text(data)
     return data
+
+
+class DbIdConverter(IntegerConverter):
+    """``<id:name>`` in a route: a row id the database can hold; a longer number is a 404, not an overflow."""
+
+    def __init__(self, url_map, **kwargs: Any) -> None:
+        super().__init__(url_map, min=1, max=MAX_DB_ID, **kwargs)
 
 
 def ok(payload: dict[str, Any], status: int = 200):

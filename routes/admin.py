@@ -27,13 +27,13 @@ def participants():
                "generated_at": _now_iso()})
 
 
-@bp.get("/participants/<int:user_id>")
+@bp.get("/participants/<id:user_id>")
 @admin_required
 def participant(user_id: int):
     return ok(admin_service.participant_record(db_session(), task_service(db_session(), runtime()), user_id))
 
 
-@bp.post("/participants/<int:user_id>/consolidate")
+@bp.post("/participants/<id:user_id>/consolidate")
 @admin_required
 def consolidate_participant(user_id: int):
     """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
@@ -49,7 +49,7 @@ def consolidate_pending():
     return ok({"runs": runs})
 
 
-@bp.post("/participants/<int:user_id>/withdraw")
+@bp.post("/participants/<id:user_id>/withdraw")
 @admin_required
 def withdraw(user_id: int):
     session = db_session()
@@ -62,7 +62,7 @@ def withdraw(user_id: int):
                                "withdrawn_reason": user.withdrawn_reason}})
 
 
-@bp.post("/participants/<int:user_id>/tasks/<task_id>/reset")
+@bp.post("/participants/<id:user_id>/tasks/<task_id>/reset")
 @admin_required
 def reset_task(user_id: int, task_id: str):
     session = db_session()

@@ -8,6 +8,7 @@ from services import admin_service, plots
 from services.clock import utc_iso
 from services.errors import BadInput
 from services.export_service import ExportOptions, export_runtime
+from services.input_checks import bounded_int
 
 bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
 
@@ -24,10 +25,8 @@ def _flag(name: str) -> bool:
 @bp.get("/failures")
 @admin_required
 def failures():
-    raw = request.args.get("limit", "500")
-    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
-        raise BadInput("limit must be a whole number from 1 to 10000", code="invalid_limit")
-    return ok(admin_service.failure_log(db_session(), limit=int(raw)))
+    limit = bounded_int(request.args.get("limit"), name="limit", low=1, high=10000, default=500)
+    return ok(admin_service.failure_log(db_session(), limit=limit))
 
 
 @bp.get("/usage")
@@ -41,9 +40,11 @@ def usage():
 @bp.get("/export")
 @admin_required
 def export():
-    """The data export as a zip: ?bom=1 for Excel, ?exclude_pii=1 without usernames and free text."""
+    """The data export as a zip: ?bom=1 for Excel, ?exclude_pii=1 without usernames and free text,
+    ?escape_formulas=0 to keep cells starting with = + - @ unescaped (they are escaped by default)."""
     rt = runtime()
-    options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"))
+    options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"),
+                            escape_formulas=request.args.get("escape_formulas") is None or _flag("escape_formulas"))
     result = export_runtime(rt, options=options, actor_id=current().id, channel="api")
     stamp = result.generated_at.strftime("%Y%m%d-%H%M%S")
     suffix = "-nopii" if options.exclude_pii else ""

@@ -5,6 +5,7 @@ from flask import Blueprint, request
 from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
+from database.models import username_key
 from routes.access import current, db_session, json_body, limiter, login_required, ok, runtime
 from services import account_service
 from services.languages import LANGUAGES
@@ -13,9 +14,15 @@ bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
 
 def limit_key() -> str:
-    """Login attempts are limited per client address and username."""
-    data = request.get_json(silent=True) or {}
-    return f"{request.remote_addr}:{str(data.get('username', ''))[:64].lower()}"
+    """Login attempts are limited per account, named as the login compares names (padding and case
+    do not make a new name), from any address."""
+    data = request.get_json(silent=True)
+    name = data.get("username") if isinstance(data, dict) else None
+    return "login:" + (username_key(name[:256]) if isinstance(name, str) else "")
+
+
+def failed_login(response) -> bool:
+    return response.status_code == 401
 
 
 def user_view(user) -> dict:
@@ -44,6 +51,10 @@ def register():
 
 @bp.post("/login")
 @limiter.limit("10 per minute", key_func=limit_key)
+# Only failures count per address: a class behind one address logs in freely, but one address cannot
+# try many usernames (password spraying).
+@limiter.limit("30 per minute", key_func=lambda: f"login-failures:{request.remote_addr}",
+               deduct_when=failed_login)
 def login():
     data = json_body()
     user = account_service.authenticate(db_session(), data.get("username"), data.get("password"))
@@ -54,6 +65,8 @@ def login():
 @bp.post("/logout")
 def logout():
     if current_user.is_authenticated:
+        account_service.end_sessions(current())
+        db_session().commit()
         logout_user()
     return ok({"logged_out": True})
 

@@ -84,7 +84,7 @@ def post_message(task_id: str):
     return _reply(rt, message)
 
 
-@bp.post("/tasks/<task_id>/messages/<int:message_id>/reply")
+@bp.post("/tasks/<task_id>/messages/<id:message_id>/reply")
 @participant_required
 def retry_reply(task_id: str, message_id: int):
     """Ask again for the reply to a stored message whose reply failed; the message is not re-sent."""

@@ -1,9 +1,12 @@
 """Export the study data as a zip: CSV files (long and wide), codebook, study definition.
 
-    python scripts/export_data.py --out exports/study.zip [--bom] [--exclude-pii] [--database-url URL]
+    python scripts/export_data.py --out exports/study.zip [--bom] [--exclude-pii] [--no-escape-formulas]
+                                  [--database-url URL]
 
 ``--bom`` writes UTF-8 with a byte-order mark so Excel opens Chinese text correctly;
-``--exclude-pii`` leaves out usernames and every free-text column. The database is
+``--exclude-pii`` leaves out usernames and every free-text column; CSV cells starting with
+= + - @ get a leading apostrophe so spreadsheets do not run them as formulas, unless
+``--no-escape-formulas``. The database is
 DATABASE_URL (default: the SQLite file under data/). Also available as
 ``flask --app app export --out FILE.zip``. What each file and column holds: the
 codebook.md inside the zip.
@@ -25,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="zip file to write")
     parser.add_argument("--bom", action="store_true", help="UTF-8 with byte-order mark (Excel)")
     parser.add_argument("--exclude-pii", action="store_true", help="leave out usernames and free-text columns")
+    parser.add_argument("--no-escape-formulas", action="store_true",
+                        help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
     parser.add_argument("--database-url", help="database to export (default: DATABASE_URL or data/experiment.db)")
     args = parser.parse_args(argv)
     overrides = {"database_url": args.database_url} if args.database_url else {}
@@ -33,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime(settings=settings, db=Database(settings.database_url), clock=Clock(),
                       background=BackgroundRunner(inline=True))
     try:
-        result = write_export(runtime, args.out, options=ExportOptions(bom=args.bom, exclude_pii=args.exclude_pii),
-                              channel="script")
+        options = ExportOptions(bom=args.bom, exclude_pii=args.exclude_pii,
+                                escape_formulas=not args.no_escape_formulas)
+        result = write_export(runtime, args.out, options=options, channel="script")
     finally:
         runtime.db.dispose()
     print(f"wrote {args.out} ({len(result.data) / 1024:.0f} KiB)")

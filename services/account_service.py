@@ -1,23 +1,35 @@
-"""Accounts: registration behind consent, login, admins. Passwords are salted scrypt hashes."""
+"""Accounts: registration behind consent, login, logout, admins. Passwords are salted scrypt hashes.
+
+Passwords are checked with zxcvbn (its bundled lists of common passwords, names and keyboard
+patterns; no network) and capped at MAX_PASSWORD characters before any hash is computed.
+Logout and a password change raise the user's ``session_version``, which the login cookie
+carries, so every session from before stops working.
+"""
 from __future__ import annotations
 
 import re
 import secrets
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
+from zxcvbn import zxcvbn
 
-from database.models import AuditLog, User
+from database.models import AuditLog, User, username_key
 from services.assignment_service import assign
 from services.clock import Clock
 from services.errors import BadInput, Conflict, Unauthorised
+from services.input_checks import MAX_DB_ID, check_text
 from services.languages import prompt_language
 from services.study import Study
 
 USERNAME = re.compile(r"^[\w.\-]{3,32}$")
 MIN_PASSWORD = 8
+MAX_PASSWORD = 256  # a longer one would only cost hashing time (scrypt reads all of it)
+# zxcvbn scores 0-4; 0 and 1 mean "guessed within about a million tries" (12345678, password, qwertyuiop)
+MIN_PASSWORD_SCORE = 2
+ZXCVBN_MAX_CHARS = 72  # zxcvbn's own input limit; a password this long is judged by its start
 # Compared against when the username does not exist, so a wrong name costs as long as a wrong password.
 _DUMMY_HASH = generate_password_hash("not-a-real-password")
 
@@ -27,11 +39,30 @@ def hash_password(password: str) -> str:
 
 
 def _check_credentials_shape(username: object, password: object) -> tuple[str, str]:
-    if not isinstance(username, str) or not USERNAME.match(username.strip()):
+    check_text(username, "username")
+    check_text(password, "password")
+    if not isinstance(username, str) or not USERNAME.fullmatch(username.strip()):
         raise BadInput("username must be 3-32 letters, digits, '.', '-' or '_'", code="invalid_username")
     if not isinstance(password, str) or len(password) < MIN_PASSWORD:
         raise BadInput(f"password must have at least {MIN_PASSWORD} characters", code="invalid_password")
+    check_password_strength(password, username.strip())
     return username.strip(), password
+
+
+def check_password_strength(password: str, username: str) -> None:
+    """Refuse a password that is too long to hash cheaply, or common or trivial to guess."""
+    if len(password) > MAX_PASSWORD:
+        raise BadInput(f"password must have at most {MAX_PASSWORD} characters", code="password_too_long")
+    verdict = zxcvbn(password[:ZXCVBN_MAX_CHARS], user_inputs=[username])
+    if verdict["score"] < MIN_PASSWORD_SCORE:
+        hint = verdict["feedback"].get("warning") or "it is too easy to guess"
+        raise BadInput(f"please choose a less common password: {hint}", code="weak_password",
+                       details={"suggestions": verdict["feedback"].get("suggestions", [])})
+
+
+def find_user(session: Session, username: str) -> User | None:
+    """The account a typed username names, compared case- and width-insensitively."""
+    return session.scalar(select(User).where(User.username_key == username_key(username)))
 
 
 def new_participant_code(session: Session) -> str:
@@ -48,7 +79,7 @@ def register(session: Session, *, username: object, password: object, consent: o
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
     lang = prompt_language(language, study.default_language)
-    if session.scalar(select(User.id).where(func.lower(User.username) == username.lower())):
+    if find_user(session, username) is not None:
         raise Conflict("this username is taken", code="username_taken")
     for _ in range(attempts):
         now = clock.now()
@@ -64,7 +95,7 @@ def register(session: Session, *, username: object, password: object, consent: o
         except IntegrityError as exc:
             session.rollback()
             # the username went to a concurrent registration, or it took our block slot: retry the slot
-            if session.scalar(select(User.id).where(func.lower(User.username) == username.lower())):
+            if find_user(session, username) is not None:
                 raise Conflict("this username is taken", code="username_taken") from exc
     raise Conflict("registration is busy, please try again", code="assignment_busy")
 
@@ -72,7 +103,11 @@ def register(session: Session, *, username: object, password: object, consent: o
 def authenticate(session: Session, username: object, password: object) -> User:
     if not isinstance(username, str) or not isinstance(password, str):
         raise BadInput("username and password are required", code="invalid_credentials_format")
-    user = session.scalar(select(User).where(func.lower(User.username) == username.strip().lower()))
+    check_text(username, "username")
+    check_text(password, "password")
+    if len(password) > MAX_PASSWORD or len(username) > 256:
+        raise Unauthorised("wrong username or password", code="invalid_credentials")
+    user = find_user(session, username)
     if user is None:
         check_password_hash(_DUMMY_HASH, password)
         raise Unauthorised("wrong username or password", code="invalid_credentials")
@@ -84,7 +119,7 @@ def authenticate(session: Session, username: object, password: object) -> User:
 def create_admin(session: Session, username: str, password: str, clock: Clock) -> User:
     """Create an admin, or reset an existing admin's password. Commits."""
     username, password = _check_credentials_shape(username, password)
-    user = session.scalar(select(User).where(func.lower(User.username) == username.lower()))
+    user = find_user(session, username)
     if user is not None and user.role != "admin":
         raise Conflict(f"{username} is a participant account", code="username_taken")
     now = clock.now()
@@ -95,10 +130,29 @@ def create_admin(session: Session, username: str, password: str, clock: Clock) -
         action = "admin_created"
     else:
         user.password_hash = hash_password(password)
+        end_sessions(user)
         action = "admin_password_reset"
     session.flush()
     session.add(AuditLog(at=now, action=action, target_user_id=user.id, details={"username": username}))
     session.commit()
+    return user
+
+
+def end_sessions(user: User) -> None:
+    """Invalidate every session of ``user`` (the caller commits): logout, password change."""
+    user.session_version = (user.session_version or 0) + 1
+
+
+def session_user(session: Session, cookie_id: str) -> User | None:
+    """The user a login cookie names, or None when the cookie is malformed or its session was ended."""
+    user_part, _, version_part = cookie_id.partition(".")
+    if not (user_part.isascii() and user_part.isdigit() and version_part.isascii() and version_part.isdigit()):
+        return None
+    if int(user_part) > MAX_DB_ID:
+        return None
+    user = session.get(User, int(user_part))
+    if user is None or (user.session_version or 0) != int(version_part):
+        return None
     return user
 
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
+from database.db_manager import is_unavailable
 from database.models import Message, TaskSession, User
 from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
@@ -149,30 +151,48 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
         latency_ms=result.latency_ms, attempts=result.attempts,
     )
     session.add(reply)
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError as exc:  # the unique reply_to_id: a simultaneous retry stored its reply first
+        session.rollback()
+        raise Conflict("this message already has a reply", code="already_answered",
+                       details={"message_id": message.id}) from exc
     after_reply(runtime, reply.id)
     return reply
+
+
+def _reply_not_stored(exc: DBAPIError, message_id: int) -> Unavailable:
+    """The database was busy while the reply was built or stored: the message itself is saved."""
+    log.warning("reply to message %s not stored, database unavailable: %s", message_id, exc.orig)
+    return Unavailable("the database is busy, so the reply was not stored; your message is saved, "
+                       "please ask again", code="reply_not_saved", details={"message_id": message_id})
 
 
 def generate_reply(runtime: Runtime, user_message_id: int) -> Message:
     """Build context and prompt, ask the provider chain, store the reply. 503 if every provider fails."""
     with runtime.db.Session() as session:
-        prepared = _prepare(session, runtime, user_message_id)
         try:
-            result = runtime.llm.complete(prepared.request)
-        except AllProvidersFailed as exc:
+            prepared = _prepare(session, runtime, user_message_id)
+            try:
+                result = runtime.llm.complete(prepared.request)
+            except AllProvidersFailed as exc:
+                session.rollback()
+                raise Unavailable("the assistant cannot answer right now; your message is saved",
+                                  code="provider_unavailable",
+                                  details={"message_id": user_message_id, "attempts": len(exc.attempts)}) from exc
+            return _store_reply(session, runtime, prepared, result)
+        except DBAPIError as exc:
             session.rollback()
-            raise Unavailable("the assistant cannot answer right now; your message is saved",
-                              code="provider_unavailable",
-                              details={"message_id": user_message_id, "attempts": len(exc.attempts)}) from exc
-        return _store_reply(session, runtime, prepared, result)
+            if is_unavailable(exc):
+                raise _reply_not_stored(exc, user_message_id) from exc
+            raise
 
 
 def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, Any]]:
     """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``."""
     with runtime.db.Session() as session:
-        prepared = _prepare(session, runtime, user_message_id)
         try:
+            prepared = _prepare(session, runtime, user_message_id)
             for event in runtime.llm.stream(prepared.request):
                 if "result" in event:
                     reply = _store_reply(session, runtime, prepared, event["result"])
@@ -184,6 +204,14 @@ def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, A
             yield {"error": {"error": "provider_unavailable",
                              "message": "the assistant cannot answer right now; your message is saved",
                              "message_id": user_message_id}}
+        except Conflict as exc:
+            yield {"error": {"error": exc.code, "message": exc.message, "message_id": user_message_id}}
+        except DBAPIError as exc:
+            session.rollback()
+            if not is_unavailable(exc):
+                raise
+            error = _reply_not_stored(exc, user_message_id)
+            yield {"error": {"error": error.code, "message": error.message, "message_id": user_message_id}}
 
 
 def after_reply(runtime: Runtime, reply_id: int) -> None:

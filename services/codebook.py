@@ -304,8 +304,20 @@ def _row(file: str, column: Column) -> dict[str, Any]:
             "scale": column.scale, "wording_zh": column.wording_zh, "wording_en": column.wording_en}
 
 
+def _formula_note(escape_formulas: bool) -> str:
+    if not escape_formulas:
+        return ("- Spreadsheet formulas were NOT escaped in this export (escape_formulas=0): a cell starting with "
+                "`=`, `+`, `-` or `@` may run as a formula if the file is opened in Excel or LibreOffice.")
+    return ("- Text cells that start with `=`, `+`, `-`, `@`, a tab or a carriage return begin with an added "
+            "apostrophe `'`, so a spreadsheet shows them as text instead of running them as formulas (OWASP "
+            "advice on CSV injection); numbers such as `-2` are left alone. Remove the first character of such "
+            "a cell to get the participant's exact text (pandas: `s.str.replace(r\"^'(?=[=+\\-@\\t\\r])\", "
+            "\"\", regex=True)`), or export again with formula escaping off (`?escape_formulas=0`, "
+            "`--no-escape-formulas`).")
+
+
 def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at: str,
-                      exclude_pii: bool, bom: bool) -> str:
+                      exclude_pii: bool, bom: bool, escape_formulas: bool = True) -> str:
     """The same codebook for people: notes, one table per file, then the questionnaire items."""
     out = [
         f"# Codebook: {study.name} data export",
@@ -321,6 +333,9 @@ def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at:
         "questionnaires); `manifest.json` lists the files, their row counts and the export options.",
         "- Replies from the `offline` provider come from a template responder, not a language model; its token "
         "counts are characters.",
+        _formula_note(escape_formulas),
+        "- NUL characters are left out of CSV cells; an unpaired UTF-16 surrogate stored before input was "
+        "checked is shown as U+FFFD. JSON files (`reply_contexts.jsonl`, `study_config.json`) keep the raw text.",
     ]
     if exclude_pii:
         out.append("- Exported without personal data: usernames and free-text columns (message text, open "

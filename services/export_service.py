@@ -12,6 +12,13 @@ Participants are identified only by ``participant_code``; every row carries it
 and ``memory_group``. ``exclude_pii`` drops usernames and every free-text column
 (and reply_contexts.jsonl, which quotes the conversation). ``bom`` writes CSVs
 as UTF-8 with a byte-order mark so Excel shows Chinese correctly.
+
+CSV cells are made safe to open in a spreadsheet (OWASP, "CSV injection"): a text cell that
+starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading apostrophe, so
+``=HYPERLINK(...)`` is shown as text instead of run as a formula (numbers such as ``-2`` are left
+alone). ``escape_formulas=False`` turns this off for analysis tools that never evaluate cells.
+NUL characters are dropped from CSV cells and unpaired surrogates (only in rows stored before input
+was checked) become U+FFFD. The JSON/JSONL files keep the raw text, escaped by JSON itself.
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ from database.models import (
     User,
 )
 from services import codebook
+from services.input_checks import printable
 from services.study import Study
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
@@ -48,12 +56,15 @@ CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionn
 REPLY_CONTEXTS = "reply_contexts.jsonl"
 # Keys a STUDY_CONFIG file should never hold, dropped from study_config.json all the same.
 SECRET_KEY_PATTERN = re.compile(r"api[_-]?key|secret|password|passwd|credential|access[_-]?token", re.IGNORECASE)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
 @dataclass
 class ExportOptions:
     bom: bool = False
     exclude_pii: bool = False
+    escape_formulas: bool = True
 
 
 @dataclass
@@ -67,8 +78,18 @@ def _time(value: datetime | None) -> str | None:
     return value.isoformat(sep=" ", timespec="seconds") if value else None
 
 
+def json_text(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` as UTF-8-safe text: unpaired surrogates in old rows are written as \\u escapes."""
+    text = json.dumps(value, ensure_ascii=False, **kwargs)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, **kwargs)
+    return text
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return None if value is None else json_text(value, sort_keys=True)
 
 
 def _cell(value: Any) -> Any:
@@ -80,6 +101,17 @@ def _cell(value: Any) -> Any:
         return _time(value)
     if isinstance(value, (dict, list)):
         return _json(value)
+    return value
+
+
+def safe_cell(value: Any, *, escape_formulas: bool) -> Any:
+    """A CSV cell that encodes as UTF-8 and, when asked, cannot start a spreadsheet formula."""
+    value = _cell(value)
+    if not isinstance(value, str):
+        return value
+    value = printable(value)
+    if escape_formulas and value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
     return value
 
 
@@ -279,12 +311,12 @@ def _tables(data: _Data, study: Study, *, exclude_pii: bool
     return tables
 
 
-def _csv_bytes(columns: list[str], rows: list[dict[str, Any]], *, bom: bool) -> bytes:
+def _csv_bytes(columns: list[str], rows: list[dict[str, Any]], *, bom: bool, escape_formulas: bool = True) -> bytes:
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([_cell(row.get(name)) for name in columns])
+        writer.writerow([safe_cell(row.get(name), escape_formulas=escape_formulas) for name in columns])
     return buffer.getvalue().encode("utf-8-sig" if bom else "utf-8")
 
 
@@ -297,12 +329,13 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for file, (columns, rows) in tables.items():
-            archive.writestr(file, _csv_bytes(columns, rows, bom=options.bom))
+            archive.writestr(file, _csv_bytes(columns, rows, bom=options.bom,
+                                              escape_formulas=options.escape_formulas))
             result.files[file] = len(rows)
         include_contexts = not options.exclude_pii
         if include_contexts:
             contexts = _reply_contexts(data)
-            archive.writestr(REPLY_CONTEXTS, "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in contexts))
+            archive.writestr(REPLY_CONTEXTS, "".join(json_text(c) + "\n" for c in contexts))
             result.files[REPLY_CONTEXTS] = len(contexts)
         files = {file: columns for file, (columns, _) in tables.items()}
         files["codebook.csv"] = [c.name for c in codebook.STATIC_COLUMNS["codebook.csv"]]
@@ -312,13 +345,15 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
         result.files["codebook.csv"] = len(rows)
         stamp = _time(generated_at)
         archive.writestr("codebook.md", codebook.codebook_markdown(
-            rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom))
+            rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom,
+            escape_formulas=options.escape_formulas))
         result.files["codebook.md"] = 1
         archive.writestr("study_config.json", json.dumps(scrub_secrets(study.as_dict()), ensure_ascii=False, indent=2))
         result.files["study_config.json"] = 1
         manifest = {
             "generated_at": stamp, "timezone": "UTC",
-            "options": {"bom": options.bom, "exclude_pii": options.exclude_pii},
+            "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
+                        "escape_formulas": options.escape_formulas},
             "files": dict(result.files), "deployment": deployment or {},
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
@@ -346,7 +381,8 @@ def export_runtime(runtime, *, options: ExportOptions, actor_id: int | None = No
         result = build_export(session, runtime.study, options=options, generated_at=runtime.clock.now(),
                               deployment=deployment_facts(runtime.settings))
         session.add(AuditLog(at=result.generated_at, actor_user_id=actor_id, action="data_exported", details={
-            "channel": channel, "bom": options.bom, "exclude_pii": options.exclude_pii, "files": result.files}))
+            "channel": channel, "bom": options.bom, "exclude_pii": options.exclude_pii,
+            "escape_formulas": options.escape_formulas, "files": result.files}))
     return result
 
 

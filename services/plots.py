@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
 from services import recall_model
 from services.errors import BadInput, NotFound
+from services.input_checks import MAX_DB_ID, bounded_int
 from services.study import Study
 
 NO_DATA = "no data yet"
@@ -328,10 +329,10 @@ def render(name: str, session: Session, study: Study, *, args: dict[str, str], n
     if name not in PLOTS:
         raise NotFound(f"no plot called {name!r}; available: {', '.join(PLOTS)}", code="unknown_plot")
     if name == "forgetting_curves":
-        raw = args.get("user_id")
-        if raw is None or not str(raw).isdigit():
+        if args.get("user_id") is None:
             raise BadInput("forgetting_curves needs ?user_id=<participant id>", code="user_id_required")
-        return forgetting_curves(session, study, int(raw), now=now, day_seconds=day_seconds)
+        user_id = bounded_int(args["user_id"], name="user_id", low=1, high=MAX_DB_ID)
+        return forgetting_curves(session, study, user_id, now=now, day_seconds=day_seconds)
     if name == "questionnaire_means":
         return questionnaire_means(session, study, args.get("instrument") or None)
     return PLOTS[name](session, study)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import QuestionnaireResponse, TaskSession
 from services.clock import Clock
-from services.errors import BadInput
+from services.errors import BadInput, Conflict
 from services.study import Study, Task
 from services.timer_service import localised
 
@@ -93,4 +94,10 @@ def store_answers(session: Session, ts: TaskSession, items: list[dict[str, Any]]
             user_id=ts.user_id, task_session_id=ts.id, task_id=ts.task_id, instrument=instruments[item_id],
             item_id=item_id, value=value, submitted_at=now,
         ))
+    try:
+        session.flush()
+    except IntegrityError as exc:  # uq_response_item: a simultaneous submission of this questionnaire won
+        session.rollback()
+        raise Conflict("this questionnaire has already been submitted", code="questionnaire_already_submitted") \
+            from exc
     return len(cleaned)

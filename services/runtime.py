@@ -52,7 +52,7 @@ class Runtime:
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,
                   llm: LLMService | None = None) -> Runtime:
     registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
-    db = db or Database(settings.database_url)
+    db = db or Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, TaskSession, User
@@ -166,7 +167,12 @@ class TaskService:
                          status="in_progress", phase="chat", started_at=now, last_activity_at=now,
                          active_seconds=0.0, consolidation_status="pending")
         self.session.add(ts)
-        self.session.flush()
+        try:
+            self.session.flush()
+        except IntegrityError as exc:  # uq_task_live_attempt: a simultaneous start won
+            self.session.rollback()
+            raise Conflict(f"task {task_id} was started by another request just now", code="task_already_started",
+                           details={"task_id": task_id}) from exc
         return ts
 
     def running_session(self, user: User, task_id: str, *, phase: str) -> TaskSession:

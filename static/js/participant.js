@@ -541,13 +541,14 @@ function showChat(task) {
     sendButton.disabled = true;
     sendButton.textContent = t("task.sending");
     try {
-      await streamReply(`${taskPath}/messages`, { content }, (stored) => {
+      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content }, (stored) => {
         // Only now is the text safe on the server: clear the box and the saved draft.
         if (input.value === content) input.value = "";
         sessionStorage.removeItem(draftKey(task.id));
+        composerError.textContent = "";
         updateCounter();
         addMessage(stored);
-      });
+      }));
     } catch (err) {
       if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
         chatEnded();
@@ -559,6 +560,8 @@ function showChat(task) {
         sessionStorage.removeItem(draftKey(task.id));
         addMessage({ id: err.details.message_id, role: "user", content: content.trim() });
         markFailed(err.details.message_id);
+      } else if (err.code === "database_busy") {
+        composerError.textContent = t("task.db_busy_gave_up");
       } else if (err.code === "message_too_long") {
         composerError.textContent = t("task.too_long", { limit: err.details?.limit ?? limit });
       } else if (err.code === "empty_message") {
@@ -573,6 +576,21 @@ function showChat(task) {
       if (!ended) {
         input.focus();
         refreshTimer();
+      }
+    }
+  }
+
+  // A busy or read-only database answers 503 "database_busy": nothing was stored, so the same
+  // request is sent again after the server's Retry-After, a few times, with the text left in the box.
+  async function postWhileBusy(post, attempts = 4) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await post();
+      } catch (err) {
+        if (err.code !== "database_busy" || attempt >= attempts || ended) throw err;
+        composerError.textContent = t("task.db_busy_retrying", { attempt });
+        const seconds = Number(err.details?.retry_after_seconds) || 2;
+        await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
       }
     }
   }

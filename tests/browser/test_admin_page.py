@@ -157,7 +157,12 @@ def test_failures_and_plots_views_render(new_page, live_server, admin_account, b
     expect(page.locator(".plots figure img")).to_have_count(4)
     funnel = page.locator("figure[data-plot=funnel] img")
     expect(funnel).to_have_attribute("src", re.compile(r"/api/admin/plots/funnel\.png"))
-    page.wait_for_function("document.querySelector('figure[data-plot=funnel] img')?.naturalWidth > 0")
+    # polled from here: wait_for_function evaluates a string in the page, which the CSP (no eval) forbids
+    for _ in range(100):
+        if funnel.evaluate("img => img.naturalWidth") > 0:
+            break
+        page.wait_for_timeout(100)
+    assert funnel.evaluate("img => img.naturalWidth") > 0
     expect(page.locator("#forgetting-curve img, #forgetting-curve p")).to_have_count(1)
 
 

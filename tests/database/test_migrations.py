@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -39,3 +41,56 @@ def test_migrate_script_upgrades_the_database_named_in_the_environment(tmp_path,
     assert module.main([]) == 0
     assert "at revision" in capsys.readouterr().out
     assert "users" in Database(url).table_names()
+
+
+def _database_at_0001(database_url: str) -> Database:
+    db = Database(database_url)
+    if not database_url.startswith("sqlite"):
+        from tests.conftest import _reset_schema
+
+        _reset_schema(db)
+    db.upgrade("0001")
+    return db
+
+
+def _add_user(conn, user_id: int, username: str) -> None:
+    from sqlalchemy import text
+
+    conn.execute(text("INSERT INTO users (id, username, password_hash, role, language, created_at, status) "
+                      "VALUES (:id, :name, 'x', 'participant', 'zh', '2026-03-01 09:00:00', 'active')"),
+                 {"id": user_id, "name": username})
+
+
+@pytest.mark.postgres
+def test_0002_fills_the_case_folded_key_of_existing_accounts(tmp_path):
+    from sqlalchemy import text
+
+    db = _database_at_0001(os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'old.db'}")
+    with db.engine.begin() as conn:
+        _add_user(conn, 1, "Alice")
+        _add_user(conn, 2, "ＢＯＢ")
+    db.upgrade()
+    with db.engine.connect() as conn:
+        rows = conn.execute(text("SELECT username_key, session_version FROM users ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [("alice", 0), ("bob", 0)]
+    db.dispose()
+
+
+@pytest.mark.postgres
+def test_0002_stops_on_usernames_differing_only_in_case_and_changes_nothing(tmp_path):
+    from sqlalchemy import text
+
+    db = _database_at_0001(os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'dupes.db'}")
+    with db.engine.begin() as conn:
+        _add_user(conn, 1, "name")
+        _add_user(conn, 2, "NAME")
+    with pytest.raises(RuntimeError) as raised:
+        db.upgrade()
+    assert "'name' (id 1)" in str(raised.value) and "'NAME' (id 2)" in str(raised.value)
+    assert db.current_revision() == "0001"
+    assert "username_key" not in {c["name"] for c in inspect(db.engine).get_columns("users")}
+    with db.engine.begin() as conn:  # the researcher renames one account; then the upgrade goes through
+        conn.execute(text("UPDATE users SET username = 'name2' WHERE id = 2"))
+    db.upgrade()
+    assert db.current_revision() is not None and db.current_revision() != "0001"
+    db.dispose()

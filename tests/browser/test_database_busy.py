@@ -1,0 +1,52 @@
+"""Issue 11, item 7, in the browser: when the server answers 503 "database_busy" (nothing was saved),
+the participant's text stays in the box and the page sends it again by itself."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import expect
+from sqlalchemy import select
+
+from database.models import Message, User
+
+pytestmark = pytest.mark.browser
+TEXT = "数据库忙的时候这句话也不能丢。"
+
+
+def test_a_busy_database_keeps_the_text_and_the_page_retries(new_page, live_server, bot):
+    bot().register("browser_busy")
+    page = new_page()
+    page.goto("/#/login")
+    page.fill("#login-username", "browser_busy")
+    page.fill("#login-password", "bot-password-1")
+    page.click("#login-submit")
+    page.click(".task-card[data-task=T1] .start-task")
+
+    refused: list[str] = []
+
+    def busy_once(route):
+        if refused:
+            route.continue_()
+            return
+        refused.append(route.request.url)
+        route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "1"},
+                      body=json.dumps({"error": "database_busy", "retryable": True,
+                                       "message": "the database is busy; NOT saved",
+                                       "details": {"retry_after_seconds": 1}}))
+
+    page.route("**/api/tasks/T1/messages*", busy_once)
+    page.fill("#message-input", TEXT)
+    page.press("#message-input", "Enter")
+    expect(page.locator(".composer .notice")).to_contain_text("正在自动重试")
+    expect(page.locator("#message-input")).to_have_value(TEXT)
+
+    expect(page.locator(".msg.user .msg-text")).to_have_text([TEXT])
+    expect(page.locator(".msg.assistant:not(.pending)")).to_have_count(1)
+    expect(page.locator("#message-input")).to_have_value("")
+    expect(page.locator(".composer .notice")).to_have_text("")
+    assert len(refused) == 1
+    with live_server.runtime.db.Session() as session:
+        user_id = session.scalar(select(User.id).where(User.username == "browser_busy"))
+        assert session.scalars(select(Message.content).where(Message.user_id == user_id,
+                                                             Message.role == "user")).all() == [TEXT]
