@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import click
 from flask import Flask, jsonify, request
@@ -71,13 +72,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_errors(app)
     _register_blueprints(app)
     _register_cli(app)
+    _register_payments_cli(app)
     return app
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, participant
+    from routes import admin, admin_tools, auth, pages, panel, participant
 
-    for module in (auth, participant, admin, admin_tools, pages):
+    for module in (auth, participant, admin, admin_tools, pages, panel):
         app.register_blueprint(module.bp)
 
 
@@ -194,7 +196,24 @@ def _register_cli(app: Flask) -> None:
                    f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); "
                    f"{len(result['overdue'])} newly overdue")
         if reminders:
-            click.echo(f"reminders sent: {len(result['reminders']['sent'])}")
+            click.echo(f"reminders sent: {len(result['reminders']['sent'])}, "
+                       f"failed: {len(result['reminders']['failed'])}")
+
+
+def _register_payments_cli(app: Flask) -> None:
+    runtime = app.extensions["memory_lab"]
+
+    @app.cli.command("payments")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV file to write")
+    @click.option("--upload", is_flag=True, help="only id,amount rows for the panel's bulk payment upload")
+    def payments_command(out: str, upload: bool) -> None:
+        """What each participant is owed: per-task compensation and completion bonus (study file)."""
+        from services.payments import payment_rows, payments_csv
+
+        with runtime.db.Session() as session:
+            rows = payment_rows(session, runtime.study)
+        Path(out).write_bytes(payments_csv(rows, upload=upload).encode("utf-8"))
+        click.echo(f"wrote {out}: {len(rows)} participant(s)")
 
 
 def bootstrap_admin_once(app: Flask) -> None:

@@ -90,6 +90,11 @@ class Settings:
     assignment_seed: int | None = None
     rate_limits_enabled: bool = True
     cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
+    # the address participants reach the study at, for return links sent by reminders
+    # (pages use the address the request came to when this is unset)
+    public_base_url: str | None = None
+    # Fernet key for participants' contact details (services.contacts); unset: none are stored
+    contact_encryption_key: str | None = None
     # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
     db_busy_timeout_seconds: float = 10.0
     run_migrations_on_start: bool = True
@@ -144,6 +149,8 @@ class Settings:
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
+            public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
+            contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
             db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
         )
         values.update(overrides)

@@ -42,6 +42,7 @@ class User(Base):
     """A participant or an admin. Participants are known in exports only by ``participant_code``."""
 
     __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("external_id", name="uq_users_external_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
@@ -54,12 +55,17 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
     consent_at: Mapped[datetime | None] = mapped_column(DateTime)
     consent_version: Mapped[str | None] = mapped_column(String(32))
-    status: Mapped[str] = mapped_column(String(16), default="active")  # active | withdrawn
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | withdrawn | erased
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime)
     withdrawn_reason: Mapped[str | None] = mapped_column(Text)
     last_active_at: Mapped[datetime | None] = mapped_column(DateTime)
     # part of the login cookie; raised by logout and password changes, which ends every older session
     session_version: Mapped[int] = mapped_column(Integer, default=0)
+    # a panel's participant id (Prolific PID, Credamo/wjx id); one study per database, so unique
+    external_id: Mapped[str | None] = mapped_column(String(64))
+    # erasure leaves this row as the tombstone (code, enrolment, erasure time and reason)
+    erased_at: Mapped[datetime | None] = mapped_column(DateTime)
+    erasure_reason: Mapped[str | None] = mapped_column(Text)
 
     assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
 
@@ -188,6 +194,11 @@ class Message(Base):
     recall_count: Mapped[int] = mapped_column(Integer, default=0)
     last_recall_at: Mapped[datetime | None] = mapped_column(DateTime)
     consolidated_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # -- user messages: data-quality signals reported by the participant page (None when not sent)
+    typing_ms: Mapped[int | None] = mapped_column(Integer)  # first keystroke to send
+    keystrokes: Mapped[int | None] = mapped_column(Integer)
+    pasted_chars: Mapped[int | None] = mapped_column(Integer)
+    focus_losses: Mapped[int | None] = mapped_column(Integer)  # since the previous message of the task
 
 
 class ProfileVersion(Base):
@@ -284,3 +295,49 @@ class ProviderFailure(Base):
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
     fallback_provider: Mapped[str | None] = mapped_column(String(64))
+
+
+class ReturnLink(Base):
+    """A personal link that logs a participant in. Only the SHA-256 of its token is stored."""
+
+    __tablename__ = "return_links"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    purpose: Mapped[str] = mapped_column(String(16))  # task_end | reminder | admin
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class ContactDetail(Base):
+    """How to reach a participant for reminders, encrypted with CONTACT_ENCRYPTION_KEY (Fernet)."""
+
+    __tablename__ = "contact_details"
+    __table_args__ = (UniqueConstraint("user_id", "channel", name="uq_contact_channel"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    channel: Mapped[str] = mapped_column(String(16))  # email | webhook
+    encrypted: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class Reminder(Base):
+    """One reminder (task unlocked, or overdue) to one participant on one channel: sent once."""
+
+    __tablename__ = "reminders"
+    __table_args__ = (UniqueConstraint("user_id", "task_id", "kind", "channel", name="uq_reminder_once"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    task_id: Mapped[str] = mapped_column(String(8))
+    kind: Mapped[str] = mapped_column(String(16))  # unlocked | overdue
+    channel: Mapped[str] = mapped_column(String(16))  # email | webhook
+    status: Mapped[str] = mapped_column(String(16))  # sending | sent | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime)
+    error: Mapped[str | None] = mapped_column(String(255))

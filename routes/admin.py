@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
-from services import admin_service
+from services import admin_service, erasure_service, panel_service
 from services.chat_service import task_service
 from services.clock import utc_iso
 
@@ -18,11 +18,14 @@ def _now_iso() -> str:
 @bp.get("/participants")
 @admin_required
 def participants():
-    """Monitor rows, filtered by ?group=L1&status=active|withdrawn&overdue=1|0; the summary counts everyone."""
+    """Monitor rows, filtered by ?group=L1&status=active|withdrawn|erased&overdue=1|0&pasted=1|0&failed_checks=1|0;
+    the summary counts everyone."""
     rt = runtime()
     rows = admin_service.monitor_rows(db_session(), task_service(db_session(), rt))
-    shown = admin_service.filter_rows(rows, rt.study, group=request.args.get("group"),
-                                      status=request.args.get("status"), overdue=request.args.get("overdue"))
+    args = request.args
+    shown = admin_service.filter_rows(rows, rt.study, group=args.get("group"), status=args.get("status"),
+                                      overdue=args.get("overdue"), pasted=args.get("pasted"),
+                                      failed_checks=args.get("failed_checks"))
     return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
                "generated_at": _now_iso()})
 
@@ -73,3 +76,38 @@ def reset_task(user_id: int, task_id: str):
     session.commit()
     user = admin_service.get_participant(session, user_id)
     return ok({"task_session_id": ts.id, "attempt": ts.attempt, "task": tasks.status_of(user, task_id)})
+
+
+@bp.post("/participants/<id:user_id>/erase")
+@admin_required
+def erase(user_id: int):
+    """Erase a participant on request: {"confirm": true, "reason": "..."}. Irreversible; the tombstone stays."""
+    session = db_session()
+    data = json_body()
+    tombstone = erasure_service.erase_participant(session, user_id, admin=current(), confirm=data.get("confirm"),
+                                                  reason=data.get("reason"), now=runtime().clock.now())
+    session.commit()
+    return ok({"tombstone": tombstone})
+
+
+@bp.post("/participants/<id:user_id>/return-link")
+@admin_required
+def reissue_return_link(user_id: int):
+    """Revoke the participant's return links and issue a new one, shown to the admin once."""
+    session = db_session()
+    rt = runtime()
+    user = admin_service.get_participant(session, user_id)
+    link = panel_service.reissue_link(session, user, task_service(session, rt), admin=current())
+    session.commit()
+    return ok({"url": link.url(rt.settings.public_base_url or request.url_root),
+               "expires_at": link.expires_at.isoformat(timespec="seconds") + "Z"})
+
+
+@bp.post("/participants/<id:user_id>/return-link/revoke")
+@admin_required
+def revoke_return_links(user_id: int):
+    session = db_session()
+    user = admin_service.get_participant(session, user_id)
+    revoked = panel_service.revoke_all(session, user, admin=current(), now=runtime().clock.now())
+    session.commit()
+    return ok({"revoked": revoked})

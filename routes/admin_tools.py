@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, request
 
 from routes.access import admin_required, current, db_session, ok, runtime
-from services import admin_service, plots
+from services import admin_service, payments, plots
 from services.clock import utc_iso
 from services.errors import BadInput
 from services.export_service import ExportOptions, export_runtime
@@ -52,6 +52,21 @@ def export():
         "Content-Disposition": f'attachment; filename="memory-lab-export-{stamp}{suffix}.zip"',
         "Cache-Control": "no-store",
     })
+
+
+@bp.get("/payments.csv")
+@admin_required
+def payments_export():
+    """What each participant is owed (?upload=1: the id,amount rows a panel takes)."""
+    rt = runtime()
+    upload = _flag("upload")
+    rows = payments.payment_rows(db_session(), rt.study)
+    text = payments.payments_csv(rows, upload=upload)
+    payments.record_download(db_session(), actor_id=current().id, now=rt.clock.now(), upload=upload, rows=len(rows))
+    db_session().commit()
+    name = "payments-upload.csv" if upload else "payments.csv"
+    return Response(text.encode("utf-8"), mimetype="text/csv", headers={
+        "Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})
 
 
 @bp.get("/plots/<name>.png")

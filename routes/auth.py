@@ -28,7 +28,7 @@ def failed_login(response) -> bool:
 def user_view(user) -> dict:
     """What a user may see about themselves. The memory group is never included."""
     return {"id": user.id, "username": user.username, "role": user.role, "language": user.language,
-            "participant_code": user.participant_code, "status": user.status}
+            "participant_code": user.participant_code, "status": user.status, "external_id": user.external_id}
 
 
 @bp.get("/csrf")

@@ -17,6 +17,7 @@ from routes.access import current, db_session, json_body, limiter, ok, participa
 from services import chat_service
 from services.chat_service import serialise_message, task_service
 from services.clock import utc_iso
+from services.panel_service import completion_for
 from services.questionnaire_service import items_for_task, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
@@ -46,6 +47,8 @@ def task_detail(task_id: str):
         messages = [serialise_message(m, participant_view=True) for m in db_session().scalars(
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
     status["messages"] = messages
+    if status["status"] == "done":
+        status["completion"] = completion_for(runtime().study, task_id, user)
     return ok({"task": status})
 
 
@@ -80,7 +83,8 @@ def _wants_stream() -> bool:
 @limiter.limit("30 per minute")
 def post_message(task_id: str):
     rt = runtime()
-    message = chat_service.accept_message(db_session(), rt, current(), task_id, json_body().get("content"))
+    data = json_body()
+    message = chat_service.accept_message(db_session(), rt, current(), task_id, data.get("content"), signals=data)
     return _reply(rt, message)
 
 
@@ -156,7 +160,8 @@ def post_questionnaire(task_id: str):
     stored = store_answers(session, ts, items, cleaned, rt.clock)
     tasks.complete(ts)
     tasks.commit()
-    return ok({"stored": stored, "task": tasks.status_of(user, task_id)}, 201)
+    return ok({"stored": stored, "task": tasks.status_of(user, task_id),
+               "completion": completion_for(rt.study, task_id, user)}, 201)
 
 
 def _now_iso() -> str:

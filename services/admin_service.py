@@ -17,18 +17,22 @@ from database.models import (
     ProviderFailure,
     QuestionnaireResponse,
     RecallEvent,
+    Reminder,
     TaskSession,
     User,
 )
 from services.chat_service import serialise_message
 from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
+from services.erasure_service import tombstone
 from services.errors import BadInput, Conflict, NotFound
+from services.panel_service import link_summary
+from services.quality import participant_quality
 from services.runtime import Runtime
 from services.study import Study
 from services.timer_service import TaskService
 
-PARTICIPANT_STATUSES = ("active", "withdrawn")
+PARTICIPANT_STATUSES = ("active", "withdrawn", "erased")
 
 
 
@@ -40,8 +44,18 @@ def _counts(session: Session, model, column) -> dict[int, int]:
 # -- monitor ---------------------------------------------------------------------------------------
 
 
+def _reminders(session: Session) -> dict[int, list[dict[str, Any]]]:
+    by_user: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in session.scalars(select(Reminder).order_by(Reminder.id)):
+        by_user[r.user_id].append({"task_id": r.task_id, "kind": r.kind, "channel": r.channel, "status": r.status,
+                                   "attempts": r.attempts, "sent_at": utc_iso(r.sent_at), "error": r.error})
+    return by_user
+
+
 def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
     participants = session.scalars(select(User).where(User.role == "participant").order_by(User.id)).all()
+    quality = participant_quality(session, tasks.study)
+    reminders = _reminders(session)
     messages = _counts(session, Message, Message.user_id)
     failures = _counts(session, ProviderFailure, ProviderFailure.user_id)
     questionnaires = dict(session.execute(
@@ -72,6 +86,10 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "consolidation": {s.task_id: s.consolidation_status for s in sessions if s.status != "reset"},
             "consolidation_pending": sum(1 for c in consolidation if c in ("pending", "failed")),
             "provider_failures": failures.get(user.id, 0),
+            "external_id": user.external_id,
+            "erased_at": utc_iso(user.erased_at),
+            **quality[user.id],
+            "reminders": reminders.get(user.id, []),
         })
     return rows
 
@@ -88,8 +106,10 @@ def _flag(raw: str | None, name: str) -> bool | None:
 
 
 def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None = None,
-                status: str | None = None, overdue: str | None = None) -> list[dict[str, Any]]:
-    """The monitor's filters: memory group, participant status, overdue (1 only overdue, 0 only not)."""
+                status: str | None = None, overdue: str | None = None, pasted: str | None = None,
+                failed_checks: str | None = None) -> list[dict[str, Any]]:
+    """The monitor's filters: memory group, participant status, and the 1/0 flags overdue, pasted
+    (sent a message with pasted text) and failed_checks (failed an attention check)."""
     if group:
         if group not in study.conditions:
             raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
@@ -99,9 +119,13 @@ def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None =
             raise BadInput(f"status must be one of {', '.join(PARTICIPANT_STATUSES)}", code="invalid_filter",
                            details={"status": status})
         rows = [r for r in rows if r["status"] == status]
-    wanted = _flag(overdue, "overdue")
-    if wanted is not None:
-        rows = [r for r in rows if r["overdue"] is wanted]
+    flags = {"overdue": (overdue, lambda r: r["overdue"]),
+             "pasted": (pasted, lambda r: r["pasted_messages"] > 0),
+             "failed_checks": (failed_checks, lambda r: r["attention_failures"] > 0)}
+    for name, (raw, test) in flags.items():
+        wanted = _flag(raw, name)
+        if wanted is not None:
+            rows = [r for r in rows if test(r) is wanted]
     return rows
 
 
@@ -147,7 +171,13 @@ def get_participant(session: Session, user_id: int) -> User:
 
 
 def participant_record(session: Session, tasks: TaskService, user_id: int) -> dict[str, Any]:
-    get_participant(session, user_id)
+    """Everything about one participant; for an erased participant, the tombstone only."""
+    user = get_participant(session, user_id)
+    if user.status == "erased":
+        return {"erased": True, "tombstone": tombstone(user),
+                "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id}
+                          for a in session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id)
+                                                   .order_by(AuditLog.id))]}
     row = next(r for r in monitor_rows(session, tasks) if r["id"] == user_id)
     sessions = tasks.sessions_of(user_id)
     messages = session.scalars(select(Message).where(Message.user_id == user_id).order_by(Message.id)).all()
@@ -193,6 +223,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
             "steps": r.steps, "provider": r.provider,
         } for r in runs],
         "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
+        "return_links": link_summary(session, user_id, tasks.clock.now()),
         "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
@@ -217,6 +248,8 @@ def withdraw(session: Session, user_id: int, *, admin: User, reason: Any, now: d
     text = _reason(reason, required=False)
     if user.status == "withdrawn":
         raise Conflict("this participant has already withdrawn", code="already_withdrawn")
+    if user.status == "erased":
+        raise Conflict("this participant has been erased", code="already_erased")
     user.status = "withdrawn"
     user.withdrawn_at = now
     user.withdrawn_reason = text or None

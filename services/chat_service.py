@@ -32,6 +32,7 @@ from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
+from services.quality import parse_signals
 from services.runtime import Runtime
 from services.study import Study
 from services.timer_service import TaskService
@@ -54,8 +55,12 @@ def task_service(session: Session, runtime: Runtime) -> TaskService:
                        on_chat_ended=lambda task_session_id: on_chat_ended(runtime, task_session_id))
 
 
-def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any) -> Message:
-    """Validate and commit the participant's message. Nothing is stored if it is refused."""
+def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any,
+                   signals: dict[str, Any] | None = None) -> Message:
+    """Validate and commit the participant's message. Nothing is stored if it is refused.
+
+    ``signals`` holds the optional data-quality fields the page sends (services.quality)."""
+    quality = parse_signals(signals or {})
     if not isinstance(content, str) or not content.strip():
         raise BadInput("the message is empty", code="empty_message")
     limit = runtime.study.limits.max_message_chars
@@ -69,7 +74,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
         tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
     message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
-                      content=content.strip(), created_at=runtime.clock.now())
+                      content=content.strip(), created_at=runtime.clock.now(), **quality)
     session.add(message)
     user.last_active_at = message.created_at
     session.commit()
@@ -267,7 +272,8 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
             prompt_tokens=message.prompt_tokens, completion_tokens=message.completion_tokens,
             latency_ms=message.latency_ms, attempts=message.attempts,
             emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
-            recall_count=message.recall_count,
+            recall_count=message.recall_count, typing_ms=message.typing_ms, keystrokes=message.keystrokes,
+            pasted_chars=message.pasted_chars, focus_losses=message.focus_losses,
             last_recall_at=utc_iso(message.last_recall_at),
         )
     return data

@@ -50,7 +50,10 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         CODE, GROUP,
         _c("username", STRING, "Login name chosen at registration.", pii=True),
         _c("language", STRING, "Interface and chat language (zh or en)."),
-        _c("status", STRING, "active, or withdrawn (data kept; no further tasks)."),
+        _c("external_id", STRING, "Participant id of the recruiting panel (e.g. Prolific PID) for panel entries; "
+                                  "empty otherwise and after erasure.", pii=True),
+        _c("status", STRING, "active; withdrawn (data kept; no further tasks); or erased (on request: only this "
+                             "row's code, group, assignment and enrolment/erasure times are left)."),
         _c("registered_at", DATETIME, "Account creation."),
         _c("consent_at", DATETIME, "Time the consent form was accepted."),
         _c("consent_version", STRING, "Version of the consent text accepted."),
@@ -63,6 +66,12 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("tasks_done", INTEGER, "Number of tasks completed (chat and questionnaire)."),
         _c("user_messages", INTEGER, "Messages the participant sent, all tasks."),
         _c("assistant_replies", INTEGER, "Replies stored for the participant, all tasks."),
+        _c("erased_at", DATETIME, "Time an admin erased the participant's data on request; empty otherwise."),
+        _c("erasure_reason", STRING, "Reason recorded with the erasure (free text).", pii=True),
+        _c("pasted_messages", INTEGER, "Messages that contained pasted text (pasted_chars > 0 in messages.csv)."),
+        _c("focus_losses", INTEGER, "Times the task page lost focus while chatting, all tasks (sum over messages)."),
+        _c("attention_checks", INTEGER, "Attention-check items answered."),
+        _c("attention_failures", INTEGER, "Attention-check items answered other than instructed."),
     ],
     "task_sessions.csv": [
         _c("task_session_id", INTEGER, "Id of this attempt at a task; messages.csv and questionnaires link to it."),
@@ -120,6 +129,14 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("recall_count", INTEGER, "User message: times it was recalled (L4)."),
         _c("last_recall_at", DATETIME, "User message: last recall (L4)."),
         _c("consolidated_at", DATETIME, "User message: time its memory fields were computed."),
+        _c("typing_ms", INTEGER, "User message: milliseconds from the first keystroke in the message box to "
+                                 "sending, as measured by the participant page; empty if not reported."),
+        _c("keystrokes", INTEGER, "User message: key presses in the message box while writing it (IME "
+                                  "composition counts each key)."),
+        _c("pasted_chars", INTEGER, "User message: characters pasted into the message box while writing it; "
+                                    "above 0 flags text possibly written elsewhere (e.g. by another chatbot)."),
+        _c("focus_losses", INTEGER, "User message: times the page lost focus (another tab or window) since the "
+                                    "previous message of the task was sent, or since the chat page opened."),
     ],
     "questionnaires_long.csv": [
         CODE, GROUP,
@@ -127,16 +144,18 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("task_session_id", INTEGER, "Task attempt (task_sessions.csv)."),
         _c("instrument", STRING, "Instrument (scale) the item belongs to."),
         _c("item_id", STRING, "Item id; wording and scale per item below and in codebook.md."),
-        _c("item_type", STRING, "likert, ios, choice or text."),
+        _c("item_type", STRING, "likert, ios, choice, text or attention (an instructed-response check)."),
         _c("value", NUMBER, "Answer to a rating item (a choice item: the chosen option's value); empty for "
                             "free-text items."),
         _c("text_answer", STRING, "Answer to a free-text item.", pii=True),
         _c("submitted_at", DATETIME, "Time the questionnaire was submitted."),
+        _c("attention_passed", BOOLEAN, "Attention items: 1 if the instructed answer was given, 0 if not; empty "
+                                        "for other items."),
     ],
     "questionnaires_wide.csv": [
         CODE, GROUP,
         _c("language", STRING, "Language the questionnaire was shown in."),
-        _c("status", STRING, "Participant status at export (active or withdrawn)."),
+        _c("status", STRING, "Participant status at export (active, withdrawn or erased)."),
     ],
     "profiles.csv": [
         _c("profile_version_id", INTEGER, "Row id of this profile version."),
@@ -230,6 +249,8 @@ def item_scale(item: dict[str, Any]) -> str:
         options = "; ".join(f"{o['value']} = {_localised(o.get('label'), 'en') or _localised(o.get('label'), 'zh')}"
                             for o in item.get("options", []))
         return f"choice ({options})"
+    if kind == "attention":
+        return f"attention check, instructed answer {item['expected']} (any other answer fails)"
     if kind == "text":
         limit = item.get("max")
         return f"free text, up to {limit} characters" if limit else "free text"

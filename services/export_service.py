@@ -49,6 +49,7 @@ from database.models import (
 )
 from services import codebook
 from services.input_checks import printable
+from services.quality import attention_items, attention_passed
 from services.study import Study
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
@@ -157,12 +158,28 @@ class _Data:
                 "memory_group": assignment.memory_group if assignment else None}
 
 
+def _quality(data: _Data, study: Study) -> dict[int, Counter]:
+    """Per participant: pasted messages, focus losses, attention checks and failures."""
+    result: dict[int, Counter] = defaultdict(Counter)
+    for m in data.messages:
+        if m.role == "user":
+            result[m.user_id]["pasted_messages"] += 1 if m.pasted_chars else 0
+            result[m.user_id]["focus_losses"] += m.focus_losses or 0
+    checks = attention_items(study)
+    for a in data.answers:
+        if a.item_id in checks:
+            result[a.user_id]["attention_checks"] += 1
+            result[a.user_id]["attention_failures"] += 0 if attention_passed(checks[a.item_id], a.value) else 1
+    return result
+
+
 def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
     done: dict[int, dict[str, datetime]] = defaultdict(dict)
     for s in data.sessions:
         if s.status == "done":
             done[s.user_id][s.task_id] = s.completed_at
     counts = Counter((m.user_id, m.role) for m in data.messages)
+    quality = _quality(data, study)
     rows = []
     for user in data.users:
         assignment = data.assignments.get(user.id)
@@ -176,6 +193,9 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
             "assignment_slot": assignment.slot_index if assignment else None,
             "tasks_done": len(done[user.id]),
             "user_messages": counts[(user.id, "user")], "assistant_replies": counts[(user.id, "assistant")],
+            "external_id": user.external_id, "erased_at": user.erased_at, "erasure_reason": user.erasure_reason,
+            **{name: quality[user.id][name] for name in ("pasted_messages", "focus_losses", "attention_checks",
+                                                         "attention_failures")},
         }
         for task in study.tasks:
             row[f"{task.id}_completed_at"] = done[user.id].get(task.id)
@@ -228,12 +248,15 @@ def _messages(data: _Data) -> list[dict[str, Any]]:
             "value_relevance": m.value_relevance, "emotional_salience": m.emotional_salience,
             "consolidation_g": m.consolidation_g, "recall_count": m.recall_count if m.role == "user" else None,
             "last_recall_at": m.last_recall_at, "consolidated_at": m.consolidated_at,
+            "typing_ms": m.typing_ms, "keystrokes": m.keystrokes, "pasted_chars": m.pasted_chars,
+            "focus_losses": m.focus_losses,
         })
     return rows
 
 
 def _questionnaires_long(data: _Data, study: Study, exclude_pii: bool) -> list[dict[str, Any]]:
     items = codebook.study_items(study)
+    checks = attention_items(study)
     rows = []
     for a in data.answers:
         item_type = items[a.item_id][1].get("type", "likert") if a.item_id in items else "unknown"
@@ -245,6 +268,7 @@ def _questionnaires_long(data: _Data, study: Study, exclude_pii: bool) -> list[d
             "instrument": a.instrument, "item_id": a.item_id, "item_type": item_type,
             "value": None if is_text else a.value, "text_answer": a.value if is_text else None,
             "submitted_at": a.submitted_at,
+            "attention_passed": attention_passed(checks[a.item_id], a.value) if a.item_id in checks else None,
         })
     return rows
 

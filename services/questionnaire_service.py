@@ -12,7 +12,9 @@ from services.errors import BadInput, Conflict
 from services.study import Study, Task
 from services.timer_service import localised
 
-ITEM_TYPES = {"likert", "ios", "choice", "text"}
+# "attention": an instructed-response check, shown as a scale (or as choices when it has options);
+# its expected answer stays on the server (services.quality counts the failures)
+ITEM_TYPES = {"likert", "ios", "choice", "text", "attention"}
 
 
 def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, Any]]:
@@ -28,8 +30,8 @@ def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, An
                 "instrument_title": localised(instrument.title, language),
                 "type": kind,
                 "required": item.get("required", kind != "text"),
-                "min": item.get("min"),
-                "max": item.get("max"),
+                "min": item.get("min", 1 if kind == "attention" else None),
+                "max": item.get("max", 7 if kind == "attention" else None),
                 "options": [
                     {"value": o["value"], "label": localised(o.get("label"), language)} for o in item.get("options", [])
                 ] or None,
@@ -67,6 +69,8 @@ def validate_answers(items: list[dict[str, Any]], answers: Any, max_text_chars: 
 
 def _check(item: dict[str, Any], value: Any, max_text_chars: int) -> str | None:
     kind = item["type"]
+    if kind == "attention":
+        kind = "choice" if item["options"] else "likert"
     if kind in ("likert", "ios"):
         # bool is an int in Python; a checkbox value is not a scale answer
         if isinstance(value, bool) or not isinstance(value, int):

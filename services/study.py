@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -28,8 +29,8 @@ from services.mappings import deep_merge
 from services.recall_model import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parent.parent / "data" / "study" / "default_study.json"
-ITEM_TYPES = ("likert", "ios", "choice", "text")
-ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required")
+ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
+ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
                "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
 
@@ -105,10 +106,33 @@ class MemorySettings:
 
 
 @dataclass(frozen=True)
+class PanelTask:
+    completion_code: str | None = None  # shown after the task's questionnaire
+    redirect_url: str | None = None  # back to the panel; {completion_code} and {external_id} are filled in
+
+
+@dataclass(frozen=True)
+class Panel:
+    id_parameter: str  # the URL parameter of /enter carrying the panel's participant id
+    id_pattern: str  # a panel id must match this in full
+    tasks: Mapping[str, PanelTask]
+    return_link_grace_days: float  # return links expire this long after the last task unlocks
+
+
+@dataclass(frozen=True)
+class Payments:
+    currency: str
+    per_task: Mapping[str, float]
+    completion_bonus: float
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     default_language: str
     consent: Consent
+    panel: Panel
+    payments: Payments
     enabled_conditions: tuple[str, ...]
     assignment: Assignment
     conditions: Mapping[str, ConditionParams]
@@ -203,6 +227,8 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         name=_typed("name", raw["name"], str),
         default_language=_choice("default_language", raw["default_language"], LANGUAGES),
         consent=_consent(raw["consent"]),
+        panel=_panel(raw["panel"]),
+        payments=_payments(raw["payments"]),
         enabled_conditions=tuple(_str_list("enabled_conditions", raw["enabled_conditions"])),
         assignment=_dataclass("assignment", raw["assignment"], Assignment),
         conditions=_frozen({cid: _dataclass(f"conditions.{cid}", c, ConditionParams)
@@ -245,6 +271,54 @@ def _check_consistency(study: Study) -> None:
                                            f"allowed: {', '.join(sorted(study.instruments))}")
     if study.timing.min_active_seconds > study.timing.task_active_seconds:
         raise StudyDefinitionError("timing.min_active_seconds exceeds timing.task_active_seconds")
+    for path, task_ids in (("panel.tasks", study.panel.tasks), ("payments.per_task", study.payments.per_task)):
+        unknown = [t for t in task_ids if t not in ids]
+        if unknown:
+            raise StudyDefinitionError(f"{path} names unknown task {unknown[0]!r}; allowed: {', '.join(ids)}")
+
+
+_PARAMETER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}")
+
+
+def _panel(raw: Any) -> Panel:
+    data = _section("panel", raw, [f.name for f in fields(Panel)])
+    name = _typed("panel.id_parameter", data["id_parameter"], str)
+    if not _PARAMETER_NAME.fullmatch(name):
+        raise StudyDefinitionError(f"panel.id_parameter {name!r} is not a usable URL parameter name")
+    pattern = _typed("panel.id_pattern", data["id_pattern"], str)
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise StudyDefinitionError(f"panel.id_pattern is not a regular expression: {exc}") from exc
+    tasks = {}
+    for task_id, entry in _mapping("panel.tasks", data["tasks"]).items():
+        task = _dataclass(f"panel.tasks.{task_id}", entry, PanelTask)
+        if task.redirect_url is not None and not task.redirect_url.startswith(("https://", "http://")):
+            raise StudyDefinitionError(f"panel.tasks.{task_id}.redirect_url must be an http(s) URL")
+        tasks[task_id] = task
+    grace = _typed("panel.return_link_grace_days", data["return_link_grace_days"], float)
+    if grace < 0:
+        raise StudyDefinitionError("panel.return_link_grace_days must not be negative")
+    return Panel(id_parameter=name, id_pattern=pattern, tasks=_frozen(tasks), return_link_grace_days=grace)
+
+
+def _payments(raw: Any) -> Payments:
+    data = _section("payments", raw, [f.name for f in fields(Payments)])
+    amounts = {t: _typed(f"payments.per_task.{t}", v, float)
+               for t, v in _mapping("payments.per_task", data["per_task"]).items()}
+    bonus = _typed("payments.completion_bonus", data["completion_bonus"], float)
+    if bonus < 0 or any(v < 0 for v in amounts.values()):
+        raise StudyDefinitionError("payments: amounts must not be negative")
+    return Payments(currency=_typed("payments.currency", data["currency"], str), per_task=_frozen(amounts),
+                    completion_bonus=bonus)
+
+
+def _attention(where: str, item: Mapping[str, Any]) -> None:
+    """An attention item's expected answer must be one it can be given."""
+    allowed = ([o["value"] for o in item["options"]] if item.get("options")
+               else list(range(item.get("min", 1), item.get("max", 7) + 1)))
+    if item.get("expected") not in allowed:
+        raise StudyDefinitionError(f"{where}.expected must be one of the item's answers {allowed}")
 
 
 def _section(path: str, raw: Any, allowed: list[str], optional: tuple[str, ...] = ()) -> Mapping[str, Any]:
@@ -299,6 +373,7 @@ def _text(path: str, raw: Any) -> Text:
 
 
 _FIELD_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": float, "str": str, "bool": bool,
+                                                    "str | None": (str, type(None)),
                                                     "int | None": (int, type(None))}
 
 
@@ -334,9 +409,11 @@ def _instrument(name: str, raw: Any) -> Instrument:
     items = []
     for i, item in enumerate(_list(f"{path}.items", data["items"])):
         where = f"{path}.items[{i}]"
-        item = _section(where, item, list(ITEM_KEYS), optional=("min", "max", "options", "required"))
+        item = _section(where, item, list(ITEM_KEYS), optional=("min", "max", "options", "required", "expected"))
         _choice(f"{where}.type", item["type"], ITEM_TYPES)
         _text(f"{where}.text", item["text"])
+        if item["type"] == "attention":
+            _attention(where, item)
         items.append(freeze(item))
     return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items))
 

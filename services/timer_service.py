@@ -95,7 +95,7 @@ class TaskService:
                 entry.update(status="available", overdue=now >= overdue_at)
             else:
                 entry.update(status="locked")
-            if user.status == "withdrawn" and entry["status"] != "done":
+            if user.status != "active" and entry["status"] != "done":
                 entry["status"] = "locked"
             previous_done = entry["status"] == "done"
             result.append(entry)
@@ -254,6 +254,8 @@ class TaskService:
     def _require_active(user: User) -> None:
         if user.status == "withdrawn":
             raise Forbidden("this participant has withdrawn from the study", code="withdrawn")
+        if user.status != "active":
+            raise Forbidden("this account is closed", code=f"participant_{user.status}")
 
 
 def localised(value: Any, language: str) -> str:

@@ -191,8 +191,8 @@ def walk_task(api: ApiClient, clock, task_id: str, messages: list[str], *, study
 
 def answer_for(item: dict):
     """A valid answer to any questionnaire item."""
-    if item["type"] in ("likert", "ios"):
+    if item["type"] in ("likert", "ios") or (item["type"] == "attention" and not item["options"]):
         return item["min"]
-    if item["type"] == "choice":
+    if item["type"] in ("choice", "attention"):
         return item["options"][0]["value"]
     return "fine"

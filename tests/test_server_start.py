@@ -76,6 +76,11 @@ def test_server_starts_offline_and_serves_a_participant(tmp_path):
     env.update(PORT=str(port), DATABASE_URL=f"sqlite:///{tmp_path / 'run.db'}", PILOT_DAY_SECONDS="60",
                SECRET_KEY="server-start-test", SCHEDULER_ENABLED="1", LLM_PROVIDERS="offline",
                EMBEDDING_PROVIDER="offline", PYTHONUNBUFFERED="1")
+    # Task timers at 0.02 real s per study s: the chat lasts 18 s (a slow first reply on a busy machine
+    # must not close it) and Finish is allowed after 0.6 s.
+    study_file = tmp_path / "study.json"
+    study_file.write_text('{"timing": {"min_active_seconds": 30}}')
+    env.update(PILOT_TIMER_SCALE="0.02", STUDY_CONFIG=str(study_file))
     log = open(tmp_path / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -98,7 +103,7 @@ def test_server_starts_offline_and_serves_a_participant(tmp_path):
         events = api.stream("/api/tasks/T1/messages?stream=1", {"content": "我喜欢爬山。"})
         assert [name for name, _ in events][0] == "message" and events[-1][0] == "reply"
         assert "".join(data["text"] for name, data in events if name == "delta") == events[-1][1]["content"]
-        time.sleep(0.3)  # 300 study seconds are 0.21 real seconds at 60 s per study day
+        time.sleep(0.8)  # the minimum, 30 study seconds, is 0.6 real seconds
         status, body = api.call("POST", "/api/tasks/T1/finish")
         assert status == 200, body
         assert body["task"]["phase"] == "questionnaire"

@@ -20,7 +20,7 @@ const state = {
   user: null,
   cleanup: null,
   sort: { key: "id", dir: 1 },
-  filters: { group: "", status: "", overdue: false, search: "" },
+  filters: { group: "", status: "", overdue: false, pasted: false, failedChecks: false, search: "" },
   lastRows: [],
 };
 
@@ -195,8 +195,33 @@ function columns() {
     { key: "questionnaires_done", label: t("admin.col.questionnaires"), num: true, cell: (r) => fmt(r.questionnaires_done) },
     { key: "consolidation_pending", label: t("admin.col.consolidation"), cell: consolidationCell },
     { key: "provider_failures", label: t("admin.col.failures"), num: true, cell: (r) => fmt(r.provider_failures) },
+    { key: "quality", label: t("admin.col.quality"), cell: qualityCell,
+      sortValue: (r) => (r.pasted_messages || 0) + (r.attention_failures || 0) },
+    { key: "reminders", label: t("admin.col.reminders"), cell: remindersCell,
+      sortValue: (r) => (r.reminders || []).length },
   ];
   return [...base, ...tasks, ...rest];
+}
+
+function qualityCell(row) {
+  const parts = [];
+  if (row.pasted_messages) parts.push(h("span.badge.flag.pasted", t("admin.quality.pasted", { n: row.pasted_messages })));
+  if (row.attention_failures) {
+    parts.push(h("span.badge.flag.attention",
+      t("admin.quality.failed", { n: row.attention_failures, checks: row.attention_checks })));
+  }
+  if (row.focus_losses) parts.push(h("span.sub", t("admin.quality.focus", { n: row.focus_losses })));
+  return parts.length ? h("div.quality-cell", parts) : "–";
+}
+
+function remindersCell(row) {
+  const reminders = row.reminders || [];
+  if (!reminders.length) return "–";
+  const sent = reminders.filter((r) => r.status === "sent").length;
+  const failed = reminders.filter((r) => r.status === "failed").length;
+  return h("div.reminder-cell",
+    h("span.sub", t("admin.reminders.sent", { n: sent })),
+    failed ? h("span.badge.flag.failed", t("admin.reminders.failed", { n: failed })) : null);
 }
 
 function statusBadge(status) {
@@ -243,12 +268,14 @@ function compare(a, b) {
 }
 
 function visibleRows(rows) {
-  const { group, status, overdue, search } = state.filters;
+  const { group, status, overdue, pasted, failedChecks, search } = state.filters;
   const needle = search.trim().toLowerCase();
   // The server filters too; doing it here as well keeps the table right while a poll is in flight.
   return rows.filter((r) => (!group || r.memory_group === group)
     && (!status || r.status === status)
     && (!overdue || r.overdue)
+    && (!pasted || r.pasted_messages > 0)
+    && (!failedChecks || r.attention_failures > 0)
     && (!needle || `${r.participant_code} ${r.username}`.toLowerCase().includes(needle)));
 }
 
@@ -293,6 +320,8 @@ async function showMonitor() {
   const groupSelect = h("select#filter-group");
   const statusSelect = h("select#filter-status");
   const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
+  const pastedBox = h("input#filter-pasted", { type: "checkbox", checked: state.filters.pasted });
+  const failedBox = h("input#filter-failed-checks", { type: "checkbox", checked: state.filters.failedChecks });
   const search = h("input#filter-search", { type: "search", value: state.filters.search, placeholder: t("admin.filter.search") });
   const heading = h("h2#participants-heading");
   const headRow = h("tr");
@@ -354,7 +383,7 @@ async function showMonitor() {
         bars(funnelEntries, { className: "funnel", total: funnel.registered || 1 })));
     const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
       .filter((g) => g && g !== "–" && g !== "unassigned").sort();
-    const statuses = [...new Set(["active", "withdrawn", ...Object.keys(summary.statuses || {})])];
+    const statuses = [...new Set(["active", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
     if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
     if (document.activeElement !== statusSelect) fillSelect(statusSelect, statuses, state.filters.status);
   }
@@ -372,6 +401,8 @@ async function showMonitor() {
     if (state.filters.group) params.set("group", state.filters.group);
     if (state.filters.status) params.set("status", state.filters.status);
     if (state.filters.overdue) params.set("overdue", "1");
+    if (state.filters.pasted) params.set("pasted", "1");
+    if (state.filters.failedChecks) params.set("failed_checks", "1");
     try {
       const query = params.toString();
       const data = await load(`/api/admin/participants${query ? `?${query}` : ""}`);
@@ -400,6 +431,8 @@ async function showMonitor() {
   groupSelect.addEventListener("change", () => { state.filters.group = groupSelect.value; filtersChanged(); });
   statusSelect.addEventListener("change", () => { state.filters.status = statusSelect.value; filtersChanged(); });
   overdueBox.addEventListener("change", () => { state.filters.overdue = overdueBox.checked; filtersChanged(); });
+  pastedBox.addEventListener("change", () => { state.filters.pasted = pastedBox.checked; filtersChanged(); });
+  failedBox.addEventListener("change", () => { state.filters.failedChecks = failedBox.checked; filtersChanged(); });
   search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
   consolidateAll.addEventListener("click", async () => {
     consolidateAll.disabled = true;
@@ -417,7 +450,7 @@ async function showMonitor() {
 
   state.cleanup = () => { stopped = true; window.clearTimeout(timer); };
   fillSelect(groupSelect, [], state.filters.group);
-  fillSelect(statusSelect, ["active", "withdrawn"], state.filters.status);
+  fillSelect(statusSelect, ["active", "withdrawn", "erased"], state.filters.status);
   renderHead();
   mount(main,
     h("h1", t("admin.nav.monitor"), updated),
@@ -427,6 +460,8 @@ async function showMonitor() {
       h("div.field", h("label", { for: "filter-group" }, t("admin.filter.group")), groupSelect),
       h("div.field", h("label", { for: "filter-status" }, t("admin.filter.status")), statusSelect),
       h("label.check", { for: "filter-overdue" }, overdueBox, h("span", t("admin.filter.overdue"))),
+      h("label.check", { for: "filter-pasted" }, pastedBox, h("span", t("admin.filter.pasted"))),
+      h("label.check", { for: "filter-failed-checks" }, failedBox, h("span", t("admin.filter.failed_checks"))),
       h("div.field.search", h("label", { for: "filter-search" }, t("admin.filter.search")), search),
       h("div.field", consolidateAll)),
     actionNote,
@@ -505,7 +540,18 @@ function conversation(record) {
     messages.length ? messages.map((m) => h(`article.turn.${m.role}`, { dataset: { id: String(m.id) } },
       h("header", `#${m.id} · ${m.role === "user" ? t("task.you") : t("task.assistant")} · ${formatDateTime(m.created_at, { seconds: true })}`),
       h("div.content", m.content),
+      m.role === "user" ? qualityLine(m) : null,
       m.role === "assistant" ? contextPanel(m) : null)) : h("p.muted", t("admin.detail.no_messages"))));
+}
+
+function qualityLine(message) {
+  if (message.typing_ms === null || message.typing_ms === undefined) return null;
+  return h("p.quality", { class: message.pasted_chars ? "pasted" : "" },
+    message.pasted_chars ? [h("span.badge.flag.pasted", t("admin.quality.pasted", { n: message.pasted_chars })), " "] : null,
+    t("admin.quality.message", {
+      typing: fmt(message.typing_ms / 1000, 1), keys: fmt(message.keystrokes), pasted: fmt(message.pasted_chars),
+      focus: fmt(message.focus_losses),
+    }));
 }
 
 /** One row per task and instrument, the items side by side: compact enough to read a whole task. */
@@ -592,10 +638,66 @@ function actionsCard(record, reload) {
       { reason: resetReason.value.trim() });
   });
 
+  const newLink = h("div.new-link");
+  const reissue = h("button.secondary#action-reissue-link", { type: "button" }, t("admin.action.reissue_link"));
+  reissue.addEventListener("click", async () => {
+    note.textContent = "";
+    try {
+      const data = await api.post(`/api/admin/participants/${participant.id}/return-link`);
+      mount(newLink, h("p", t("admin.action.new_link")),
+        h("input#new-return-link", { type: "text", readonly: true, value: data.url }));
+    } catch (err) {
+      note.textContent = t("admin.action.unavailable", { message: errorText(err) });
+    }
+  });
+  const revoke = h("button.secondary#action-revoke-links", { type: "button" }, t("admin.action.revoke_links"));
+  revoke.addEventListener("click", () =>
+    run(revoke, t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
+
+  const eraseReason = h("input#erase-reason", { type: "text", maxlength: 2000 });
+  const eraseButton = h("button.danger#action-erase", { type: "submit" }, t("admin.action.erase"));
+  const eraseForm = h("form#erase-form", { novalidate: true },
+    h("label", { for: "erase-reason" }, t("admin.action.erase_reason")), eraseReason, eraseButton);
+  eraseForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!eraseReason.value.trim()) {
+      note.textContent = t("admin.action.reason_required");
+      eraseReason.focus();
+      return;
+    }
+    // irreversible: the browser's own dialog must be confirmed, and the server needs confirm: true
+    if (!window.confirm(t("admin.action.confirm_erase"))) return;
+    run(eraseButton, t("admin.action.erase"), `/api/admin/participants/${participant.id}/erase`,
+      { confirm: true, reason: eraseReason.value.trim() });
+  });
+
   return h("section.card#actions",
     h("h2", t("admin.detail.actions")),
     note,
-    h("div.action-grid", h("div", consolidate), withdrawForm, resetForm));
+    h("div.action-grid", h("div", consolidate), withdrawForm, resetForm,
+      h("div", reissue, " ", revoke, newLink), eraseForm));
+}
+
+function tombstoneView(record, id) {
+  const tomb = record.tombstone || {};
+  const facts = [
+    [t("admin.col.code"), tomb.participant_code], [t("admin.col.group"), tomb.memory_group],
+    [t("admin.col.status"), statusBadge(tomb.status || "erased")], [t("admin.col.enrolled"), formatDateTime(tomb.enrolled_at)],
+    [t("admin.detail.erased_at"), formatDateTime(tomb.erased_at)], [t("admin.detail.erasure_reason"), tomb.erasure_reason],
+  ];
+  mount(main,
+    h("p", h("a", { href: "#/monitor" }, t("admin.back"))),
+    h("h1", t("admin.detail.title", { code: tomb.participant_code || `#${id}` })),
+    h("p.notice.info#erased-notice", t("admin.detail.erased")),
+    h("section.card#tombstone", h("dl.facts", facts.map(([label, value]) => h("div", h("dt", label), h("dd", value ?? "–"))))),
+    record.audit?.length ? [h("h2", t("admin.detail.audit")), table(["time", "action"],
+      record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action]))] : null);
+}
+
+function remindersTable(reminders) {
+  return table(["task", "kind", "channel", "status", "attempts", "sent", "error"],
+    reminders.map((r) => [r.task_id, r.kind, r.channel, r.status, fmt(r.attempts), formatDateTime(r.sent_at), r.error || "–"]),
+    { empty: t("admin.detail.no_reminders") });
 }
 
 async function showParticipant(id) {
@@ -611,6 +713,10 @@ async function showParticipant(id) {
   }
 
   function render(record) {
+    if (record.erased) {
+      tombstoneView(record, id);
+      return;
+    }
     const p = record.participant || {};
     const facts = [
       [t("admin.col.code"), p.participant_code], [t("admin.col.username"), p.username],
@@ -618,6 +724,10 @@ async function showParticipant(id) {
       [t("admin.col.enrolled"), formatDateTime(p.enrolled_at)], [t("admin.col.last_active"), formatDateTime(p.last_active_at)],
       [t("admin.col.messages"), fmt(p.messages)], [t("admin.col.questionnaires"), fmt(p.questionnaires_done)],
       [t("admin.col.failures"), fmt(p.provider_failures)],
+      [t("admin.detail.external_id"), p.external_id], [t("admin.col.quality"), qualityCell(p)],
+      [t("admin.detail.return_links"), record.return_links ? t("admin.links.summary", {
+        live: record.return_links.live, issued: record.return_links.issued,
+        used: formatDateTime(record.return_links.last_used_at) || "–" }) : null],
     ];
     const answersByTask = new Map();
     for (const a of record.questionnaires || []) {
@@ -663,6 +773,8 @@ async function showParticipant(id) {
         { empty: t("admin.detail.no_runs") }),
       h("h2", t("admin.detail.failures")),
       failuresTable(record.provider_failures || [], t("admin.detail.no_failures")),
+      h("h2", t("admin.detail.reminders")),
+      remindersTable(p.reminders || []),
       record.audit?.length ? [h("h2", t("admin.detail.audit")), table(["time", "action", "details"],
         record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action, jsonBlock(a.details)]))] : null,
       h("h2", t("admin.detail.forgetting")),
@@ -753,7 +865,15 @@ function showExport() {
       h("div.export-options",
         h("label.check", { for: "export-bom" }, bom, h("span", t("admin.export.bom"))),
         h("label.check", { for: "export-exclude-pii" }, noPii, h("span", t("admin.export.exclude_pii")))),
-      link));
+      link),
+    h("h2", t("admin.export.payments")),
+    h("section.card#payments",
+      h("p", t("admin.export.payments_intro")),
+      h("p.actions",
+        h("a.button#payments-link", { href: "/api/admin/payments.csv", download: "" }, t("admin.export.payments_sheet")),
+        " ",
+        h("a.button.secondary#payments-upload-link", { href: "/api/admin/payments.csv?upload=1", download: "" },
+          t("admin.export.payments_upload")))));
 }
 
 // -- start --------------------------------------------------------------------------------------

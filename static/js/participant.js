@@ -15,7 +15,7 @@ const TASK_LIST_POLL_MS = 60_000;
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
-const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null };
+const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null };
 
 // -- small helpers ------------------------------------------------------------------------------
 
@@ -133,10 +133,13 @@ async function route() {
   const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
   if (!state.user) {
     if (name === "login") showLogin();
+    else if (state.panelId) showPanelConsent();
     else if (name === "register" && state.consentGiven) showRegister();
     else showConsent();
   } else if (name === "task" && arg) {
     await showTask(decodeURIComponent(arg));
+  } else if (name === "done" && arg) {
+    await showDone(decodeURIComponent(arg));
   } else {
     await showTasks();
   }
@@ -180,6 +183,47 @@ function showConsent() {
       h("div.actions", h("button#consent-continue", { type: "button", onclick: proceed }, t("consent.continue")))),
     h("p.center", t("consent.have_account"), " ",
       h("a", { href: "#/login" }, t("consent.login"))));
+}
+
+// Entered through a panel link (/enter?pid=...): consent, then an account keyed by the panel id, no password.
+function panelIdFromUrl() {
+  if (location.pathname !== "/enter") return null;
+  const name = state.study?.panel?.id_parameter || "pid";
+  return new URLSearchParams(location.search).get(name);
+}
+
+function showPanelConsent() {
+  const consent = state.study?.consent || {};
+  const agree = h("input#consent-agree", { type: "checkbox" });
+  const error = noticeBox();
+  const submit = h("button#panel-continue", { type: "button" }, t("panel.continue"));
+  submit.addEventListener("click", async () => {
+    error.textContent = "";
+    if (!agree.checked) {
+      error.textContent = t("consent.must_agree");
+      agree.focus();
+      return;
+    }
+    submit.disabled = true;
+    try {
+      const data = await api.post("/api/auth/panel", { external_id: state.panelId, consent: true, language: language() });
+      state.panelId = null;
+      signedIn(data.user);
+    } catch (err) {
+      error.textContent = err.code === "invalid_panel_id" ? t("panel.invalid") : errorText(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  render(t("panel.title"),
+    h("section.card.narrow",
+      h("h1", t("panel.title")),
+      h("p.panel-intro", t("panel.intro", { id: state.panelId })),
+      h("div.consent-text", paragraphs(localised(consent.text))),
+      consent.version ? h("p.muted.small-print", `v${consent.version}`) : null,
+      h("label.check", { for: "consent-agree" }, agree, h("span", t("consent.agree"))),
+      error,
+      h("div.actions", submit)));
 }
 
 function showRegister() {
@@ -430,6 +474,31 @@ function showChat(task) {
   const byId = new Map();
   const answered = new Set();
 
+  // Data-quality signals sent with each message (codebook: messages.csv), counted since the last send.
+  const quality = { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 };
+  const capped = (value, cap) => Math.max(0, Math.min(Math.round(value), cap));
+  function qualitySignals() {
+    return {
+      typing_ms: capped(quality.firstKeyAt === null ? 0 : performance.now() - quality.firstKeyAt, 86_400_000),
+      keystrokes: capped(quality.keystrokes, 200_000),
+      pasted_chars: capped(quality.pasted, 1_000_000),
+      focus_losses: capped(quality.focusLosses, 10_000),
+    };
+  }
+  function resetQuality() {
+    Object.assign(quality, { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 });
+  }
+  input.addEventListener("keydown", () => {
+    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
+    quality.keystrokes += 1;
+  });
+  input.addEventListener("paste", (event) => {
+    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
+    quality.pasted += (event.clipboardData?.getData("text") || "").length;
+  });
+  const onBlur = () => { quality.focusLosses += 1; };
+  window.addEventListener("blur", onBlur);
+
   function bubble(message) {
     const mine = message.role === "user";
     return h(`div.msg.${mine ? "user" : "assistant"}`, { dataset: { id: String(message.id ?? "") } },
@@ -541,8 +610,9 @@ function showChat(task) {
     sendButton.disabled = true;
     sendButton.textContent = t("task.sending");
     try {
-      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content }, (stored) => {
+      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content, ...qualitySignals() }, (stored) => {
         // Only now is the text safe on the server: clear the box and the saved draft.
+        resetQuality();
         if (input.value === content) input.value = "";
         sessionStorage.removeItem(draftKey(task.id));
         composerError.textContent = "";
@@ -555,6 +625,7 @@ function showChat(task) {
         return;
       }
       if (err.status === 503 && err.details?.message_id) {
+        resetQuality();
         // The message is stored even though no reply came: show it, offer a retry.
         input.value = "";
         sessionStorage.removeItem(draftKey(task.id));
@@ -743,6 +814,7 @@ function showChat(task) {
     window.clearInterval(ticker);
     window.clearInterval(beat);
     document.removeEventListener("visibilitychange", onVisibility);
+    window.removeEventListener("blur", onBlur);
   }
   state.cleanup = () => { ended = true; stop(); };
 
@@ -791,7 +863,7 @@ async function showQuestionnaire(task) {
       await api.post(`/api/tasks/${encodeURIComponent(task.id)}/questionnaire`, { answers: questionnaire.answers() });
       sessionStorage.removeItem(draftKey(task.id));
       state.flash = { kind: "ok", text: t("tasks.thanks") };
-      go("#/tasks");
+      go(`#/done/${encodeURIComponent(task.id)}`);
     } catch (err) {
       if (err.code === "invalid_answers" && err.details?.items) {
         const count = questionnaire.showErrors(err.details.items);
@@ -808,6 +880,86 @@ async function showQuestionnaire(task) {
     takeFlash(),
     h("p.muted", t("q.intro")),
     questionnaire.form);
+}
+
+// -- after a task: completion code, personal return link, next unlock ------------------------------
+
+function completionBlock(completion) {
+  if (!completion) return null;
+  return [
+    completion.completion_code ? h("p.completion", t("done.code"), " ", h("strong#completion-code", completion.completion_code)) : null,
+    completion.completion_code ? h("p.hint", t("done.code_hint")) : null,
+    completion.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: completion.redirect_url }, t("done.redirect"))) : null,
+  ];
+}
+
+function nextTaskBlock(link) {
+  const next = link.next_task;
+  if (!next) return h("p.notice.ok", t("done.all_done"));
+  const name = `${next.id} · ${next.title}`;
+  if (next.status === "available" || next.status === "in_progress") return h("p.notice.info#next-task", t("done.next_available", { task: name }));
+  if (!next.available_at) return null;
+  return h("div.next-task",
+    h("p.notice.info#next-task", t("done.next_unlock", { task: name, time: formatDateTime(next.available_at) })),
+    h("p", h("a#calendar-link", { href: link.calendar_url, download: `${next.id}.ics` }, t("done.calendar"))));
+}
+
+function returnLinkBlock(link) {
+  const box = h("input#return-link", { type: "text", readonly: true, value: link.url, "aria-label": t("done.return_link") });
+  const copy = h("button.secondary.small#copy-link", { type: "button" }, t("done.copy"));
+  copy.addEventListener("click", async () => {
+    box.select();
+    try {
+      await navigator.clipboard.writeText(link.url);
+      copy.textContent = t("done.copied");
+    } catch {
+      // the text is selected; the participant can copy it by hand
+    }
+  });
+  return h("div.return-link", h("p", t("done.return_link")), h("div.composer-row", box, copy));
+}
+
+function contactForm() {
+  if (!state.study?.contacts_enabled) return null;
+  const address = h("input#contact-email", { type: "email", autocomplete: "email", maxlength: 254 });
+  const status = noticeBox("info");
+  const form = h("form.contact-form", { novalidate: true },
+    field("contact-email", t("done.contact_label"), address),
+    status,
+    h("div.actions", h("button.secondary#contact-save", { type: "submit" }, t("done.contact_save"))));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      await api.post("/api/me/contact", { channel: "email", value: address.value });
+      status.textContent = t("done.contact_saved");
+    } catch (err) {
+      status.textContent = errorText(err);
+    }
+  });
+  return form;
+}
+
+async function showDone(taskId) {
+  render(taskId, h("p.loading", t("app.loading")));
+  let task;
+  let link = null;
+  try {
+    task = (await api.get(`/api/tasks/${encodeURIComponent(taskId)}`)).task;
+    if (task.status === "done") link = await api.get("/api/me/return-link");
+  } catch (err) {
+    if (err.status === 401) return signedOut();
+    if (!task) return go("#/tasks");
+  }
+  if (task.status !== "done") return go("#/tasks");
+  render(t("done.title", { task: task.title }),
+    h("section.card.done",
+      h("h1", t("done.title", { task: `${task.id} · ${task.title}` })),
+      takeFlash(),
+      completionBlock(task.completion),
+      link ? nextTaskBlock(link) : null,
+      link ? returnLinkBlock(link) : null,
+      contactForm()),
+    h("p.back", h("a#back-to-tasks", { href: "#/tasks" }, t("done.back"))));
 }
 
 // -- start --------------------------------------------------------------------------------------
@@ -831,6 +983,12 @@ async function boot() {
   if (state.user?.role === "admin") {
     goToAdmin();
     return;
+  }
+  const panelId = panelIdFromUrl();
+  if (panelId !== null && state.user?.external_id !== panelId) {
+    // a panel link for someone else than who is logged in here: enter as that panel participant
+    state.user = null;
+    state.panelId = panelId;
   }
   if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
   if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {

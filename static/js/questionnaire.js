@@ -1,4 +1,5 @@
-// Renders a task's questionnaire from the server's items (likert | ios | choice | text),
+// Renders a task's questionnaire from the server's items (likert | ios | choice | text | attention,
+// an instructed-response check shown like a scale, or like a choice when it has options),
 // collects the answers, and shows the server's per-item validation problems next to the
 // items they name. The server is the judge of what is valid; the page only displays.
 
@@ -77,6 +78,10 @@ function choiceControls(item, base) {
   }));
 }
 
+function isChoice(item) {
+  return item.type === "choice" || (item.type === "attention" && Boolean(item.options));
+}
+
 function renderItem(item, number) {
   const base = `q-${item.id}`;
   const errorId = `${base}-error`;
@@ -94,7 +99,7 @@ function renderItem(item, number) {
   }
   let controls;
   if (item.type === "ios") controls = iosControls(item, base);
-  else if (item.type === "choice") controls = choiceControls(item, base);
+  else if (isChoice(item)) controls = choiceControls(item, base);
   else controls = likertControls(item, base);
   return h(`fieldset.q-item.q-${item.type}`, { id: base, dataset: { itemId: item.id, type: item.type }, "aria-describedby": errorId },
     h("legend.q-question", h("span.q-number", `${number}. `), item.text, mark),
@@ -136,7 +141,7 @@ export function buildQuestionnaire(items) {
       }
       const checked = form.querySelector(`input[name="${CSS.escape(item.id)}"]:checked`);
       if (!checked) continue;
-      if (item.type === "choice") result[item.id] = item.options[Number(checked.value)].value;
+      if (isChoice(item)) result[item.id] = item.options[Number(checked.value)].value;
       else result[item.id] = Number.parseInt(checked.value, 10);
     }
     return result;

@@ -226,9 +226,9 @@ class HttpParticipant:
         items = self.get(f"/api/tasks/{task_id}/questionnaire")["items"]
         answers = {}
         for item in items:
-            if item["type"] in ("likert", "ios"):
+            if item["type"] in ("likert", "ios") or (item["type"] == "attention" and not item["options"]):
                 answers[item["id"]] = item["min"]
-            elif item["type"] == "choice":
+            elif item["options"]:
                 answers[item["id"]] = item["options"][0]["value"]
             else:
                 answers[item["id"]] = "ok"

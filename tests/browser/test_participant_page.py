@@ -106,8 +106,13 @@ def test_participant_registers_does_t1_and_logs_out(new_page, live_server, scree
     expect(page.locator(".q-item.has-error")).to_have_count(0)
     page.click("#questionnaire-submit")
 
-    expect(page.locator(".task-card[data-task=T1]")).to_have_attribute("data-status", "done")
+    # the page after a task: thanks, the personal return link and when the next task unlocks
     expect(page.locator(".notice.ok")).to_contain_text("问卷已提交")
+    expect(page.locator("#return-link")).to_have_value(re.compile(r"/r/[\w-]{40,}$"))
+    expect(page.locator("#next-task")).to_contain_text("解锁")
+    expect(page.locator("#completion-code")).to_have_count(0)  # no panel code in this study
+    page.click("#back-to-tasks")
+    expect(page.locator(".task-card[data-task=T1]")).to_have_attribute("data-status", "done")
     expect(page.locator(".task-card[data-task=T2] .task-meta")).to_contain_text("解锁时间")
     assert_condition_hidden(page)
 

@@ -23,6 +23,12 @@ ADMIN_ROUTES = [
     ("GET", "/api/admin/plots/questionnaire_means.png", None),
     ("GET", "/api/admin/plots/recall_events.png", None),
     ("GET", "/api/admin/plots/forgetting_curves.png?user_id={pid}", None),
+    ("GET", "/api/admin/participants?pasted=1&failed_checks=0", None),
+    ("POST", "/api/admin/participants/{pid}/erase", {"confirm": True, "reason": "asked for erasure"}),
+    ("POST", "/api/admin/participants/{pid}/return-link", {}),
+    ("POST", "/api/admin/participants/{pid}/return-link/revoke", {}),
+    ("GET", "/api/admin/payments.csv", None),
+    ("GET", "/api/admin/payments.csv?upload=1", None),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _ in ADMIN_ROUTES]
 
@@ -65,6 +71,8 @@ def test_admin_is_served(people, admin_client, method, path, body, clock, study)
         assert response.data.startswith(b"\x89PNG\r\n\x1a\n")
     elif path.startswith("/api/admin/export"):
         assert response.mimetype == "application/zip"
+    elif path.startswith("/api/admin/payments"):
+        assert response.mimetype == "text/csv"
     else:
         assert response.is_json
 

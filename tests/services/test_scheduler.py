@@ -183,13 +183,13 @@ def _config(smtp_sink, contacts, **extra) -> ReminderConfig:
                           contacts_path=str(contacts), **extra)
 
 
-def test_reminders_go_to_overdue_active_participants_only(runtime, make_participant, admin_client, clock, study,
-                                                          smtp_sink, tmp_path):
+def test_reminders_go_to_active_participants_once_per_task_and_kind(runtime, make_participant, admin_client, clock,
+                                                                   study, smtp_sink, tmp_path):
     make_participant("alice")  # zh
     make_participant("bob", language="en")
     carol = make_participant("carol")  # withdrawn, has an address all the same
     make_participant("dave")  # overdue but no address on file
-    erin = make_participant("erin")  # started in time: not overdue
+    erin = make_participant("erin")  # started in time: not overdue; T2 unlocks two days after
     walk_task(erin, clock, "T1", ["准时完成"], study=study)
     codes = {u.username: u.participant_code for u in _users(runtime)}
     contacts = tmp_path / "contacts.csv"
@@ -199,14 +199,14 @@ def test_reminders_go_to_overdue_active_participants_only(runtime, make_particip
     assert admin_client.post(f"/api/admin/participants/{_id(carol)}/withdraw", json={}).status_code == 200
     config = _config(smtp_sink, contacts, digest_to="pi@example.org")
 
-    assert scheduler.send_reminders(runtime, config)["sent"] == []  # nobody overdue yet
+    assert scheduler.send_reminders(runtime, config)["sent"] == []  # T1 opened at consent; nobody overdue yet
     clock.advance(days=study.timing.overdue_after_days + 0.01)
     result = scheduler.send_reminders(runtime, config)
-    assert sorted((s["participant_code"], s["task_id"]) for s in result["sent"]) == sorted(
-        [(codes["alice"], "T1"), (codes["bob"], "T1")])
+    assert sorted((s["participant_code"], s["task_id"], s["kind"]) for s in result["sent"]) == sorted(
+        [(codes["alice"], "T1", "overdue"), (codes["bob"], "T1", "overdue"), (codes["erin"], "T2", "unlocked")])
     assert result["no_contact"] == [codes["dave"]] and result["digest"] is True
     received = {m["to"][0]: m["message"] for m in smtp_sink.received}
-    assert set(received) == {"alice@example.org", "bob@example.org", "pi@example.org"}
+    assert set(received) == {"alice@example.org", "bob@example.org", "erin@example.org", "pi@example.org"}
     assert received["alice@example.org"]["Subject"] == "AI Memory Lab：你的下一个任务已经开放"
     assert "认识一下" in received["alice@example.org"].get_content()
     assert received["bob@example.org"]["Subject"] == "AI Memory Lab: your next task is open"
@@ -215,16 +215,17 @@ def test_reminders_go_to_overdue_active_participants_only(runtime, make_particip
     assert codes["dave"] in digest and codes["carol"] not in digest and "@" not in digest.split("\n", 1)[1]
     with runtime.db.Session() as session:
         audit = session.scalars(select(AuditLog).where(AuditLog.action == "reminder_sent")).all()
-        assert len(audit) == 2 and all("example.org" not in str(a.details) for a in audit)
+        assert len(audit) == 3 and all("example.org" not in str(a.details) for a in audit)
 
-    # within the resend window nobody is reminded again; after it, the still-overdue are
+    # each reminder goes out once: not an hour later, nor a day later; erin's T2 turns overdue once
     smtp_sink.received.clear()
     clock.advance(3600)
     assert scheduler.send_reminders(runtime, config)["sent"] == []
     assert smtp_sink.received == []
-    clock.advance(config.resend_hours * 3600)
+    clock.advance(days=study.timing.overdue_after_days)
     again = scheduler.send_reminders(runtime, config)
-    assert len(again["sent"]) == 2
+    assert [(s["participant_code"], s["task_id"], s["kind"]) for s in again["sent"]] == [
+        (codes["erin"], "T2", "overdue")]
 
 
 def test_reminders_are_off_by_default(runtime, make_participant, clock, study, smtp_sink, tmp_path):
@@ -232,8 +233,8 @@ def test_reminders_are_off_by_default(runtime, make_participant, clock, study, s
     clock.advance(days=study.timing.overdue_after_days + 1)
     assert ReminderConfig.from_env({}).enabled is False
     off = ReminderConfig(enabled=False, smtp_host=smtp_sink.server_address[0], smtp_port=smtp_sink.server_address[1])
-    assert scheduler.send_reminders(runtime, off) == {"enabled": False, "sent": [], "no_contact": [],
-                                                      "digest": False}
+    assert scheduler.send_reminders(runtime, off) == {"enabled": False, "sent": [], "failed": [],
+                                                      "no_contact": [], "digest": False}
     assert smtp_sink.received == []
 
 

@@ -1,0 +1,125 @@
+"""Panel entry, personal return links and contact details (participants; issue 12)."""
+from __future__ import annotations
+
+from html import escape
+
+from flask import Blueprint, Response, current_app, redirect, request, send_from_directory
+from flask_login import login_user
+from flask_wtf.csrf import generate_csrf
+
+from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
+from routes.auth import user_view
+from services import contacts, panel_service
+from services.chat_service import task_service
+from services.errors import BadInput, NotFound
+
+bp = Blueprint("panel", __name__)
+
+PAGE = """<!doctype html>
+<html lang="zh-CN"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title><link rel="stylesheet" href="/static/css/base.css"></head>
+<body><main class="page"><section class="card narrow"><h1>{title}</h1><p class="notice error" role="alert">{zh}</p>
+<p lang="en">{en}</p><p><a href="/#/login">登录 / Log in</a></p></section></main></body></html>"""
+
+
+def _message_page(status: int, title: str, zh: str, en: str) -> Response:
+    html = PAGE.format(title=escape(title), zh=escape(zh), en=escape(en))
+    return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
+def _base_url() -> str:
+    return runtime().settings.public_base_url or request.url_root
+
+
+@bp.get("/enter")
+def enter():
+    """The panel's link. A missing, malformed or doubled id gets a page saying so; a good one, the consent page."""
+    study = runtime().study
+    values = request.args.getlist(study.panel.id_parameter)
+    try:
+        if len(set(values)) > 1:
+            raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
+        panel_service.check_external_id(study, values[0] if values else None)
+    except BadInput:
+        return _message_page(400, "链接无效 · Invalid link",
+                             "这个研究链接没有带有效的参与者编号。请使用招募平台给你的链接重新进入。",
+                             "This study link carries no valid participant id. "
+                             "Please use the link your panel gave you.")
+    return send_from_directory(current_app.static_folder, "index.html")
+
+
+@bp.post("/api/auth/panel")
+@limiter.limit("60 per minute", key_func=lambda: f"panel:{request.remote_addr}")
+def panel_login():
+    """Consent with a panel id: creates the account on the first visit, logs in on every visit."""
+    data = json_body()
+    rt = runtime()
+    user, created = panel_service.enter_panel(
+        db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
+        language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed)
+    login_user(user)
+    return ok({"user": user_view(user), "created": created, "csrf_token": generate_csrf()}, 201 if created else 200)
+
+
+@bp.get("/r/<token>")
+def return_link(token: str):
+    """Open a personal return link: log in, go to the next task. No password."""
+    session = db_session()
+    rt = runtime()
+    try:
+        user = panel_service.redeem(session, token, rt.clock.now())
+    except NotFound:
+        return _message_page(404, "链接已失效 · Link no longer valid",
+                             "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
+                             "This personal link is not valid, has expired or was revoked. Log in with your "
+                             "username and password, or contact the research team.")
+    session.commit()
+    login_user(user)
+    return redirect(panel_service.landing_path(task_service(session, rt), user))
+
+
+@bp.get("/api/me/return-link")
+@participant_required
+def my_return_link():
+    """A fresh personal link for the logged-in participant, with their next task and its unlock time."""
+    session = db_session()
+    tasks = task_service(session, runtime())
+    user = current()
+    link = panel_service.issue_return_link(session, user, tasks, purpose="task_end")
+    session.commit()
+    return ok({"url": link.url(_base_url()), "expires_at": link.expires_at.isoformat(timespec="seconds") + "Z",
+               "next_task": panel_service.next_task(tasks, user), "calendar_url": "/api/me/next-task.ics"})
+
+
+@bp.get("/api/me/next-task.ics")
+@participant_required
+def next_task_calendar():
+    """The next task's unlock time as a calendar event carrying a personal return link."""
+    session = db_session()
+    rt = runtime()
+    tasks = task_service(session, rt)
+    user = current()
+    task = panel_service.next_task(tasks, user)
+    if task is None or task["available_at"] is None:
+        raise NotFound("there is no upcoming task with a known unlock time", code="no_upcoming_task")
+    link = panel_service.issue_return_link(session, user, tasks, purpose="calendar")
+    body = panel_service.calendar_file(
+        study_name=rt.study.name, task=task, url=link.url(_base_url()), language=user.language,
+        unlock_at=panel_service.parse_iso(task["available_at"]), now=rt.clock.now())
+    session.commit()
+    return Response(body, mimetype="text/calendar", headers={
+        "Content-Disposition": f'attachment; filename="{task["id"]}.ics"', "Cache-Control": "no-store"})
+
+
+@bp.post("/api/me/contact")
+@participant_required
+def set_contact():
+    """Give (or, with an empty value, remove) an address for reminders: {"channel": "email", "value": ...}."""
+    data = json_body()
+    session = db_session()
+    rt = runtime()
+    user = current()
+    contacts.set_contact(session, user, data.get("channel"), data.get("value"),
+                         key=rt.settings.contact_encryption_key, now=rt.clock.now())
+    session.commit()
+    return ok({"channels": contacts.has_contacts(session, user.id)})

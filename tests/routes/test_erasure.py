@@ -1,0 +1,185 @@
+"""Erasure on request: every trace of the participant's text leaves the database and the export,
+the tombstone stays, group counts and the audit trail stay right, and it cannot be repeated or undone."""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import inspect, select, text
+
+from database.models import Assignment, AuditLog, User
+from services.export_service import ExportOptions, export_runtime
+from services.study import build_study
+from tests.conftest import ApiClient, walk_task
+
+# Distinctive strings that can only come from the participant being erased.
+SECRET_WORDS = ["独角兽斑马四十二", "ZEBRAUNICORN42", "梧桐巷", "花生过敏"]
+MESSAGES = [f"我叫{SECRET_WORDS[0]}，住在梧桐巷，我对花生过敏。",
+            f"My nickname is {SECRET_WORDS[1]} and I love hiking."]
+OPEN_ANSWER = f"{SECRET_WORDS[0]}的开放回答"
+CONTACT = "zebra.unicorn@example.org"
+PANEL_IDS = ["panelA0001", "panelB0002", "panelC0003", "panelD0004"]
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def settings(settings):
+    definition = settings.study.as_dict()
+    # an open question after T1, so a free-text answer is among what must go
+    definition["tasks"][0]["questionnaire"] += ["open_questions", "attention_check"]
+    settings.study = build_study(definition)
+    settings.contact_encryption_key = Fernet.generate_key().decode()
+    return settings
+
+
+def _enter(app, external_id: str) -> ApiClient:
+    api = ApiClient(app.test_client())
+    response = api.post("/api/auth/panel", json={"external_id": external_id, "consent": True})
+    assert response.status_code == 201, response.get_json()
+    return api
+
+
+def _answers_with_open_text(api: ApiClient, items: list[dict]) -> dict:
+    from tests.conftest import answer_for
+
+    answers = {i["id"]: answer_for(i) for i in items if i["type"] not in ("text", "attention")}
+    answers["open_1"] = OPEN_ANSWER
+    answers["attn_1"] = 5  # a failed attention check is among the answers too
+    return answers
+
+
+def _walk_with_open_answer(api: ApiClient, clock, study) -> None:
+    assert api.post("/api/tasks/T1/start").status_code == 201
+    for content in MESSAGES:
+        clock.advance(100)
+        response = api.post("/api/tasks/T1/messages", json={"content": content, "typing_ms": 5000, "keystrokes": 40,
+                                                            "pasted_chars": 12, "focus_losses": 1})
+        assert response.status_code == 201
+    clock.advance(study.timing.idle_gap_seconds - 1)
+    clock.advance(study.timing.idle_gap_seconds - 1)
+    while api.post("/api/tasks/T1/finish").status_code != 200:
+        clock.advance(study.timing.idle_gap_seconds - 1)
+    items = api.get("/api/tasks/T1/questionnaire").get_json()["items"]
+    response = api.post("/api/tasks/T1/questionnaire", json={"answers": _answers_with_open_text(api, items)})
+    assert response.status_code == 201, response.get_json()
+
+
+def _unescaped_json(raw: str) -> str:
+    """JSON columns may store text as \\u escapes: read them back as the characters they stand for."""
+    try:
+        return json.dumps(json.loads(raw), ensure_ascii=False)
+    except (ValueError, TypeError):
+        return ""
+
+
+def _traces(engine, needles: list[str]) -> list[str]:
+    """Every (table.column) whose stored value contains one of the needles, over every column of every table."""
+    found = []
+    with engine.connect() as conn:
+        for table in inspect(engine).get_table_names():
+            if table == "alembic_version":
+                continue
+            for column in inspect(engine).get_columns(table):
+                name = column["name"]
+                for (value,) in conn.execute(text(f'SELECT "{name}" FROM "{table}"')):
+                    if value is None:
+                        continue
+                    if isinstance(value, memoryview):
+                        value = bytes(value)
+                    as_text = value.decode("utf-8", "ignore") if isinstance(value, bytes) else str(value)
+                    as_text += _unescaped_json(as_text)
+                    for needle in needles:
+                        if needle in as_text:
+                            found.append(f"{table}.{name}")
+    return sorted(set(found))
+
+
+def test_erasure_removes_every_trace_and_keeps_the_tombstone(app, clock, study, admin_client):
+    runtime = app.extensions["memory_lab"]
+    clients = {pid: _enter(app, pid) for pid in PANEL_IDS}
+    with runtime.db.Session() as session:
+        groups = {u.external_id: u.memory_group
+                  for u in session.scalars(select(User).where(User.role == "participant"))}
+    # erase someone in a condition that keeps a profile, so profiles and summaries are among what must go
+    target = next(pid for pid in PANEL_IDS if groups[pid] in ("L3", "L4"))
+    api = clients[target]
+    _walk_with_open_answer(api, clock, study)
+    assert api.post("/api/me/contact", json={"channel": "email", "value": CONTACT}).status_code == 200
+    assert api.get("/api/me/return-link").status_code == 200
+    for other in PANEL_IDS:
+        if other != target:
+            walk_task(clients[other], clock, "T1", ["别人的对话，不应被删除。"], study=study)
+    user_id = api.get("/api/auth/me").get_json()["user"]["id"]
+    code = api.get("/api/auth/me").get_json()["user"]["participant_code"]
+
+    needles = SECRET_WORDS + [target, CONTACT]
+    before = _traces(runtime.db.engine, needles)
+    # the scan finds the participant's text where it was written (so its silence afterwards means something)
+    assert {"messages.content", "questionnaire_responses.value", "users.external_id"} <= set(before), before
+    assert {"profile_versions.rendered", "profile_versions.content"} <= set(before), before
+    summary_before = admin_client.get("/api/admin/participants").get_json()["summary"]
+
+    url = f"/api/admin/participants/{user_id}/erase"
+    assert admin_client.post(url, json={"reason": "participant asked"}).get_json()["error"] == "confirmation_required"
+    assert admin_client.post(url, json={"confirm": True}).get_json()["error"] == "reason_required"
+    response = admin_client.post(url, json={"confirm": True, "reason": "participant asked by e-mail"})
+    assert response.status_code == 200, response.get_json()
+    tomb = response.get_json()["tombstone"]
+    assert tomb["participant_code"] == code and tomb["memory_group"] == groups[target]
+    assert tomb["status"] == "erased" and tomb["erased_at"] and tomb["enrolled_at"]
+    assert tomb["erasure_reason"] == "participant asked by e-mail"
+    assert tomb["assignment_slot"] is not None and tomb["assignment_block"] is not None
+
+    # the database: no trace of their text, panel id or address in any column of any table
+    assert _traces(runtime.db.engine, needles) == []
+    # the rest of the study is untouched
+    assert "messages.content" in _traces(runtime.db.engine, ["别人的对话"])
+    with runtime.db.Session() as session:
+        assert session.scalar(select(Assignment).where(Assignment.user_id == user_id)) is not None
+        audit = session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id)).all()
+        assert {"assignment", "panel_entry", "participant_erased"} <= {a.action for a in audit}
+
+    # reads answer with the tombstone only
+    record = admin_client.get(f"/api/admin/participants/{user_id}").get_json()
+    assert record["erased"] is True and record["tombstone"] == tomb
+    assert set(record) == {"erased", "tombstone", "audit"}
+    assert all(set(a) == {"at", "action", "actor_user_id"} for a in record["audit"])
+    assert api.get("/api/tasks").status_code == 401  # their session ends with the erasure
+
+    # balance: the same participants per group as before, the erased one among them
+    summary_after = admin_client.get("/api/admin/participants").get_json()["summary"]
+    assert summary_after["groups"] == summary_before["groups"]
+    assert summary_after["funnel"]["registered"] == summary_before["funnel"]["registered"]
+    assert summary_after["statuses"]["erased"] == 1
+
+    # a new export shows the erasure and holds nothing of what was erased
+    result = export_runtime(runtime, options=ExportOptions())
+    archive = zipfile.ZipFile(io.BytesIO(result.data))
+    for name in archive.namelist():
+        content = archive.read(name).decode("utf-8-sig")
+        for needle in needles:
+            assert needle not in content, (name, needle)
+    participants = archive.read("participants.csv").decode("utf-8")
+    import csv
+
+    row = next(r for r in csv.DictReader(io.StringIO(participants)) if r["participant_code"] == code)
+    assert row["status"] == "erased" and row["erased_at"] and row["memory_group"] == groups[target]
+    assert row["tasks_done"] == "0" and row["user_messages"] == "0"
+
+    # irreversible and not repeatable
+    assert admin_client.post(url, json={"confirm": True, "reason": "again"}).status_code == 409
+    assert admin_client.post(f"/api/admin/participants/{user_id}/withdraw", json={}).status_code == 409
+    # the panel id now leads to a new account, never back to the erased one
+    again = ApiClient(app.test_client()).post("/api/auth/panel", json={"external_id": target, "consent": True})
+    assert again.status_code == 201 and again.get_json()["user"]["participant_code"] != code
+
+
+def test_erasure_needs_the_admin_role(app, make_participant):
+    api = make_participant()
+    user_id = api.get("/api/auth/me").get_json()["user"]["id"]
+    response = api.post(f"/api/admin/participants/{user_id}/erase", json={"confirm": True, "reason": "me"})
+    assert response.status_code == 403

@@ -1,0 +1,201 @@
+"""Reminders for an unlocked task go out once per channel, each with a working personal return link,
+through a real SMTP server and a real webhook receiver on 127.0.0.1; failures are recorded and retried."""
+from __future__ import annotations
+
+import io
+import json
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import select, text
+
+from database.models import Reminder
+from services import scheduler
+from services.export_service import ExportOptions, export_runtime
+from services.scheduler import ReminderConfig
+from tests.conftest import ApiClient, walk_task
+from tests.services.test_scheduler import SmtpSink
+
+PANEL_ID = "wjx_778899"
+EMAIL = "returning.participant@example.org"
+
+
+class _WebhookHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.received.append({"json": json.loads(body), "authorization": self.headers.get("Authorization")})
+        status = 500 if self.server.failing.is_set() else 204
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        return None
+
+
+class WebhookSink(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _WebhookHandler)
+        self.received: list[dict] = []
+        self.failing = threading.Event()
+
+
+def _serve(server):
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server
+
+
+@pytest.fixture
+def smtp():
+    server = _serve(SmtpSink())
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def webhook():
+    server = _serve(WebhookSink())
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def settings(settings):
+    settings.contact_encryption_key = Fernet.generate_key().decode()
+    settings.public_base_url = "https://study.example.org/"
+    return settings
+
+
+@pytest.fixture
+def runtime(app):
+    return app.extensions["memory_lab"]
+
+
+def _config(smtp, webhook) -> ReminderConfig:
+    host, port = smtp.server_address
+    return ReminderConfig(enabled=True, smtp_host=host, smtp_port=port, sender="lab@example.org",
+                          channels=("email", "webhook"),
+                          webhook_url=f"http://127.0.0.1:{webhook.server_address[1]}/remind",
+                          webhook_token="hook-secret", webhook_timeout=5)
+
+
+def _who_opens(app, url: str) -> tuple[int, str, dict | None]:
+    """Open a return link in a fresh client: (status, redirect target, the user it logged in)."""
+    assert url.startswith("https://study.example.org/r/")
+    browser = ApiClient(app.test_client())
+    response = browser.get(url.removeprefix("https://study.example.org"))
+    me = browser.get("/api/auth/me")
+    return response.status_code, response.headers.get("Location", ""), (me.get_json() or {}).get("user")
+
+
+def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make_participant, admin_client, clock,
+                                                              study, smtp, webhook):
+    panel = ApiClient(app.test_client())
+    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
+    emailer = make_participant("emailer")
+    assert emailer.post("/api/me/contact", json={"channel": "email", "value": EMAIL}).status_code == 200
+    quitter = make_participant("quitter")
+    assert quitter.post("/api/me/contact", json={"channel": "email", "value": "quitter@example.org"}).status_code == 200
+    for api in (panel, emailer, quitter):
+        walk_task(api, clock, "T1", ["第一次任务。"], study=study)
+    quitter_id = quitter.get("/api/auth/me").get_json()["user"]["id"]
+    assert admin_client.post(f"/api/admin/participants/{quitter_id}/withdraw", json={}).status_code == 200
+    config = _config(smtp, webhook)
+
+    assert scheduler.send_reminders(runtime, config)["sent"] == []  # T2 is not open yet
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    result = scheduler.send_reminders(runtime, config)
+    assert sorted((s["task_id"], s["kind"], s["channel"]) for s in result["sent"]) == [
+        ("T2", "unlocked", "email"), ("T2", "unlocked", "webhook")]
+    assert result["failed"] == []
+
+    # e-mail: one message, to the address the participant gave, with a link that logs them in at T2
+    assert len(smtp.received) == 1 and smtp.received[0]["to"] == [EMAIL]
+    body = smtp.received[0]["message"].get_content()
+    url = next(word for word in body.split() if "/r/" in word)
+    status, target, user = _who_opens(app, url)
+    assert (status, target, user["username"]) == (302, "/#/task/T2", "emailer")
+
+    # webhook: one JSON POST for the panel participant, with their panel id and a working link
+    assert len(webhook.received) == 1
+    payload, auth = webhook.received[0]["json"], webhook.received[0]["authorization"]
+    assert auth == "Bearer hook-secret"
+    assert (payload["event"], payload["kind"], payload["task_id"], payload["external_id"], payload["contact"]) == (
+        "task_reminder", "unlocked", "T2", PANEL_ID, PANEL_ID)
+    assert payload["return_link"] in payload["text"]
+    status, target, user = _who_opens(app, payload["return_link"])
+    assert (status, target, user["external_id"]) == (302, "/#/task/T2", PANEL_ID)
+
+    # once: the next runs send nothing more
+    for _ in range(2):
+        clock.advance(3600)
+        assert scheduler.send_reminders(runtime, config)["sent"] == []
+    assert len(smtp.received) == 1 and len(webhook.received) == 1
+
+    # the monitor shows what went out; the address is in neither the database in clear nor the export
+    rows = {r["username"]: r for r in admin_client.get("/api/admin/participants").get_json()["participants"]}
+    assert [(r["kind"], r["channel"], r["status"]) for r in rows["emailer"]["reminders"]] == [
+        ("unlocked", "email", "sent")]
+    assert rows["quitter"]["reminders"] == []
+    with runtime.db.engine.connect() as conn:
+        raw = conn.execute(text("SELECT encrypted FROM contact_details")).scalars().all()
+    assert raw and all(EMAIL.encode() not in bytes(value) for value in raw)
+    archive = zipfile.ZipFile(io.BytesIO(export_runtime(runtime, options=ExportOptions()).data))
+    assert all(EMAIL not in archive.read(name).decode("utf-8") for name in archive.namelist())
+
+    # overdue: one more reminder per channel, once
+    clock.advance(days=study.timing.overdue_after_days)
+    overdue = scheduler.send_reminders(runtime, config)
+    assert sorted((s["kind"], s["channel"]) for s in overdue["sent"]) == [("overdue", "email"), ("overdue", "webhook")]
+    assert scheduler.send_reminders(runtime, config)["sent"] == []
+
+
+def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_client, clock, study, smtp, webhook):
+    panel = ApiClient(app.test_client())
+    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
+    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    config = _config(smtp, webhook)
+    webhook.failing.set()
+    result = scheduler.send_reminders(runtime, config)
+    assert result["sent"] == [] and [(f["channel"], f["kind"]) for f in result["failed"]] == [("webhook", "unlocked")]
+    row = admin_client.get("/api/admin/participants").get_json()["participants"][0]
+    assert row["reminders"][0]["status"] == "failed" and "500" in row["reminders"][0]["error"]
+
+    webhook.failing.clear()
+    assert [s["channel"] for s in scheduler.send_reminders(runtime, config)["sent"]] == ["webhook"]
+    with runtime.db.Session() as session:
+        reminder = session.scalar(select(Reminder))
+        assert (reminder.status, reminder.attempts) == ("sent", 2)
+    assert len(webhook.received) == 2  # the failed POST and the retry, nothing more
+    assert scheduler.send_reminders(runtime, config)["sent"] == []
+
+
+def test_contact_details_need_the_key_and_a_valid_address(app, make_participant, settings):
+    api = make_participant()
+    bad = api.post("/api/me/contact", json={"channel": "email", "value": "not-an-address"})
+    assert bad.status_code == 400 and bad.get_json()["error"] == "invalid_contact"
+    assert api.post("/api/me/contact", json={"channel": "pigeon", "value": "x"}).status_code == 400
+    assert api.post("/api/me/contact", json={"channel": "email", "value": EMAIL}).get_json()["channels"] == ["email"]
+    assert api.post("/api/me/contact", json={"channel": "email", "value": ""}).get_json()["channels"] == []
+    settings.contact_encryption_key = None
+    off = api.post("/api/me/contact", json={"channel": "email", "value": EMAIL})
+    assert off.status_code == 409 and off.get_json()["error"] == "contacts_disabled"
+
+
+def test_reminder_channels_from_the_environment():
+    config = ReminderConfig.from_env({"REMINDERS_ENABLED": "1", "REMINDER_CHANNELS": "email, webhook",
+                                      "REMINDER_WEBHOOK_URL": "http://127.0.0.1:9/hook",
+                                      "REMINDER_WEBHOOK_TOKEN": "t"})
+    assert (config.channels, config.webhook_url, config.webhook_token) == (
+        ("email", "webhook"), "http://127.0.0.1:9/hook", "t")
+    with pytest.raises(ValueError, match="REMINDER_WEBHOOK_URL"):
+        scheduler.send_reminders(None, ReminderConfig(enabled=True, channels=("webhook",)))
