@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: run test venv dev system-test-deps lint bench clean-venv
+.PHONY: run serve test venv dev system-test-deps lint bench clean-venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ dev: $(VENV)/.dev-installed
 run: venv
 	$(PY) scripts/migrate.py
 	$(PY) app.py
+
+## make serve: production mode: gunicorn worker processes on PostgreSQL (DATABASE_URL and SECRET_KEY required)
+serve: venv
+	$(PY) scripts/serve.py
 
 ## make test: dev requirements, headless Chromium and PostgreSQL (Debian packages), then the whole suite
 test: dev system-test-deps

@@ -3,7 +3,8 @@
 ``create_app(settings)`` builds the same app for the server, the ``flask`` CLI,
 the scheduler and the tests. ``python app.py`` applies migrations, creates the
 first admin (printing a generated password once) and serves on
-127.0.0.1:$PORT (8000) with waitress.
+127.0.0.1:$PORT (8000) with waitress (threads and connection limits: services/serving.py).
+``scripts/serve.py`` (``make serve``) serves the same app with gunicorn on PostgreSQL.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from services.account_service import session_user
 from services.clock import Clock
 from services.errors import StudyError
 from services.llm.chain import LLMService
-from services.runtime import build_runtime, check_embedder
+from services.runtime import build_runtime
+from services.serving import rate_limits, warm_up
 from services.study import StudyDefinitionError
 
 log = logging.getLogger("memory_lab")
@@ -49,10 +51,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         WTF_CSRF_TIME_LIMIT=None,  # a participant's page stays open for a whole task
         WTF_CSRF_HEADERS=["X-CSRFToken", "X-CSRF-Token"],
         RATELIMIT_ENABLED=settings.rate_limits_enabled,
+        MEMORY_LAB_RATE_LIMITS=rate_limits(),
         JSON_AS_ASCII=False,
     )
     http_safety.install(app)
     app.url_map.converters["id"] = DbIdConverter
+    _trust_proxies(app)
     runtime = build_runtime(settings, clock=clock, llm=llm)
     if embedder is not None:
         runtime.embedder = embedder
@@ -74,6 +78,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_cli(app)
     _register_payments_cli(app)
     return app
+
+
+def _trust_proxies(app: Flask) -> None:
+    """Behind PROXY_HOPS reverse proxies the client's address and scheme come from X-Forwarded-*
+    (per-address rate limits would otherwise see every participant as the proxy)."""
+    from services.serving import ServingConfig
+
+    hops = ServingConfig.from_env().proxy_hops
+    if hops:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
 
 
 def _register_blueprints(app: Flask) -> None:
@@ -238,7 +254,7 @@ def main() -> None:
     except StudyDefinitionError as exc:  # refuse to serve a study that cannot run, before anything starts
         raise SystemExit(f"study definition refused: {exc}") from exc
     runtime = app.extensions["memory_lab"]
-    check_embedder(runtime)
+    warm_up(runtime)  # the embedder (and its pin check) and jieba, before the first participant
     bootstrap_admin_once(app)
     if runtime.settings.scheduler_enabled:
         from services.scheduler import start_scheduler
@@ -252,7 +268,11 @@ def main() -> None:
           f"{','.join(runtime.settings.llm_providers)}; embedder: {runtime.settings.embedding_provider})", flush=True)
     from waitress import serve
 
-    serve(app, host=host, port=port, threads=16, channel_timeout=300)
+    from services.serving import ServingConfig, raise_open_file_limit
+
+    serving = ServingConfig.from_env()
+    raise_open_file_limit(serving.connection_limit)
+    serve(app, host=host, port=port, **serving.waitress_options())
 
 
 if __name__ == "__main__":

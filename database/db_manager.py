@@ -34,11 +34,16 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 class Database:
-    def __init__(self, url: str, *, busy_timeout: float = 10.0) -> None:
-        """``busy_timeout``: seconds a SQLite write waits for another writer's lock before it fails
-        (the request then answers 503 "not saved, try again" rather than hanging)."""
+    def __init__(self, url: str, *, busy_timeout: float = 10.0, pool_size: int = 10, max_overflow: int = 10) -> None:
+        """``busy_timeout``: seconds a write waits for another writer's lock before it fails
+        (the request then answers 503 "not saved, try again" rather than hanging). ``pool_size`` and
+        ``max_overflow``: connections kept per process (every waiting reply is a thread; each holds a
+        connection only while it reads or writes)."""
         self.url = url
         kwargs: dict = {"future": True}
+        if url not in ("sqlite://", "sqlite:///:memory:"):
+            # every waiting reply is a thread; each holds a connection only while it reads or writes
+            kwargs.update(pool_size=pool_size, max_overflow=max_overflow)
         if url.startswith("sqlite"):
             # Threads (waitress, the scheduler) share the file; WAL lets readers and a writer coexist.
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout}
@@ -46,6 +51,10 @@ class Database:
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         else:
             kwargs["pool_pre_ping"] = True
+            if url.startswith("postgresql"):
+                # the same bound as SQLite's busy timeout: a row or table lock held longer fails the
+                # statement with 55P03, which is_unavailable() turns into a retryable 503, not a hang
+                kwargs["connect_args"] = {"options": f"-c lock_timeout={int(busy_timeout * 1000)}"}
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))

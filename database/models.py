@@ -341,3 +341,18 @@ class Reminder(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime)
     error: Mapped[str | None] = mapped_column(String(255))
+
+
+class Lease(Base):
+    """A named, expiring claim held by one process (or one thread of it) across hosts.
+
+    Used for what must happen in one place at a time when several processes share the
+    database: the scheduler's leadership, one memory rewrite per participant. A holder
+    that dies simply stops renewing; its lease expires and another holder takes over."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime)
+    expires_at: Mapped[datetime] = mapped_column(DateTime, index=True)

@@ -31,21 +31,26 @@ class VectorStore:
         return (Message.user_id == user_id, Message.role == "user", Message.embedding.is_not(None),
                 Message.consolidated_at.is_not(None))
 
-    def runs_state(self, user_id: int) -> tuple[str, ...]:
+    def _runs_state_query(self, user_id: int) -> Any:
         """Changes whenever a consolidation run of the participant starts, finishes or fails."""
-        row = self.session.execute(
-            select(func.count(ConsolidationRun.id), func.max(ConsolidationRun.id),
-                   func.max(func.coalesce(ConsolidationRun.finished_at, ConsolidationRun.started_at)))
-            .where(ConsolidationRun.user_id == user_id)
-        ).one()
-        return tuple(str(v) for v in row)
+        return (select(func.count(ConsolidationRun.id), func.max(ConsolidationRun.id),
+                       func.max(func.coalesce(ConsolidationRun.finished_at, ConsolidationRun.started_at)))
+                .where(ConsolidationRun.user_id == user_id))
 
-    def has_newer_consolidated(self, user_id: int, max_id: int) -> bool:
-        """Whether a memory newer than ``max_id`` exists: a range scan over the (user_id, id)
-        index that only reaches messages written since."""
-        return self.session.execute(
-            select(Message.id).where(*self._consolidated(user_id), Message.id > max_id).limit(1)
-        ).first() is not None
+    def runs_state(self, user_id: int) -> tuple[str, ...]:
+        """The participant's consolidation runs (count, newest, last start/finish), as strings."""
+        return tuple(str(v) for v in self.session.execute(self._runs_state_query(user_id)).one())
+
+    def cache_state(self, user_id: int, max_id: int) -> tuple[tuple[str, ...], bool]:
+        """``runs_state`` and whether a memory newer than ``max_id`` exists, in one round trip (a warm
+        recall asks both before every use of its cached index). The newer check is a range scan over the
+        (user_id, id) index that only reaches messages written since."""
+        runs = self._runs_state_query(user_id).subquery()
+        newer = select(Message.id).where(*self._consolidated(user_id), Message.id > max_id).limit(1)
+        row = self.session.execute(
+            select(runs, newer.scalar_subquery().label("newer"))
+        ).one()
+        return tuple(str(v) for v in row[:3]), row[3] is not None
 
     def consolidated_vectors(self, user_id: int) -> Sequence[Row]:
         """Every consolidated user message of the participant with its embedding, oldest first."""

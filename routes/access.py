@@ -95,3 +95,13 @@ def _limit_identity() -> str:
 
 # Rate limits (429): password guessing, registration floods, message floods.
 limiter = Limiter(key_func=_limit_identity, storage_uri="memory://", headers_enabled=True)
+
+
+def configured_limit(name: str):
+    """A limit set in the environment (services.serving.RATE_LIMIT_DEFAULTS), read per request."""
+    return lambda: current_app.config["MEMORY_LAB_RATE_LIMITS"][name]
+
+
+def failed(response) -> bool:
+    """Count only refused requests (4xx) against a failure-based limit."""
+    return 400 <= response.status_code < 500

@@ -6,7 +6,17 @@ from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
 from database.models import username_key
-from routes.access import current, db_session, json_body, limiter, login_required, ok, runtime
+from routes.access import (
+    configured_limit,
+    current,
+    db_session,
+    failed,
+    json_body,
+    limiter,
+    login_required,
+    ok,
+    runtime,
+)
 from services import account_service
 from services.languages import LANGUAGES
 
@@ -37,7 +47,9 @@ def csrf():
 
 
 @bp.post("/register")
-@limiter.limit("60 per minute", key_func=lambda: f"register:{request.remote_addr}")
+@limiter.limit(configured_limit("register"), key_func=lambda: f"register:{request.remote_addr}")
+@limiter.limit(configured_limit("register_failures"), key_func=lambda: f"register-failed:{request.remote_addr}",
+               deduct_when=failed)
 def register():
     data = json_body()
     rt = runtime()

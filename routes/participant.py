@@ -13,7 +13,16 @@ from flask import Blueprint, Response, request, stream_with_context
 from sqlalchemy import select
 
 from database.models import Message
-from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
+from routes.access import (
+    configured_limit,
+    current,
+    db_session,
+    json_body,
+    limiter,
+    ok,
+    participant_required,
+    runtime,
+)
 from services import chat_service
 from services.chat_service import serialise_message, task_service
 from services.clock import utc_iso
@@ -80,7 +89,7 @@ def _wants_stream() -> bool:
 
 @bp.post("/tasks/<task_id>/messages")
 @participant_required
-@limiter.limit("30 per minute")
+@limiter.limit(configured_limit("messages"))
 def post_message(task_id: str):
     rt = runtime()
     data = json_body()

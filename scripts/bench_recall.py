@@ -6,9 +6,10 @@ words from a 3,000-word vocabulary with a random unit vector, 384 dimensions, an
 an assistant reply of 10 words), and times, with the query vector precomputed so
 the embedding is excluded:
 
-  (a) the full ``ForgettingCurveSearch.recall`` (fingerprint query, cached index, hybrid
+  (a) the full ``ForgettingCurveSearch.recall`` (cache state query, cached index, hybrid
       retriever top-k, candidate rows, calibrated relevance, forgetting curve,
-      updates and RecallEvent rows, flush), with the participant's index cached
+      updates and RecallEvent rows, flush: what a reply does for recall, apart from
+      embedding the query), with the participant's index cached
       (warm) and without the cache (every call reloads and re-indexes);
   (b) the ranking and scoring core alone (BM25 over exchange + neighbours, cosine
       product, z-score fusion, top-k, relevance model, curve).

@@ -8,7 +8,8 @@ $PY -m pytest -p no:cacheprovider "$@" || status=$?
 if out=$(bash scripts/pg_test_server.sh start); then
   export $out
   echo "== PostgreSQL: tests marked postgres against $TEST_POSTGRES_URL"
-  TEST_DATABASE_URL=$TEST_POSTGRES_URL $PY -m pytest -p no:cacheprovider -m postgres "$@" || status=$?
+  # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py)
+  TEST_DATABASE_URL=$TEST_POSTGRES_URL FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider -m postgres "$@" || status=$?
   bash scripts/pg_test_server.sh stop
 else
   echo "PostgreSQL test server could not start" >&2

@@ -11,10 +11,9 @@ Order matters for a study whose data are irreplaceable:
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -27,6 +26,7 @@ from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
 from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
 from services.languages import prompt_language
+from services.leases import LeaseBusy, participant_guard
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
@@ -228,21 +228,30 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
     runtime.background.submit(_turn_upkeep, runtime, reply_id)
 
 
-# One upkeep at a time per participant: two background workers rewriting the same memory
-# would race for its next version number.
-_upkeep_locks: defaultdict[int, threading.Lock] = defaultdict(threading.Lock)
-_upkeep_locks_guard = threading.Lock()
-
-
 def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
     with runtime.db.Session() as session:
         user_id = session.get(Message, reply_id).user_id
-    with _upkeep_locks_guard:
-        lock = _upkeep_locks[user_id]
-    with lock, runtime.db.session() as session:
-        reply = session.get(Message, reply_id)
-        upkeep = Upkeep(llm=runtime.consolidation_llm, clock=runtime.clock, study=runtime.study)
-        registry.get(reply.memory_group).after_turn(session, upkeep, reply=reply)
+    # One upkeep at a time per participant, across every process: two would race for the memory's
+    # next version number. The guard is a database lease (services.leases), not an in-process lock.
+    try:
+        with participant_guard(runtime.db, user_id), runtime.db.session() as session:
+            reply = session.get(Message, reply_id)
+            upkeep = Upkeep(llm=runtime.consolidation_llm, clock=runtime.clock, study=runtime.study)
+            registry.get(reply.memory_group).after_turn(session, upkeep, reply=reply)
+    except LeaseBusy:
+        log.warning("memory upkeep of participant %s stayed busy; the sweep catches up reply %s", user_id, reply_id)
+
+
+def catch_up_turn_upkeep(runtime: Runtime, *, grace_seconds: float = 60.0) -> list[int]:
+    """Run the per-turn upkeep still missing ``grace_seconds`` after its reply (the scheduler's sweep):
+    work a dead worker had queued, or given up while the guard stayed busy."""
+    before = runtime.clock.now() - timedelta(seconds=grace_seconds)
+    with runtime.db.Session() as session:
+        pending = [reply_id for condition in registry.all_conditions() if condition.has_turn_upkeep
+                   for reply_id in condition.turns_behind(session, before=before)]
+    for reply_id in pending:
+        _turn_upkeep(runtime, reply_id)
+    return pending
 
 
 def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:

@@ -52,7 +52,12 @@ class Runtime:
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,
                   llm: LLMService | None = None) -> Runtime:
     registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
-    db = db or Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds)
+    if db is None:
+        from services.serving import ServingConfig
+
+        serving = ServingConfig.from_env()
+        db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,
+                      pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)

@@ -46,7 +46,9 @@ from sqlalchemy.orm import Session
 from config import Settings
 from database.models import AuditLog, Reminder, User
 from services import admin_service, panel_service
+from services.chat_service import catch_up_turn_upkeep
 from services.contacts import decrypted_contacts
+from services.leases import SchedulerLeadership
 from services.runtime import Runtime
 from services.timer_service import TaskService
 
@@ -111,7 +113,8 @@ def _tasks(session: Session, runtime: Runtime) -> TaskService:
 
 
 def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILED_RETRY_MINUTES) -> dict[str, Any]:
-    """Close abandoned chats, then consolidate every closed task still waiting for it.
+    """Close abandoned chats, consolidate every closed task still waiting for it, and run the
+    per-turn memory upkeep (S1's summary rewrite) that never ran (a worker died with it queued).
 
     A task whose consolidation failed is retried once ``failed_retry_minutes`` have passed."""
     with runtime.db.Session() as session:
@@ -120,10 +123,12 @@ def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILE
         session.commit()
     cutoff = runtime.clock.now() - timedelta(minutes=failed_retry_minutes)
     runs = admin_service.consolidate_pending(runtime, trigger="sweep", failed_retry_after=cutoff)
-    if closed_ids or runs:
-        log.info("sweep: closed %d abandoned chat(s); consolidation runs: %s", len(closed_ids),
-                 ", ".join(f"{r['task_session_id']}={r['status']}" for r in runs) or "none")
-    return {"closed": closed_ids, "runs": runs}
+    rewrites = catch_up_turn_upkeep(runtime)
+    if closed_ids or runs or rewrites:
+        log.info("sweep: closed %d abandoned chat(s); consolidation runs: %s; per-turn upkeep caught up: %d",
+                 len(closed_ids), ", ".join(f"{r['task_session_id']}={r['status']}" for r in runs) or "none",
+                 len(rewrites))
+    return {"closed": closed_ids, "runs": runs, "turn_upkeep": rewrites}
 
 
 # -- overdue ------------------------------------------------------------------------------------------
@@ -454,29 +459,59 @@ def job_intervals(settings: Settings, environ: dict[str, str] | None = None) -> 
     }
 
 
+def _led(leadership: SchedulerLeadership, job_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run only in the process that leads the scheduler (the others skip their turn)."""
+
+    def job(*args: Any) -> Any:
+        if not leadership.is_leader():
+            return None
+        log.info("scheduler job %s runs in %s", job_id, leadership.holder)
+        return fn(*args)
+
+    job.__name__ = job_id
+    return job
+
+
 def start_scheduler(app, *, start: bool = True):
-    """Put the jobs on an APScheduler BackgroundScheduler (one per process) and start it."""
+    """Put the jobs on an APScheduler BackgroundScheduler and start it.
+
+    Every server process may start one; the ``scheduler`` lease in the database makes
+    exactly one of them run the jobs (services.leases.SchedulerLeadership), and another
+    takes over within a lease period when that process dies."""
     from apscheduler.schedulers.background import BackgroundScheduler
 
     runtime: Runtime = app.extensions["memory_lab"]
     intervals = job_intervals(runtime.settings)
+    leadership = SchedulerLeadership(runtime.db, ttl_seconds=lease_seconds(intervals))
     scheduler = BackgroundScheduler(timezone="UTC", job_defaults={
         "coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
-    scheduler.add_job(sweep_consolidation, "interval", args=[runtime], id="consolidation_sweep",
-                      seconds=intervals["consolidation_sweep"])
-    scheduler.add_job(mark_overdue, "interval", args=[runtime], id="mark_overdue",
-                      seconds=intervals["mark_overdue"])
+    scheduler.add_job(leadership.renew, "interval", id="scheduler_lease", seconds=leadership.renew_seconds)
+    jobs: list[tuple[str, Callable[..., Any], list[Any]]] = [
+        ("consolidation_sweep", sweep_consolidation, [runtime]), ("mark_overdue", mark_overdue, [runtime])]
     reminders = ReminderConfig.from_env()
     if reminders.enabled:
-        scheduler.add_job(send_reminders, "interval", args=[runtime, reminders], id="send_reminders",
-                          seconds=intervals["send_reminders"])
+        jobs.append(("send_reminders", send_reminders, [runtime, reminders]))
+    for job_id, fn, args in jobs:
+        scheduler.add_job(_led(leadership, job_id, fn), "interval", args=args, id=job_id, seconds=intervals[job_id])
     if start:
+        leadership.renew()
         scheduler.start()
-        atexit.register(lambda: scheduler.shutdown(wait=False) if scheduler.running else None)
-        log.info("scheduler started: %s", ", ".join(f"{job.id} every {intervals[job.id]:g} s"
-                                                     for job in scheduler.get_jobs()))
+        atexit.register(_stop, scheduler, leadership)
+        log.info("scheduler started: %s", ", ".join(f"{job_id} every {intervals[job_id]:g} s" for job_id, _, _ in jobs))
     app.extensions["memory_lab_scheduler"] = scheduler
+    app.extensions["memory_lab_scheduler_leadership"] = leadership
     return scheduler
+
+
+def lease_seconds(intervals: dict[str, float]) -> float:
+    """The leadership lease: long enough to ride out a slow renewal, short enough for a quick takeover."""
+    return max(15.0, min(45.0, 3 * intervals["consolidation_sweep"]))
+
+
+def _stop(scheduler, leadership: SchedulerLeadership) -> None:
+    if scheduler.running:
+        scheduler.shutdown(wait=False)
+    leadership.resign()
 
 
 def run_jobs_once(runtime: Runtime, *, reminders: bool = False) -> dict[str, Any]:

@@ -18,6 +18,21 @@ from services.clock import ManualClock
 from services.study import load_study
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """With FAIL_ON_SKIP=1 (the PostgreSQL pass of scripts/run_tests.sh) a skipped test fails the run:
+    a PostgreSQL test that skips has not shown that PostgreSQL works."""
+    if os.environ.get("FAIL_ON_SKIP") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped:
+        reporter.write_line(f"FAIL_ON_SKIP: {len(skipped)} test(s) skipped in a run where every test must run:",
+                            red=True)
+        for report in skipped:
+            reporter.write_line(f"  {report.nodeid}: {report.longrepr[-1] if report.longrepr else ''}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def study():
     return load_study()

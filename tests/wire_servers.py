@@ -95,6 +95,26 @@ def empty() -> Fault:
     return Fault("empty")
 
 
+@dataclass(frozen=True)
+class Latency:
+    """A model's own timing, for load tests: the first token after ``first_token`` seconds, then
+    ``tokens`` tokens at ``tokens_per_second`` (the reply ends at first_token + tokens/rate).
+    A plain (non-streaming) completion arrives whole at that same end time."""
+
+    first_token: float = 0.8
+    tokens: int = 88
+    tokens_per_second: float = 40.0
+
+    @property
+    def total(self) -> float:
+        return self.first_token + self.tokens / self.tokens_per_second
+
+    def text(self) -> list[str]:
+        """One short piece of reply per token (one Chinese character each)."""
+        source = "好的，我明白你的意思。我们可以一起想想办法，看看哪一种安排最适合你现在的情况。"
+        return [source[i % len(source)] for i in range(self.tokens)]
+
+
 @dataclass
 class ReceivedRequest:
     path: str
@@ -186,6 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # a load test opens hundreds of connections at once
     block_on_close = False
     wire: WireServer
 
@@ -201,9 +222,12 @@ class WireServer:
 
     prefix = ""
 
-    def __init__(self, reply: str = DEFAULT_REPLY, *, embedding_dim: int = EMBEDDING_DIM) -> None:
+    def __init__(self, reply: str = DEFAULT_REPLY, *, embedding_dim: int = EMBEDDING_DIM,
+                 latency: Latency | None = None) -> None:
         self.reply = self._initial_reply = reply
         self.embedding_dim = embedding_dim
+        self.latency = latency
+        self.chat_seconds: list[float] = []  # the model's own time per chat completion (latency mode)
         self.received: list[ReceivedRequest] = []
         self.stopped = threading.Event()
         self._script: deque[Fault] = deque()
@@ -273,7 +297,9 @@ class OpenAIWireServer(WireServer):
 
     def handle(self, h: _Handler, body: dict[str, Any], fault: Fault) -> None:
         path = h.path.split("?")[0]
-        if path == "/v1/chat/completions":
+        if path == "/v1/chat/completions" and self.latency is not None and fault.kind == "ok":
+            self._timed_chat(h, body, self.latency)
+        elif path == "/v1/chat/completions":
             self._chat(h, body, fault)
         elif path == "/v1/embeddings":
             self._embeddings(h, body, fault)
@@ -337,6 +363,46 @@ class OpenAIWireServer(WireServer):
                                            "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}, choices=False))
         h.write_chunk(b"data: [DONE]\n\n")
         h.end_chunked()
+
+    def _timed_chat(self, h: _Handler, body: dict[str, Any], latency: Latency) -> None:
+        """A completion that takes the model's time: first token, then tokens at a steady rate."""
+        import time
+
+        started = time.monotonic()
+        model = body.get("model", "unknown")
+        pieces = latency.text()
+        usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": latency.tokens,
+                 "total_tokens": PROMPT_TOKENS + latency.tokens}
+
+        def wait_until(offset: float) -> None:
+            delay = started + offset - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+        if not body.get("stream"):
+            wait_until(latency.total)
+            h.send_json(200, {"id": "chatcmpl-local", "object": "chat.completion", "created": 1767225600,
+                              "model": model, "usage": usage,
+                              "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                           "message": {"role": "assistant", "content": "".join(pieces)}}]})
+        else:
+            def chunk(delta: dict[str, Any], finish: str | None, extra: dict[str, Any] | None = None) -> bytes:
+                payload = {"id": "chatcmpl-local", "object": "chat.completion.chunk", "created": 1767225600,
+                           "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                           **(extra or {})}
+                return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+            h.start_chunked("text/event-stream; charset=utf-8")
+            wait_until(latency.first_token)
+            h.write_chunk(chunk({"role": "assistant", "content": ""}, None))
+            for number, piece in enumerate(pieces, start=1):
+                wait_until(latency.first_token + number / latency.tokens_per_second)
+                h.write_chunk(chunk({"content": piece}, None))
+            h.write_chunk(chunk({}, "stop", {"usage": usage}))
+            h.write_chunk(b"data: [DONE]\n\n")
+            h.end_chunked()
+        with self._lock:
+            self.chat_seconds.append(time.monotonic() - started)
 
     def _embeddings(self, h: _Handler, body: dict[str, Any], fault: Fault) -> None:
         if fault.kind == "status":

@@ -14,6 +14,7 @@ Conditions register in ``services.memory.registry``; nobody else switches on the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy.orm import Session
@@ -85,6 +86,11 @@ class MemoryCondition:
 
     def after_turn(self, session: Session, upkeep: Upkeep, *, reply: Message) -> None:
         """Upkeep after a stored reply (run off the request path when ``has_turn_upkeep``)."""
+
+    def turns_behind(self, session: Session, *, before: datetime) -> list[int]:
+        """Replies written before ``before`` whose ``after_turn`` never ran (its worker died): one
+        reply id per participant, the latest, since an upkeep catches up every turn before it."""
+        return []
 
     def consolidate(self, session: Session, upkeep: Upkeep, *, user: User, task_session: TaskSession,
                     run: ConsolidationRun | None) -> ConsolidationStep | None:

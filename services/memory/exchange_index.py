@@ -57,6 +57,7 @@ class ExchangeIndex:
         self.admitted = np.asarray(admitted, dtype=bool)
         texts, neighbours = index_texts(exchanges, settings.neighbour_turns)
         self.rows = np.flatnonzero(self.admitted)
+        self._row_sessions = self.session_ids[self.rows]  # the session of each indexed row, for the exclusion
         docs = [RetrievalDoc(int(row), texts[row], neighbours[row], vectors[row]) for row in self.rows]
         self.retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b)
 
@@ -66,6 +67,6 @@ class ExchangeIndex:
         input. Exchanges of ``exclude_session`` (the message's own task) are never returned."""
         if k <= 0 or not len(self.rows):
             return []
-        own = int((self.session_ids[self.rows] == exclude_session).sum()) if exclude_session is not None else 0
+        own = int((self._row_sessions == exclude_session).sum()) if exclude_session is not None else 0
         ranked = self.retriever.rank(query_text, query_vector, k + own)
         return [s for s in ranked if self.session_ids[s.memory_id] != exclude_session][:k]

@@ -26,13 +26,13 @@ skipped with a warning (or refused with ``ForeignEmbeddingError``).
 
 Loading a participant's vectors and indexing their exchanges dominates the cost of a recall
 (seconds for 10,000 memories, against about 2 ms of ranking and scoring; docs/benchmarks.md), so the
-matrix and index are cached per process. Before every use two index-backed checks (``database.vector_store``)
-decide whether it is
+matrix and index are cached per process. Before every use one query of two index-backed checks
+(``VectorStore.cache_state``) decides whether it is
 still current, seeing writes from any process (e.g. ``scripts/manual_consolidation.py``):
 the participant's consolidation runs (count, newest, last start/finish) and
 whether a consolidated message newer than the cached ones exists. The candidate
-rows are then read fresh (g, last recall, salience) and checked against the
-cached vectors, so a deleted or re-embedded candidate forces a reload. Code
+rows are then read fresh (g, last recall, salience) and their stored embedding bytes checked
+against the cached ones (by hash), so a deleted or re-embedded candidate forces a reload. Code
 that rewrites stored embeddings outside a consolidation run should still call
 ``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only
 noticed once it becomes a candidate.
@@ -48,13 +48,14 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from database.models import Message, RecallEvent
 from database.vector_store import VectorStore
 from services import recall_model as rm
 from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, from_blob, normalise
+from services.embedding_service import EmbeddingProvider, normalise
 from services.memory.base import BuildRequest, MemoryCondition
 from services.memory.context import ROLE_LABELS, MemoryContext
 from services.memory.exchange_index import Exchange, ExchangeIndex
@@ -109,6 +110,7 @@ class _ParticipantMatrix:
     message_ids: np.ndarray  # int64, ascending
     task_session_ids: np.ndarray  # int64, aligned with message_ids
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
+    blob_hashes: np.ndarray  # int64, hash of each stored embedding blob (a candidate row is checked against it)
     content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
     salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
     index: ExchangeIndex  # the hybrid retriever over the admitted exchanges
@@ -245,16 +247,16 @@ class ForgettingCurveSearch:
         ids = [int(store.message_ids[i]) for i in chosen]
         rows = self.store.messages(ids)
         for message_id, index in zip(ids, chosen, strict=True):
-            if not self._matches(rows.get(message_id), user_id, store.matrix, index):
+            if not self._matches(rows.get(message_id), user_id, store, index):
                 return None
         return [rows[i] for i in ids], ranked, [store.replies[i] for i in chosen]
 
-    def _matches(self, row: Message | None, user_id: int, matrix: np.ndarray, index: int) -> bool:
-        """Whether a candidate row is still the memory the cached matrix holds at ``index``."""
+    def _matches(self, row: Message | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
+        """Whether a candidate row is still the memory the cached matrix holds at ``index``: the same
+        stored embedding bytes (a hash, not a re-normalised float comparison: cheaper, and stricter)."""
         return not (row is None or row.user_id != user_id or row.role != "user" or row.consolidated_at is None
                     or row.embedding is None or row.embedding_model != self.embedder.model
-                    or len(row.embedding) != matrix.shape[1] * 4
-                    or not np.allclose(normalise(from_blob(row.embedding))[0], matrix[index], atol=1e-6))
+                    or hash(bytes(row.embedding)) != store.blob_hashes[index])
 
     def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
         if query_vector is None:
@@ -274,16 +276,16 @@ class ForgettingCurveSearch:
         model = self.embedder.model
         # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
         key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
-        runs = self.store.runs_state(user_id)
         matrix = None
         if self.use_cache and not reload:
             with self._cache_lock:
                 matrix = self._cache.get(key)
-            if matrix is not None and (matrix.runs_state != runs
-                                       or self.store.has_newer_consolidated(user_id, matrix.max_id)):
-                matrix = None
+            if matrix is not None:
+                runs, newer = self.store.cache_state(user_id, matrix.max_id)
+                if newer or matrix.runs_state != runs:
+                    matrix = None
         if matrix is None:
-            matrix = self._load_matrix(user_id, model, runs)
+            matrix = self._load_matrix(user_id, model, self.store.runs_state(user_id))
             if self.use_cache:
                 self._remember(key, matrix)
         self._check_foreign(user_id, model, matrix)
@@ -333,7 +335,8 @@ class ForgettingCurveSearch:
             foreign=foreign,
             message_ids=np.array([r.id for r in own], dtype=np.int64),
             task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
-            matrix=matrix, content_words=content_words, salience=salience,
+            matrix=matrix, blob_hashes=np.array([hash(bytes(r.embedding)) for r in own], dtype=np.int64),
+            content_words=content_words, salience=salience,
             index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
             replies=[e.reply for e in exchanges],
         )
@@ -349,20 +352,22 @@ class ForgettingCurveSearch:
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
                  task_id: str) -> None:
     """Update g, recall_count and last_recall_at of the recalled memories and store one RecallEvent per
-    candidate. Flushes; the caller commits."""
+    candidate. Flushes; the caller commits. The events go in as one multi-row INSERT (an ORM bulk insert,
+    without the unit of work's per-object bookkeeping: nothing reads them back in this session)."""
     for candidate in candidates:
         if candidate.recalled:
             memory = session.get(Message, candidate.message_id)
             memory.consolidation_g = candidate.g_after
             memory.recall_count = (memory.recall_count or 0) + 1
             memory.last_recall_at = candidate.at
-        session.add(RecallEvent(
-            user_id=user_id, query_message_id=query_message_id, memory_message_id=candidate.message_id,
-            task_id=task_id, rank=candidate.rank, cosine=candidate.cosine, r=candidate.r, t=candidate.t,
-            g_before=candidate.g_before, g_after=candidate.g_after, p=candidate.p,
-            p_final=candidate.p_final, salience=candidate.salience, recalled=candidate.recalled,
-            created_at=candidate.at,
-        ))
+    if candidates:
+        session.execute(insert(RecallEvent), [{
+            "user_id": user_id, "query_message_id": query_message_id, "memory_message_id": candidate.message_id,
+            "task_id": task_id, "rank": candidate.rank, "cosine": candidate.cosine, "r": candidate.r,
+            "t": candidate.t, "g_before": candidate.g_before, "g_after": candidate.g_after, "p": candidate.p,
+            "p_final": candidate.p_final, "salience": candidate.salience, "recalled": candidate.recalled,
+            "created_at": candidate.at,
+        } for candidate in candidates])
     session.flush()
 
 

@@ -121,6 +121,29 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix / norms
 
 
+def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
+    """``tokenize(text + "\n" + neighbours)`` of each doc, tokenizing each distinct line once.
+
+    No token spans a line break, a "]" or a space (``services.keywords``: a token is a run of letters, digits or
+    Han characters), so the tokens of a text are those of its pieces in order. A turn is indexed with its
+    own exchange and again as a neighbour of the next two, so this roughly halves the cost of
+    building the index (docs/benchmarks.md, "Recall")."""
+    lines: dict[str, list[str]] = {}
+    corpus = []
+    for doc in docs:
+        tokens: list[str] = []
+        for line in f"{doc.text}\n{doc.neighbours}".split("\n"):
+            # "]" ends a tag ("[T1, day 0] message") and no token either: the message then shares its
+            # tokens with its own appearances as a neighbour, where it carries no tag
+            for part in (piece.strip() for piece in line.partition("]")[::2]):
+                cached = lines.get(part)
+                if cached is None:
+                    cached = lines[part] = tokenize(part)
+                tokens.extend(cached)
+        corpus.append(tokens)
+    return corpus
+
+
 class HybridRetriever:
     """BM25 + dense score fusion over one participant's memories (see the module docstring)."""
 
@@ -129,7 +152,7 @@ class HybridRetriever:
         self.weights = weights
         self.memory_ids = np.array([d.memory_id for d in docs], dtype=np.int64)
         self._embeddings = self._stack(docs)
-        self._bm25 = self._index([tokenize(f"{d.text}\n{d.neighbours}") for d in docs], k1, b)
+        self._bm25 = self._index(_tokenize_docs(docs), k1, b)
 
     def __len__(self) -> int:
         return int(self.memory_ids.size)

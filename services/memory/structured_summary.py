@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
@@ -648,3 +648,19 @@ class StructuredSummaryCondition(MemoryCondition):
                           task_session=session.get(TaskSession, reply.task_session_id),
                           user_message=session.get(Message, reply.reply_to_id), reply=reply, clock=upkeep.clock,
                           study=upkeep.study)
+
+    def turns_behind(self, session: Session, *, before: datetime) -> list[int]:
+        """Per participant of this group, the latest reply before ``before`` that the newest summary's
+        basis does not reach."""
+        latest = session.execute(select(Message.user_id, func.max(Message.id)).where(
+            Message.role == "assistant", Message.memory_group == self.id, Message.created_at < before,
+        ).group_by(Message.user_id)).all()
+        behind = []
+        for user_id, reply_id in latest:
+            summary = session.scalars(select(ProfileVersion).where(
+                ProfileVersion.user_id == user_id, ProfileVersion.kind == KIND,
+            ).order_by(ProfileVersion.version.desc()).limit(1)).first()
+            covered = ((summary.content or {}).get("basis") or {}).get("through_message_id", 0) if summary else 0
+            if covered < reply_id:
+                behind.append(reply_id)
+        return behind

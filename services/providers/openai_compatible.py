@@ -7,8 +7,10 @@ belong to ``LLMService`` so they behave the same for every provider and can be t
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -77,6 +79,44 @@ def translate_error(exc: BaseException, *, secrets: tuple[str | None, ...], mid_
     return ProviderError(text, provider=NAME, kind=type(exc).__name__)
 
 
+def _lines(response: Any) -> Iterator[str]:
+    """The body's lines; a broken or stalled connection raises the SDK's own error types."""
+    # the SDK's mapping of its HTTP library's transport errors (pinned openai version)
+    from openai._httpx2 import request_exceptions, timeout_exceptions
+
+    try:
+        yield from response.iter_lines()
+    except timeout_exceptions() as err:
+        raise openai.APITimeoutError(request=response.http_request) from err
+    except request_exceptions() as err:
+        raise openai.APIConnectionError(request=response.http_request) from err
+
+
+def _sse_chunks(response: Any) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an OpenAI chat stream's ``data:`` lines, up to ``[DONE]``.
+
+    An error object inside the stream raises ``openai.APIError``, as the SDK's own reader does."""
+    lines = _lines(response)
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
+        data = line[5:].strip()
+        if data.startswith("[DONE]"):
+            for _ in lines:  # read to the end, so the connection goes back to the pool
+                pass
+            return
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"stream chunk is not a JSON object: {data[:120]!r}")
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            raise openai.APIError(message=message if isinstance(message, str) and message
+                                  else "An error occurred during streaming",
+                                  request=response.http_request, body=error)
+        yield chunk
+
+
 class OpenAICompatibleChatProvider(StreamUsage):
     name = NAME
 
@@ -113,7 +153,11 @@ class OpenAICompatibleChatProvider(StreamUsage):
         if request.json_mode:
             messages, _ = json_instruction(messages, request.language)
             arguments["response_format"] = {"type": "json_object"}
-        arguments["messages"] = messages
+        # The messages go in the body as they are (plain role/content strings): passed as the typed
+        # ``messages`` parameter the SDK walks every message against its type hints, ~8 ms of CPU per
+        # reply and growing with the conversation (docs/benchmarks.md, "Serving a cohort").
+        arguments["messages"] = []
+        arguments["extra_body"] = {"messages": messages}
         return arguments
 
     def complete(self, request: ChatRequest) -> ChatResult:
@@ -140,31 +184,33 @@ class OpenAICompatibleChatProvider(StreamUsage):
         )
 
     def stream(self, request: ChatRequest) -> Iterator[str]:
+        # The chunks are read as plain JSON, not as the SDK's typed chunk objects: building ~90
+        # pydantic objects per reply cost ~45 ms of CPU, three quarters of a streamed reply's
+        # platform time under load (docs/benchmarks.md, "Serving a cohort"). Requests, retries of
+        # the connection and HTTP errors are still the SDK's.
         self.last_usage = {}
-        try:
-            chunks = self.client.chat.completions.create(**self._arguments(request), stream=True,
-                                                         stream_options={"include_usage": True})
-        except Exception as exc:
-            raise translate_error(exc, secrets=self._secrets) from exc
-        finished = False
-        yielded = False
-        try:
-            for chunk in chunks:
-                usage = getattr(chunk, "usage", None)
-                if usage is not None:
-                    self.last_usage = {"prompt_tokens": usage.prompt_tokens,
-                                       "completion_tokens": usage.completion_tokens}
-                for choice in chunk.choices or []:
-                    if choice.finish_reason:
-                        finished = True
-                    content = choice.delta.content if choice.delta is not None else None
-                    if content:
-                        yielded = True
-                        yield content
-        except Exception as exc:
-            raise translate_error(exc, secrets=self._secrets, mid_stream=yielded) from exc
-        finally:
-            chunks.close()
+        with ExitStack() as stack:
+            try:
+                response = stack.enter_context(self.client.chat.completions.with_streaming_response.create(
+                    **self._arguments(request), stream=True, stream_options={"include_usage": True}))
+            except Exception as exc:
+                raise translate_error(exc, secrets=self._secrets) from exc
+            finished = False
+            yielded = False
+            try:
+                for chunk in _sse_chunks(response):
+                    if chunk.get("usage"):
+                        self.last_usage = {"prompt_tokens": chunk["usage"].get("prompt_tokens"),
+                                           "completion_tokens": chunk["usage"].get("completion_tokens")}
+                    for choice in chunk.get("choices") or []:
+                        if choice.get("finish_reason"):
+                            finished = True
+                        content = (choice.get("delta") or {}).get("content")
+                        if content:
+                            yielded = True
+                            yield content
+            except Exception as exc:
+                raise translate_error(exc, secrets=self._secrets, mid_stream=yielded) from exc
         if not finished:
             # The body ended cleanly but the model never said it was done: a proxy cut it short.
             raise ProviderError("stream ended before the model finished", provider=self.name, retryable=True,

@@ -173,6 +173,36 @@ def test_a_locked_sqlite_database_answers_503_not_saved(settings, clock, databas
 
 
 @pytest.mark.postgres
+def test_a_locked_postgresql_table_answers_503_not_saved(settings, clock, database, database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's lock_timeout; the SQLite lock is tested above")
+    import psycopg
+
+    from app import create_app
+
+    settings.db_busy_timeout_seconds = 0.5
+    app = create_app(settings, clock=clock)
+    api = ApiClient(app.test_client())
+    api.register("pglocked01")
+    api.post("/api/tasks/T1/start")
+    clock.advance(5)
+    holder = psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://"))
+    holder.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")  # held past the timeout, not forever
+    try:
+        response = api.post("/api/tasks/T1/messages", json={"content": "do not lose me"})
+    finally:
+        holder.rollback()
+        holder.close()
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["error"] == "database_busy" and body["retryable"] is True and "NOT saved" in body["message"]
+    with app.extensions["memory_lab"].db.Session() as session:
+        assert session.scalar(select(func.count(Message.id))) == 0
+    assert api.post("/api/tasks/T1/messages", json={"content": "do not lose me"}).status_code == 201
+    app.extensions["memory_lab"].db.dispose()
+
+
+@pytest.mark.postgres
 def test_a_read_only_database_answers_503_not_saved(app, make_participant, clock):
     api = make_participant("readonly01")
     api.post("/api/tasks/T1/start")

@@ -149,3 +149,15 @@ def test_index_text_helpers():
     assert exchange_text("I like tea", None) == "I like tea"
     assert neighbour_text(["a", "b", "c"], window=2) == "b\nc"
     assert neighbour_text(["a"], window=0) == ""
+
+
+def test_index_tokens_are_those_of_the_whole_text_though_each_line_is_tokenized_once():
+    from services.keywords import tokenize
+    from services.memory.retrieval import _tokenize_docs
+
+    turns = ["我家养了一只橘猫，[叫]年糕。\nIt's 3 years old, the cats' favourite!",
+             "well-known café\n2.5 km, 周末跑步", "年糕不爱吃东西\nI'm worried"]
+    docs = [RetrievalDoc(i, exchange_text(*t.split("\n"), "T1", 0), neighbour_text(turns[:i]), np.ones(2))
+            for i, t in enumerate(turns)]
+    assert _tokenize_docs(docs) == [tokenize(f"{d.text}\n{d.neighbours}") for d in docs]
+    assert all(_tokenize_docs(docs))

@@ -92,7 +92,8 @@ def test_sweep_closes_abandoned_chats_and_consolidates_them(runtime, make_partic
     alice = make_participant("alice")
     assert alice.post("/api/tasks/T1/start").status_code == 201
     assert alice.post("/api/tasks/T1/messages", json={"content": "我叫爱丽丝，我在北京上学。"}).status_code == 201
-    assert scheduler.sweep_consolidation(runtime) == {"closed": [], "runs": []}  # still within its time
+    # still within its time:
+    assert scheduler.sweep_consolidation(runtime) == {"closed": [], "runs": [], "turn_upkeep": []}
     clock.advance(study.timing.max_wall_seconds + 1)
     result = scheduler.sweep_consolidation(runtime)
     assert len(result["closed"]) == 1
@@ -102,7 +103,7 @@ def test_sweep_closes_abandoned_chats_and_consolidates_them(runtime, make_partic
         ts = session.get(TaskSession, result["closed"][0])
         assert (ts.phase, ts.end_reason, ts.consolidation_status) == ("questionnaire", "abandoned", "done")
     # nothing left to do: a second sweep is a no-op
-    assert scheduler.sweep_consolidation(runtime) == {"closed": [], "runs": []}
+    assert scheduler.sweep_consolidation(runtime) == {"closed": [], "runs": [], "turn_upkeep": []}
 
 
 def test_sweep_catches_a_task_whose_consolidation_never_ran(runtime, make_participant, clock, study):
@@ -270,7 +271,7 @@ def test_start_scheduler_registers_the_jobs(app, monkeypatch):
     sched = scheduler.start_scheduler(app, start=True)
     try:
         assert sched.running
-        assert sorted(job.id for job in sched.get_jobs()) == ["consolidation_sweep", "mark_overdue"]
+        assert sorted(job.id for job in sched.get_jobs()) == ["consolidation_sweep", "mark_overdue", "scheduler_lease"]
     finally:
         sched.shutdown(wait=False)
     monkeypatch.setenv("REMINDERS_ENABLED", "1")

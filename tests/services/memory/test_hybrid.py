@@ -386,6 +386,41 @@ def test_cached_matrix_sees_new_consolidations_and_re_embeddings(database, study
     assert recall_ids() == [(first.id, 0.95)]
 
 
+@pytest.mark.postgres
+def test_cached_index_after_a_new_consolidation_scores_like_a_fresh_one(database, study, clock):
+    """The warm path (index cached, one state query, rows checked by blob hash) gives the same candidates
+    and every score of a freshly built index, also once a consolidation has added memories."""
+    texts = ("I walk my dog Biscuit every morning in the park", "my sister lives in Lisbon and paints",
+             "I am allergic to peanuts and shellfish", "Biscuit chewed my running shoes again",
+             "we booked a trip to Lisbon in May")
+    with database.session() as session:
+        world = World(session, clock)
+        for i, text in enumerate(texts):
+            world.memory(0.2 + 0.1 * i, text=text, salience=0.1 * i)
+        query = world.start_t2(text="how is Biscuit doing after the park walk in Lisbon")
+        user_id, query_id, t2_id, t1_id = world.user.id, query.id, world.t2.id, world.t1.id
+
+    def recall(use_cache: bool) -> list[dict]:
+        with database.session() as session:
+            found = make_store(session, study, clock, use_cache=use_cache).recall(
+                user_id=user_id, query_message=session.get(Message, query_id), query_vector=QUERY, task_id="T2",
+                apply=False)
+            return [{k: v for k, v in c.to_dict().items() if k != "at"} for c in found]
+
+    warm = recall(True)
+    assert warm == recall(True) == recall(False) and warm
+    with database.session() as session:  # T2's consolidation adds two memories
+        world.session = session
+        world.t1 = session.get(TaskSession, t1_id)
+        added = [world.memory(0.85, text="Biscuit limped after the park walk", salience=0.4).id,
+                 world.memory(0.3, text="Lisbon was rainy").id]
+        session.add(ConsolidationRun(user_id=user_id, task_session_id=t2_id, task_id="T1", trigger="task_end",
+                                     status="succeeded", started_at=clock.now(), finished_at=clock.now()))
+    cached = recall(True)
+    assert cached == recall(False)
+    assert cached != warm and added[0] in [c["message_id"] for c in cached]
+
+
 def test_cached_and_uncached_recall_agree(db_session, study, clock):
     world = World(db_session, clock)
     for c in (0.95, 0.9, 0.85, 0.4, 0.2, 0.1):

@@ -1,0 +1,509 @@
+"""Load test: a class of bot participants chatting at once against a model with real latency.
+
+    python scripts/load_test.py --participants 200 --register-over 80 --messages 4 --think 10
+    python scripts/load_test.py --server serve --database-url postgresql+psycopg://... --workers 4
+    python scripts/load_test.py --base-url http://127.0.0.1:8000 --database-url sqlite:///data/experiment.db
+
+Everything stays on 127.0.0.1 and is bounded: at most 500 participants, 20 messages each and
+``--max-seconds`` (default 900) of wall time, after which every bot stops by itself.
+
+* The model is a loopback OpenAI-compatible server (tests/wire_servers.py, in its own process)
+  whose own time per reply is set by ``--first-token`` seconds, ``--tokens`` and
+  ``--tokens-per-second`` (default 0.8 s + 88 tokens at 40/s = 3.0 s).
+* The platform is started the way `make run` starts it (``--server run``: python app.py on a
+  fresh SQLite file) or `make serve` (``--server serve``: scripts/serve.py, gunicorn workers on
+  the PostgreSQL database named by ``--database-url``), or an already running one
+  (``--base-url``), configured with LLM_PROVIDERS=openai_compatible pointing at the model.
+* Each bot registers from the same address (all spread over ``--register-over`` seconds), waits
+  for the whole class, starts T1 and sends ``--messages`` messages ``--think`` seconds apart
+  (±20 %), alternating the JSON and the SSE paths.
+* The report: reply latency p50/p95/p99 per path, the platform's overhead (latency minus the
+  model's own time), errors by kind, messages acknowledged vs stored and replies received vs
+  stored (read back from the database), and the machine's load average while it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# The loopback model server lives in tests/ (tests/wire_servers.py), which the editable install of
+# the project does not include.
+sys.path.insert(0, str(ROOT))
+
+MAX_PARTICIPANTS = 500
+MAX_MESSAGES = 20
+TEXTS = ["你好，我最近在准备考试，压力有点大。", "我晚上经常睡不好，有什么建议吗？", "我喜欢跑步，但是最近没有时间。",
+         "我对海鲜过敏，周末想请朋友吃饭。", "我在考虑换一份工作，你觉得要注意什么？", "谢谢，你说的很有帮助。"]
+
+
+# -- the model: a latency-shaped OpenAI-compatible server in its own process ----------------------------
+
+
+def _model_process(latency: dict[str, float], conn) -> None:
+    from tests.wire_servers import Latency, OpenAIWireServer
+
+    server = OpenAIWireServer(latency=Latency(**latency))
+    conn.send(server.url)
+    conn.recv()  # until the parent says stop
+    conn.send(list(server.chat_seconds))
+    server.close()
+
+
+class ModelServer:
+    def __init__(self, latency: dict[str, float]) -> None:
+        self._conn, child = multiprocessing.Pipe()
+        self._proc = multiprocessing.get_context("fork").Process(target=_model_process, args=(latency, child),
+                                                                 daemon=True)
+        self._proc.start()
+        self.url = self._conn.recv()
+
+    def stop(self) -> list[float]:
+        self._conn.send("stop")
+        seconds = self._conn.recv() if self._conn.poll(30) else []
+        self._proc.join(10)
+        return seconds
+
+
+# -- the platform ----------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_platform(args, model_url: str, workdir: Path) -> tuple[subprocess.Popen, str, str]:
+    """Start the app as `make run` or `make serve` would; returns (process, base URL, database URL)."""
+    port = _free_port()
+    db_url = args.database_url or f"sqlite:///{workdir / 'load.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(PORT=str(port), HOST="127.0.0.1", DATABASE_URL=db_url, SECRET_KEY=secrets.token_hex(16),
+               LLM_PROVIDERS="openai_compatible", OPENAI_BASE_URL=model_url, OPENAI_API_KEY="local-load-test",
+               OPENAI_CHAT_MODEL="loopback", CONSOLIDATION_PROVIDERS="offline", EMBEDDING_PROVIDER="offline",
+               LLM_TIMEOUT_SECONDS="60", SESSION_COOKIE_SECURE="0", PYTHONUNBUFFERED="1")
+    if args.server == "serve":
+        env["WEB_WORKERS"] = str(args.workers)
+        command = [sys.executable, "scripts/serve.py"]
+    else:
+        subprocess.run([sys.executable, "scripts/migrate.py"], cwd=ROOT, env=env, check=True, capture_output=True)
+        command = [sys.executable, "app.py"]
+    log = open(workdir / "server.log", "w+")  # noqa: SIM115 - kept open for the server's lifetime
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"the server stopped:\n{log.read()[-3000:]}")
+        try:
+            if Client(base).call("GET", "/healthz")[0] == 200:
+                return proc, base, db_url
+        except OSError:
+            time.sleep(0.3)
+    proc.terminate()
+    raise SystemExit("the server did not come up within 120 s")
+
+
+# -- a bot's HTTP client: one keep-alive connection, a cookie, the CSRF header ------------------------------
+
+
+class Client:
+    def __init__(self, base: str, timeout: float = 120.0) -> None:
+        host, port = base.removeprefix("http://").rstrip("/").split(":")
+        if host not in ("127.0.0.1", "localhost"):
+            raise SystemExit("the load test only sends traffic to 127.0.0.1")
+        self.host, self.port, self.timeout = host, int(port), timeout
+        self.conn: http.client.HTTPConnection | None = None
+        self.cookie: str | None = None
+        self.token: str | None = None
+
+    def _send(self, method: str, path: str, body: Any, accept: str) -> http.client.HTTPResponse:
+        headers = {"Accept": accept, "Content-Type": "application/json"}
+        if self.cookie:
+            headers["Cookie"] = self.cookie
+        if self.token:
+            headers["X-CSRFToken"] = self.token
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        for attempt in (0, 1):  # a kept-alive connection the server closed while idle: reconnect once
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                response = self.conn.getresponse()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        for name, value in response.getheaders():
+            if name.lower() == "set-cookie" and value.startswith("session="):
+                self.cookie = value.split(";", 1)[0]
+        return response
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict]:
+        response = self._send(method, path, body, "application/json")
+        raw = response.read()
+        payload = json.loads(raw) if raw else {}
+        if isinstance(payload, dict) and payload.get("csrf_token"):
+            self.token = payload["csrf_token"]
+        return response.status, payload
+
+    def stream(self, path: str, body: Any) -> tuple[int, list[tuple[str, dict]], float | None]:
+        """POST and read an SSE stream; returns (status, events, seconds to the first delta)."""
+        started = time.monotonic()
+        response = self._send("POST", path, body, "text/event-stream")
+        if response.status != 201 and response.status != 200:
+            response.read()
+            return response.status, [], None
+        events, name, first = [], None, None
+        while True:
+            line = response.readline()
+            if not line:
+                break
+            line = line.decode("utf-8").rstrip("\n")
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: ") and name:
+                events.append((name, json.loads(line[6:])))
+                if name == "delta" and first is None:
+                    first = time.monotonic() - started
+        return response.status, events, first
+
+
+# -- the bots ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latency: dict[str, list[float]] = field(default_factory=lambda: {"json": [], "sse": []})
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (sent at, latency), monotonic
+    first_delta: list[float] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    registered: int = 0
+    register_seconds: list[float] = field(default_factory=list)
+    sent: int = 0
+    acknowledged: int = 0
+    replies: int = 0
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def error(self, kind: str) -> None:
+        with self.lock:
+            self.errors[kind] += 1
+
+
+class Bot:
+    def __init__(self, index: int, args, base: str, prefix: str, results: Results, class_ready: threading.Barrier,
+                 deadline: float) -> None:
+        self.index, self.args, self.results = index, args, results
+        self.username = f"{prefix}{index:03d}"
+        self.client = Client(base)
+        self.class_ready, self.deadline = class_ready, deadline
+        self.random = random.Random(index)
+
+    def run(self, start_at: float) -> None:
+        try:
+            time.sleep(max(0.0, start_at - time.monotonic()))
+            registered = self.register()
+        except Exception as exc:  # one bot's failure is counted, the class goes on
+            self.results.error(f"register:{type(exc).__name__}")
+            registered = False
+        try:
+            self.class_ready.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+        except threading.BrokenBarrierError:
+            pass
+        if registered:
+            try:
+                self.chat()
+            except Exception as exc:
+                self.results.error(f"chat:{type(exc).__name__}")
+
+    def register(self) -> bool:
+        self.client.call("GET", "/api/auth/csrf")
+        started = time.monotonic()
+        status, body = self.client.call("POST", "/api/auth/register", {
+            "username": self.username, "password": f"load-{self.username}-pw", "consent": True})
+        if status != 201:
+            self.results.error(f"register:{status}:{body.get('error')}")
+            return False
+        with self.results.lock:
+            self.results.registered += 1
+            self.results.register_seconds.append(time.monotonic() - started)
+        return True
+
+    def chat(self) -> None:
+        status, body = self.client.call("POST", "/api/tasks/T1/start")
+        if status != 201:
+            self.results.error(f"start:{status}:{body.get('error')}")
+            return
+        time.sleep(self.random.uniform(0, self.args.think))  # the class does not type in lockstep
+        for number in range(self.args.messages):
+            if time.monotonic() > self.deadline:
+                self.results.error("deadline")
+                return
+            path = "sse" if (self.index + number) % 2 else "json"
+            self.send(number, path)
+            time.sleep(self.args.think * self.random.uniform(0.8, 1.2))
+
+    def send(self, number: int, path: str) -> None:
+        text = f"{TEXTS[(self.index + number) % len(TEXTS)]}（{number + 1}）"
+        self.results.add(sent=1)
+        started = time.monotonic()
+        if path == "json":
+            status, body = self.client.call("POST", "/api/tasks/T1/messages", {"content": text})
+            ok = status == 201 and body.get("reply", {}).get("content")
+            acknowledged = status in (201, 503)  # 503: every provider failed, the message is saved
+        else:
+            status, events, first = self.client.stream("/api/tasks/T1/messages?stream=1", {"content": text})
+            names = [name for name, _ in events]
+            ok = bool(names) and names[-1] == "reply"
+            acknowledged = "message" in names
+            if first is not None:
+                with self.results.lock:
+                    self.results.first_delta.append(first)
+        elapsed = time.monotonic() - started
+        self.results.add(acknowledged=int(acknowledged), replies=int(bool(ok)))
+        if ok:
+            with self.results.lock:
+                self.results.latency[path].append(elapsed)
+                self.results.timeline.append((started, elapsed))
+        else:
+            self.results.error(f"{path}:{status}")
+
+
+# -- the report -------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q / 100 * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(values: list[float]) -> dict[str, float | int | None]:
+    out: dict[str, float | int | None] = {"n": len(values)}
+    for q in (50, 95, 99):
+        value = percentile(values, q)
+        out[f"p{q}"] = None if value is None else round(value, 3)
+    out["max"] = round(max(values), 3) if values else None
+    return out
+
+
+def stored_counts(db_url: str, prefix: str) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from database.db_manager import Database
+    from database.models import Message, User
+
+    db = Database(db_url)
+    try:
+        with db.Session() as session:
+            users = select(User.id).where(User.username.like(f"{prefix}%"))
+            rows = dict(session.execute(select(Message.role, func.count()).where(Message.user_id.in_(users))
+                                        .group_by(Message.role)).all())
+            duplicates = session.scalar(select(func.count()).select_from(
+                select(Message.reply_to_id).where(Message.user_id.in_(users), Message.role == "assistant")
+                .group_by(Message.reply_to_id).having(func.count() > 1).subquery()))
+            return {"users": session.scalar(select(func.count()).select_from(users.subquery())),
+                    "user_messages": rows.get("user", 0), "replies": rows.get("assistant", 0),
+                    "messages_with_two_replies": duplicates}
+    finally:
+        db.dispose()
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (gunicorn workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except (OSError, IndexError, ValueError):
+            continue
+        pids.extend(int(c) for c in children)
+    return total
+
+
+class LoadSampler:
+    """The machine's 1-minute load average every few seconds (the machine is shared)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(5):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(1)
+        samples = self.samples or [os.getloadavg()[0]]
+        return {"cpus": os.cpu_count(), "loadavg_1min_mean": round(sum(samples) / len(samples), 2),
+                "loadavg_1min_max": round(max(samples), 2)}
+
+
+def by_window(timeline: list[tuple[float, float]], model_time: float, width: float = 10.0) -> list[dict]:
+    """Overhead p95 per ``width`` seconds of the chat phase (by when the message was sent): shows
+    whether the tail comes from the class's first burst or from something periodic."""
+    if not timeline:
+        return []
+    first = min(sent for sent, _ in timeline)
+    windows: dict[int, list[float]] = {}
+    for sent, latency in timeline:
+        windows.setdefault(int((sent - first) // width), []).append(latency - model_time)
+    return [{"from_s": int(k * width), "n": len(v), "p95": round(percentile(v, 95), 3)}
+            for k, v in sorted(windows.items())]
+
+
+def report(args, results: Results, model_seconds: list[float], stored: dict[str, int] | None,
+           load: dict[str, Any], wall: float, cpu: dict[str, float] | None) -> dict[str, Any]:
+    model_time = args.first_token + args.tokens / args.tokens_per_second
+    every = results.latency["json"] + results.latency["sse"]
+    lost = None
+    if stored is not None:
+        lost = {"messages": results.acknowledged - stored["user_messages"],
+                "replies": results.replies - stored["replies"]}
+    return {
+        "config": {k: getattr(args, k) for k in ("server", "workers", "participants", "register_over", "messages",
+                                                  "think", "first_token", "tokens", "tokens_per_second")},
+        "model_seconds_nominal": model_time,
+        "model_seconds_measured": summary(model_seconds),
+        "reply_latency": {"all": summary(every), "json": summary(results.latency["json"]),
+                          "sse": summary(results.latency["sse"])},
+        "overhead": summary([v - model_time for v in every]),
+        "sse_first_delta": summary(results.first_delta),
+        "registration": {"registered": results.registered, "latency": summary(results.register_seconds)},
+        "errors": dict(results.errors), "error_count": sum(results.errors.values()),
+        "messages": {"sent": results.sent, "acknowledged": results.acknowledged, "replies_received": results.replies,
+                     "stored": stored, "lost": lost},
+        "platform_cpu_seconds": cpu, "machine": load, "wall_seconds": round(wall, 1),
+        "overhead_by_10s_of_chat": by_window(results.timeline, model_time),
+    }
+
+
+def run(args) -> dict[str, Any]:
+    latency = {"first_token": args.first_token, "tokens": args.tokens, "tokens_per_second": args.tokens_per_second}
+    model = ModelServer(latency)
+    proc = None
+    workdir = Path(tempfile.mkdtemp(prefix="memory-lab-load-"))
+    try:
+        if args.base_url:
+            base, db_url = args.base_url, args.database_url
+            print(f"target {base}; the server must use the model at {model.url} (LLM_PROVIDERS=openai_compatible)")
+        else:
+            proc, base, db_url = start_platform(args, model.url, workdir)
+        prefix = f"lt{secrets.token_hex(3)}x"
+        results = Results()
+        started = time.monotonic()
+        deadline = started + args.max_seconds
+        marks: dict[str, float] = {}
+
+        def class_ready() -> None:  # the last bot registered: the chat phase starts
+            marks["chat_started"] = time.monotonic()
+            if proc is not None:
+                marks["cpu_at_chat"] = process_tree_cpu_seconds(proc.pid)
+
+        ready = threading.Barrier(args.participants, action=class_ready)
+        bots = [Bot(i, args, base, prefix, results, ready, deadline) for i in range(args.participants)]
+        step = args.register_over / max(1, args.participants)
+        threads = [threading.Thread(target=bot.run, args=(started + i * step,), daemon=True)
+                   for i, bot in enumerate(bots)]
+        sampler = LoadSampler()
+        cpu_start = process_tree_cpu_seconds(proc.pid) if proc else None
+        harness_start = process_tree_cpu_seconds(os.getpid())  # the bots and the model server (a child)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.1, deadline + 30 - time.monotonic()))
+        wall = time.monotonic() - started
+        load = sampler.stop()
+        cpu = None
+        harness = process_tree_cpu_seconds(os.getpid()) - harness_start
+        if proc is not None and "cpu_at_chat" in marks:
+            chat_cpu = process_tree_cpu_seconds(proc.pid) - marks["cpu_at_chat"]
+            cpu = {"registration_phase": round(marks["cpu_at_chat"] - cpu_start, 1),
+                   "chat_phase": round(chat_cpu, 1),
+                   "chat_phase_seconds": round(time.monotonic() - marks["chat_started"], 1),
+                   "per_reply_ms": round(1000 * chat_cpu / max(1, results.replies), 1)}
+        load["load_test_own_cpu_seconds"] = round(harness - (process_tree_cpu_seconds(proc.pid) - cpu_start
+                                                             if proc is not None else 0.0), 1)
+        time.sleep(1)  # replies stored just before the last response
+        stored = stored_counts(db_url, prefix) if db_url else None
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        model_seconds = model.stop()
+    return report(args, results, model_seconds, stored, load, wall, cpu)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--participants", type=int, default=200)
+    parser.add_argument("--register-over", type=float, default=80.0, help="seconds over which the class registers")
+    parser.add_argument("--messages", type=int, default=4, help="messages per participant")
+    parser.add_argument("--think", type=float, default=10.0, help="seconds between a reply and the next message")
+    parser.add_argument("--first-token", type=float, default=0.8)
+    parser.add_argument("--tokens", type=int, default=88)
+    parser.add_argument("--tokens-per-second", type=float, default=40.0)
+    parser.add_argument("--server", choices=("run", "serve"), default="run",
+                        help="start the platform as make run (SQLite) or make serve (PostgreSQL) does")
+    parser.add_argument("--workers", type=int, default=4, help="--server serve: worker processes")
+    parser.add_argument("--base-url", help="an already running platform on 127.0.0.1 instead")
+    parser.add_argument("--database-url", help="required for --server serve; with --base-url, to count what is stored")
+    parser.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the run's wall time")
+    parser.add_argument("--json-out", help="also write the report to this file")
+    args = parser.parse_args(argv)
+    if not 1 <= args.participants <= MAX_PARTICIPANTS or not 1 <= args.messages <= MAX_MESSAGES:
+        parser.error(f"at most {MAX_PARTICIPANTS} participants and {MAX_MESSAGES} messages each")
+    if args.server == "serve" and not args.base_url and not (args.database_url or "").startswith("postgresql"):
+        parser.error("--server serve needs --database-url postgresql+psycopg://... (an empty database)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    print(text)
+    if args.json_out:
+        Path(args.json_out).write_text(text + "\n", encoding="utf-8")
+    lost = (result["messages"]["lost"] or {}).values()
+    return 0 if result["error_count"] == 0 and not any(lost) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

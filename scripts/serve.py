@@ -1,0 +1,92 @@
+"""`make serve`: production mode. Several gunicorn worker processes on PostgreSQL.
+
+    DATABASE_URL=postgresql+psycopg://memlab:PW@127.0.0.1/memlab SECRET_KEY=... make serve
+    WEB_WORKERS=4 WEB_THREADS=256 HOST=127.0.0.1 PORT=8000 make serve
+
+Refuses to start (exit 2, saying why) without a PostgreSQL ``DATABASE_URL`` or without
+``SECRET_KEY`` in the environment: every process and every host must share both. The
+session cookie is ``Secure`` unless ``SESSION_COOKIE_SECURE=0`` (plain-HTTP lab LAN).
+
+Before any worker starts, this process applies migrations, checks the embedder pin and
+creates the first admin (printing its password once). Each worker then builds its own app
+(engine, thread pools, scheduler); the ``scheduler`` lease lets exactly one of them run the
+scheduler's jobs, on this host or another. Threads, connection limits and timeouts:
+services/serving.py; the reverse proxy in front: README, "Several hosts".
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import config  # noqa: F401 - loads .env before the environment is checked
+from services.serving import ServingConfig, production_problems, raise_open_file_limit, warm_up
+
+
+def _prepare() -> None:
+    """Migrate, check the embedder and bootstrap the admin once, in the parent process."""
+    from app import bootstrap_admin_once, create_app
+    from config import Settings
+    from services.runtime import check_embedder
+
+    settings = Settings.from_env()
+    app = create_app(settings)
+    runtime = app.extensions["memory_lab"]
+    runtime.db.upgrade()
+    check_embedder(runtime)
+    bootstrap_admin_once(app)
+    runtime.background.shutdown()
+    runtime.db.dispose()  # no connection may be shared with the forked workers
+
+
+def build_application(serving: ServingConfig, bind: str):
+    from gunicorn.app.base import BaseApplication
+
+    class ProductionServer(BaseApplication):
+        def load_config(self) -> None:
+            for name, value in serving.gunicorn_options(bind).items():
+                self.cfg.set(name, value)
+
+        def load(self):
+            from app import create_app
+
+            app = create_app()
+            warm_up(app.extensions["memory_lab"])
+            if app.extensions["memory_lab"].settings.scheduler_enabled:
+                from services.scheduler import start_scheduler
+
+                start_scheduler(app)  # in every worker; the scheduler lease picks the one that runs jobs
+            return app
+
+    return ProductionServer()
+
+
+def main() -> int:
+    problems = production_problems()
+    if problems:
+        for problem in problems:
+            print(f"make serve: {problem}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("SESSION_COOKIE_SECURE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    for noisy in ("alembic", "apscheduler"):  # a line per migration plugin / per job run is noise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    serving = ServingConfig.from_env()
+    from services.study import StudyDefinitionError
+
+    try:
+        _prepare()
+    except StudyDefinitionError as exc:  # as make run: a study that cannot run is never served
+        print(f"make serve: study definition refused: {exc}", file=sys.stderr)
+        return 2
+    raise_open_file_limit(serving.connection_limit * serving.workers)
+    bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+    print(f"AI Memory Lab (production) on http://{bind}: {serving.workers} worker processes x {serving.threads} "
+          f"threads, PostgreSQL, secure cookie {'on' if os.environ['SESSION_COOKIE_SECURE'] != '0' else 'OFF'}",
+          flush=True)
+    build_application(serving, bind).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
