@@ -132,6 +132,7 @@ def build_context(methods: list[str], ks: list[int], cache_dir: Path, l4_preset:
         time_weight=partial(time_weight, floor=s1["time_weight_floor"], decay_hours=s1["time_decay_hours"]),
         threshold=float(s1["threshold"]),
         max_fragments=int(s1["max_fragments"]),
+        candidate_pool=int(s1["candidate_pool"]) if s1.get("candidate_pool") else None,
     )
     return ctx
 

@@ -371,6 +371,7 @@ class FuzzyScoring:
     time_weight: Callable[[float], float]
     threshold: float
     max_fragments: int
+    candidate_pool: int | None = None  # S1 scores only the retriever's best this many (None: all)
 
 
 def fast_keyword_jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -595,7 +596,7 @@ def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[st
     if "dense" in ctx.methods:
         scored.rankings["dense"] = (cosines, None)
     retrieval = None
-    if {"fused", "l4", "l4_t0"} & set(ctx.methods):
+    if {"fused", "l4", "l4_t0", "s1"} & set(ctx.methods):
         with _timed(ctx, "fused"):
             neighbours = session_neighbours(texts, sessions, ctx.fusion.window)
             retrieval = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, ctx.fusion)
@@ -609,7 +610,19 @@ def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[st
         if ctx.fuzzy is None:
             raise ValueError("s1 needs the study's fuzzy-recall settings")
         with _timed(ctx, "s1"):
-            scored.rankings["s1"] = (s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages), cosines)
+            fuzzy = s1_scores(cosines, texts, questions, ages_days, ctx.fuzzy, languages)
+            scored.rankings["s1"] = (fuzzy + _pool_bonus(retrieval, ctx.fuzzy.candidate_pool, fuzzy.shape), cosines)
+
+
+def _pool_bonus(retrieval: Sequence[Scores] | None, pool: int | None, shape: tuple[int, ...]) -> np.ndarray:
+    """S1 scores only the hybrid retriever's best ``pool`` messages: lift those above every other
+    (fuzzy scores lie in [0, 1]), so the ranking is S1's choice among its candidates, then the rest."""
+    bonus = np.zeros(shape)
+    if retrieval is None or not pool:
+        return bonus
+    for row, scores in enumerate(retrieval):
+        bonus[row, np.argsort(-scores.fused, kind="stable")[:pool]] = 10.0
+    return bonus
 
 
 def _score_curve(scored: Scored, texts: Sequence[str], ages_days: np.ndarray, ctx: BenchContext,

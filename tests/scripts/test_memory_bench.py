@@ -241,6 +241,14 @@ def test_l4_with_the_calibrated_relevance_reads_the_retriever_scores():
         mb.l4_scores(cosines, t, np.zeros(3), params, ["en"])
 
 
+def test_s1_ranks_its_retriever_candidates_first():
+    fused = np.array([0.1, 2.0, 1.0, -1.0])
+    retrieval = [Scores(lexical=fused, cosine=fused, lexical_z=fused, dense_z=fused, fused=fused)]
+    bonus = mb._pool_bonus(retrieval, 2, (1, 4))
+    assert bonus.tolist() == [[0.0, 10.0, 10.0, 0.0]]
+    assert mb._pool_bonus(None, 2, (1, 4)).tolist() == [[0.0] * 4]
+
+
 def test_fast_keyword_jaccard_matches_the_s1_jaccard():
     pairs = [("Bob is training for the marathon", "Running a marathon with the dog"),
              ("我养了一只橘猫", "我的猫很可爱"),
