@@ -142,21 +142,18 @@ def test_a_deeply_nested_json_body_is_400(app, make_participant, admin_client):
 # -- 7. a locked or read-only database ----------------------------------------------------------------
 
 
-def test_a_locked_sqlite_database_answers_503_not_saved(settings, clock, database, database_url):
-    if not database_url.startswith("sqlite"):
-        pytest.skip("SQLite's write lock; the read-only test below covers PostgreSQL")
-    import sqlite3
-
+def _a_message_while_another_connection_holds_a_lock(settings, clock, username, busy_timeout, hold_lock):
+    """Post a message while ``hold_lock()``'s connection holds a lock longer than the busy timeout: the
+    answer is a retryable 503 that says nothing was saved, nothing is stored, and a resend succeeds."""
     from app import create_app
 
-    settings.db_busy_timeout_seconds = 0.2
+    settings.db_busy_timeout_seconds = busy_timeout
     app = create_app(settings, clock=clock)
     api = ApiClient(app.test_client())
-    api.register("locked01")
+    api.register(username)
     api.post("/api/tasks/T1/start")
     clock.advance(5)
-    holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=1)
-    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock for longer than the busy timeout
+    holder = hold_lock()
     try:
         response = api.post("/api/tasks/T1/messages", json={"content": "do not lose me"})
     finally:
@@ -172,34 +169,31 @@ def test_a_locked_sqlite_database_answers_503_not_saved(settings, clock, databas
     app.extensions["memory_lab"].db.dispose()
 
 
+def test_a_locked_sqlite_database_answers_503_not_saved(settings, clock, database, database_url):
+    if not database_url.startswith("sqlite"):
+        pytest.skip("SQLite's write lock; the PostgreSQL lock is tested below")
+    import sqlite3
+
+    def hold_lock():
+        holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=1)
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock for longer than the busy timeout
+        return holder
+
+    _a_message_while_another_connection_holds_a_lock(settings, clock, "locked01", 0.2, hold_lock)
+
+
 @pytest.mark.postgres
 def test_a_locked_postgresql_table_answers_503_not_saved(settings, clock, database, database_url):
     if not database_url.startswith("postgresql"):
         pytest.skip("PostgreSQL's lock_timeout; the SQLite lock is tested above")
     import psycopg
 
-    from app import create_app
+    def hold_lock():
+        holder = psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://"))
+        holder.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")  # held past the timeout, not forever
+        return holder
 
-    settings.db_busy_timeout_seconds = 0.5
-    app = create_app(settings, clock=clock)
-    api = ApiClient(app.test_client())
-    api.register("pglocked01")
-    api.post("/api/tasks/T1/start")
-    clock.advance(5)
-    holder = psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://"))
-    holder.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")  # held past the timeout, not forever
-    try:
-        response = api.post("/api/tasks/T1/messages", json={"content": "do not lose me"})
-    finally:
-        holder.rollback()
-        holder.close()
-    assert response.status_code == 503
-    body = response.get_json()
-    assert body["error"] == "database_busy" and body["retryable"] is True and "NOT saved" in body["message"]
-    with app.extensions["memory_lab"].db.Session() as session:
-        assert session.scalar(select(func.count(Message.id))) == 0
-    assert api.post("/api/tasks/T1/messages", json={"content": "do not lose me"}).status_code == 201
-    app.extensions["memory_lab"].db.dispose()
+    _a_message_while_another_connection_holds_a_lock(settings, clock, "pglocked01", 0.5, hold_lock)
 
 
 @pytest.mark.postgres
