@@ -125,17 +125,15 @@ def browser():
     playwright.stop()
 
 
-@pytest.fixture
-def new_page(browser, live_server):
-    """new_page(width=..., height=...) -> a page in a fresh browser context (its own cookies).
-
-    Uncaught JavaScript errors on any page fail the test."""
+def page_factory(browser, base_url: str, **context_options):
+    """Yield ``factory(width=..., height=...)`` -> a page in a fresh browser context (its own cookies)
+    on ``base_url``; close the contexts afterwards. Uncaught JavaScript errors on any page fail the test."""
     contexts = []
     errors: list[str] = []
 
     def factory(width: int = 1280, height: int = 900):
-        context = browser.new_context(base_url=live_server.base_url, locale="zh-CN", accept_downloads=True,
-                                      viewport={"width": width, "height": height})
+        context = browser.new_context(base_url=base_url, locale="zh-CN", viewport={"width": width, "height": height},
+                                      **context_options)
         context.set_default_timeout(10_000)
         contexts.append(context)
         page = context.new_page()
@@ -146,6 +144,12 @@ def new_page(browser, live_server):
     for context in contexts:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def new_page(browser, live_server):
+    """new_page(width=..., height=...) -> a page in a fresh browser context (its own cookies)."""
+    yield from page_factory(browser, live_server.base_url, accept_downloads=True)
 
 
 @pytest.fixture

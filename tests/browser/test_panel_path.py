@@ -19,6 +19,7 @@ from sqlalchemy import select
 from werkzeug.serving import make_server
 
 from database.models import Message, TaskSession, User
+from tests.browser.conftest import page_factory
 from tests.browser.test_participant_page import answer_questionnaire, assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -62,21 +63,11 @@ def panel_server(tmp_path_factory):
 
 @pytest.fixture
 def open_page(browser, panel_server):
-    contexts = []
-    errors: list[str] = []
-
-    def factory():
-        context = browser.new_context(base_url=panel_server[1], locale="zh-CN", viewport={"width": 390, "height": 844})
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        page = context.new_page()
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        return page
-
-    yield factory
-    for context in contexts:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    """A phone-sized page on the panel server (see conftest.page_factory)."""
+    pages = page_factory(browser, panel_server[1])
+    factory = next(pages)
+    yield lambda: factory(width=390, height=844)
+    next(pages, None)  # closes the contexts and fails on JavaScript errors
 
 
 PASTE = """(() => {
