@@ -190,3 +190,29 @@ def test_posting_sums_equal_bm25s_bit_for_bit_also_for_frequent_and_repeated_ter
         variant = bm25s.BM25(method="bm25+")
         variant.index(corpus, show_progress=False)
         PostingSums(variant)
+
+
+def test_zscore_and_top_k_are_exactly_the_plain_formulas():
+    """The faster zscore (centred once) and top_k (exact k-th among the values above a sample's k-th) give
+    the plain formulas' results bit for bit, ties included."""
+    def plain_top_k(values, k):
+        n = values.shape[0]
+        if k >= n:
+            candidates = np.arange(n)
+        else:
+            kth = np.partition(values, n - k)[n - k]
+            candidates = np.flatnonzero(values >= kth)
+        return candidates[np.lexsort((candidates, -values[candidates]))][:k]
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 3000))
+        values = rng.normal(size=n) * rng.uniform(0.01, 100)
+        if trial % 3 == 0:  # many ties, also at the k-th place
+            values = np.round(values, 0)
+        expected = (values - values.mean()) / values.std() if values.std() >= 1e-12 else np.zeros(n)
+        assert np.array_equal(zscore(values), expected)
+        for k in (1, 5, 6, 17, n - 1, n, n + 3):
+            if k > 0:
+                assert np.array_equal(top_k(values, k), plain_top_k(values, k)), (n, k)
+    assert np.array_equal(zscore(np.full(50, 0.3)), np.zeros(50))
