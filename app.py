@@ -207,6 +207,9 @@ def _register_cli(app: Flask) -> None:
         from services.scheduler import run_jobs_once
 
         result = run_jobs_once(runtime, reminders=reminders)
+        if "skipped" in result:
+            click.echo(f"nothing done: {result['skipped']}")
+            return
         runs = result["sweep"]["runs"]
         click.echo(f"closed {len(result['sweep']['closed'])} abandoned chat(s); {len(runs)} consolidation run(s)"
                    f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); "

@@ -514,9 +514,21 @@ def _stop(scheduler, leadership: SchedulerLeadership) -> None:
     leadership.resign()
 
 
+# ``flask run-jobs`` holds the scheduler lease for at most this long (a crashed run frees it after that).
+RUN_JOBS_LEASE_SECONDS = 300.0
+
+
 def run_jobs_once(runtime: Runtime, *, reminders: bool = False) -> dict[str, Any]:
-    """Every job once, in order (the ``flask run-jobs`` command, e.g. from cron)."""
-    result: dict[str, Any] = {"sweep": sweep_consolidation(runtime), "overdue": mark_overdue(runtime)}
-    if reminders:
-        result["reminders"] = send_reminders(runtime)
-    return result
+    """Every job once, in order (the ``flask run-jobs`` command, e.g. from cron), under the scheduler lease:
+    when a server's scheduler (or another run) holds it, that process runs the jobs and this run does
+    nothing, so the jobs still run in one place at a time (``{"skipped": reason}``)."""
+    leadership = SchedulerLeadership(runtime.db, ttl_seconds=RUN_JOBS_LEASE_SECONDS)
+    if not leadership.renew():
+        return {"skipped": "another process holds the scheduler lease and runs these jobs"}
+    try:
+        result: dict[str, Any] = {"sweep": sweep_consolidation(runtime), "overdue": mark_overdue(runtime)}
+        if reminders:
+            result["reminders"] = send_reminders(runtime)
+        return result
+    finally:
+        leadership.resign()
