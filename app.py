@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 from flask import Flask, jsonify, request
@@ -206,14 +207,19 @@ def _register_cli(app: Flask) -> None:
         """Run the scheduler's jobs once: consolidation sweep, overdue marking (e.g. from cron)."""
         from services.scheduler import run_jobs_once
 
-        result = run_jobs_once(runtime, reminders=reminders)
-        runs = result["sweep"]["runs"]
-        click.echo(f"closed {len(result['sweep']['closed'])} abandoned chat(s); {len(runs)} consolidation run(s)"
-                   f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); "
-                   f"{len(result['overdue'])} newly overdue")
-        if reminders:
-            click.echo(f"reminders sent: {len(result['reminders']['sent'])}, "
-                       f"failed: {len(result['reminders']['failed'])}")
+        click.echo(_run_jobs_summary(run_jobs_once(runtime, reminders=reminders)))
+
+
+def _run_jobs_summary(result: dict[str, Any]) -> str:
+    if "skipped" in result:
+        return f"nothing done: {result['skipped']}"
+    runs = result["sweep"]["runs"]
+    lines = [f"closed {len(result['sweep']['closed'])} abandoned chat(s); {len(runs)} consolidation run(s)"
+             f" ({', '.join(sorted({r['status'] for r in runs})) or 'none'}); {len(result['overdue'])} newly overdue"]
+    if "reminders" in result:
+        lines.append(f"reminders sent: {len(result['reminders']['sent'])}, "
+                     f"failed: {len(result['reminders']['failed'])}")
+    return "\n".join(lines)
 
 
 def _register_payments_cli(app: Flask) -> None:

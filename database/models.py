@@ -339,6 +339,7 @@ class Reminder(Base):
     status: Mapped[str] = mapped_column(String(16))  # sending | sent | failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime)  # start of the latest attempt
     sent_at: Mapped[datetime | None] = mapped_column(DateTime)
     error: Mapped[str | None] = mapped_column(String(255))
 

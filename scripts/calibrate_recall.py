@@ -23,9 +23,11 @@ import json
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -880,6 +882,71 @@ def target_failures(tasks: dict[str, TaskOutcome], label: str) -> list[str]:
     return failures
 
 
+# Scores the ceiling is computed for: "r" is the preset's relevance at t = 0 (for a logistic preset a
+# monotone function of its linear score, so of any r built from the same features), the others raw.
+CEILING_SCORES = ("r", "dense_z", "cosine", "fused")
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most relevant memories of one task a single threshold on one score recalls while it recalls at
+    most UNRELATED_MAX of the task's unrelated candidates."""
+
+    recalled: int
+    relevant: int
+
+    def share(self) -> float:
+        return self.recalled / self.relevant if self.relevant else 0.0
+
+
+def recall_ceiling(traces: list[Trace], task_id: str, score: Callable[[Query, dict[str, float]], float]) -> Ceiling:
+    """An upper bound on what any relevance mapping and any time unit can reach at ``task_id`` when r
+    rises with ``score``: the threshold is chosen on these very participants (an oracle), and time and
+    salience are left out (within one task every candidate's bar moves almost alike; salience lowers a
+    memory's bar by at most 0.07). A relevant memory counts once however many messages rank it, as in
+    the targets; echo pairs (two topic-less messages) are left out, as in the replay."""
+    scored: list[tuple[float, MemoryKey | None]] = []
+    relevant: set[MemoryKey] = set()
+    for trace in traces:
+        for query in (q for q in trace.queries if q.task_id == task_id):
+            relevant |= {(trace.participant, i) for i in query.relevant}
+            scored += [(score(query, scores), (trace.participant, index) if index in query.relevant else None)
+                       for index, scores in query.candidates
+                       if query.topics or trace.memories[index].topics]
+    allowed = UNRELATED_MAX * sum(key is None for _, key in scored)
+    recalled: set[MemoryKey] = set()
+    unrelated = 0
+    for _, group in groupby(sorted(scored, key=lambda item: -item[0]), key=lambda item: item[0]):
+        keys = [key for _, key in group]
+        unrelated += keys.count(None)
+        if unrelated > allowed:
+            break
+        recalled.update(k for k in keys if k is not None)
+    return Ceiling(len(recalled), len(relevant))
+
+
+def ceiling_score(name: str, params: rm.RecallParams) -> Callable[[Query, dict[str, float]], float]:
+    if name != "r":
+        return lambda query, scores: scores[name]
+
+    def relevance(query: Query, scores: dict[str, float]) -> float:
+        others = {f: np.array([scores[f]]) for f in FEATURE_NAMES if f != "cosine"}
+        return float(np.atleast_1d(params.relevance.to_r(np.array([scores["cosine"]]), query.language, others))[0])
+    return relevance
+
+
+Ceilings = dict[tuple[str, str], dict[str, dict[str, Ceiling]]]  # (split, language) -> score -> task -> Ceiling
+
+
+def recall_ceilings(traces: list[Trace], params: rm.RecallParams) -> Ceilings:
+    """The ceiling of every score of CEILING_SCORES, per split, language and task."""
+    groups = sorted({(t.split, t.language) for t in traces})
+    return {(split, language): {
+        name: {task: recall_ceiling([t for t in traces if (t.split, t.language) == (split, language)], task,
+                                    ceiling_score(name, params)) for task in TARGETS}
+        for name in CEILING_SCORES} for split, language in groups}
+
+
 @dataclass
 class CalibrationReport:
     params: rm.RecallParams
@@ -893,6 +960,7 @@ class CalibrationReport:
     rule_check: dict[str, dict[str, dict[str, list[str]]]]  # split -> language -> kind -> misjudged messages
     excluded_memories: list[str] = field(default_factory=list)  # sample messages the candidate rule leaves out
     search: list[dict[str, Any]] = field(default_factory=list)  # --fit: the time scales tried on dev
+    ceilings: Ceilings = field(default_factory=dict)  # the best a threshold on each score can do (recall_ceiling)
 
     def group(self, split: str | None = None, language: str | None = None) -> dict[str, TaskOutcome]:
         return group_outcomes(self.outcomes, split, language)
@@ -920,6 +988,18 @@ class CalibrationReport:
         return [f for language in self.languages
                 for f in target_failures(self.group("held-out", language), f"held-out {language}")]
 
+    def unreachable_targets(self) -> list[str]:
+        """Held-out targets that no threshold on any of the scores reaches even chosen on the held-out
+        participants themselves: no refit of r on these scores and no time unit can meet them."""
+        found = []
+        for (split, language), by_score in sorted(self.ceilings.items()):
+            for task_id, minimum in TARGETS.items() if split == "held-out" else ():
+                best = max(by_score.values(), key=lambda tasks: tasks[task_id].share())[task_id]
+                if best.share() < minimum:
+                    found.append(f"held-out {language} {task_id}: at most {best.recalled}/{best.relevant} "
+                                 f"({best.share():.0%}) of the relevant memories < {minimum:.0%}")
+        return found
+
     def warnings(self) -> list[str]:
         found = []
         if self.impossible:
@@ -933,6 +1013,8 @@ class CalibrationReport:
                     found.append(f"recall is UNIVERSAL at {task_id} ({language}): {o.share():.0%} of memories, "
                                  f"{o.relevant_share():.0%} of relevant ones recalled")
         found += [f"target missed: {f}" for f in self.target_failures()]
+        found += [f"target out of reach of these scores (any r, any time unit): {f}"
+                  for f in self.unreachable_targets()]
         if not self.params.relevance.measured_for(self.embedder_model):
             found.append(f"the relevance model was fitted for {self.params.relevance.embedder_model!r}, "
                          f"not for {self.embedder_model!r}: refit with --fit")
@@ -1278,7 +1360,7 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
         params, retrieval, embedder.model, day_seconds, pairs, gaps,
         replay_all(traces, params, study, day_seconds=day_seconds),
         replay_all(traces, params, study, day_seconds=day_seconds, reinforcement=False),
-        check_candidate_rule(params.candidates), excluded, search)
+        check_candidate_rule(params.candidates), excluded, search, recall_ceilings(traces, params))
 
 
 def _outcome_row(label: str, o: TaskOutcome) -> str:
@@ -1383,6 +1465,21 @@ def _format_outcomes(report: CalibrationReport) -> list[str]:
     return out
 
 
+def _format_ceilings(report: CalibrationReport) -> list[str]:
+    out = ["", f"ceiling per task: the most relevant memories one threshold on a score recalls while recalling at most "
+               f"{UNRELATED_MAX:.0%} of the task's unrelated candidates, the threshold chosen on these very "
+               "participants (no time, no salience): an upper bound for any r that rises with that score and any "
+               "time unit (r: this preset's relevance)"]
+    for (split, language), by_score in sorted(report.ceilings.items()):
+        for name, tasks in by_score.items():
+            out.append(f"  {split:8s} {language}  {name:8s} " + "   ".join(
+                f"{t} {c.recalled:2d}/{c.relevant:<2d} {c.share():4.0%}" for t, c in tasks.items()))
+    unreachable = report.unreachable_targets()
+    out.append("  held-out targets within reach of some score" if not unreachable else
+               "  OUT OF REACH: " + "; ".join(unreachable))
+    return out
+
+
 def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
     out = _format_header(report, verbose) + _format_pairs(report) + _format_curve(report)
     if report.search:
@@ -1393,7 +1490,7 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
             out.append(f"  1 unit = {row['days_per_unit']:>4g} d  {shares}  max unrelated {row['unrelated']:.1%}  "
                        f"{'falls with age' if row['falls_with_age'] else 'does not fall with age':22s}  "
                        + ("meets the targets" if not row["failures"] else f"{len(row['failures'])} target(s) missed"))
-    out += _format_outcomes(report)
+    out += _format_outcomes(report) + _format_ceilings(report)
     if verbose:
         for task_id, o in report.tasks.items():
             out.append(f"\n  {task_id} candidates")

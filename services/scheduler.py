@@ -202,6 +202,9 @@ LINK_TEXT = {"zh": "点击这个个人链接直接进入任务（无需密码）
              "en": "Your personal link opens it directly (no password):\n{url}\n"}
 NO_LINK_TEXT = {"zh": "请登录研究网站完成它。", "en": "Please log in to the study site to do it."}
 MAX_ATTEMPTS = 3
+# An attempt still "sending" after this long was cut off (a send takes seconds; SMTP times out sooner).
+STALE_SENDING_SECONDS = 30 * 60
+INTERRUPTED = "an earlier attempt was interrupted (the process stopped mid-send); it may have been delivered"
 
 
 def reminder_text(entry: dict[str, Any], url: str | None) -> tuple[str, str]:
@@ -236,23 +239,48 @@ def due_reminders(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
 def _claim(runtime: Runtime, entry: dict[str, Any], channel: str) -> bool:
     """Record the reminder as being sent, once across processes; False if it was sent (or is being) already.
 
-    A failed reminder is claimed again on a later run, at most MAX_ATTEMPTS times in all."""
+    A failed reminder is claimed again on a later run, at most MAX_ATTEMPTS times in all; so is one whose
+    attempt has been "sending" for STALE_SENDING_SECONDS (the process died mid-send: it may or may not
+    have gone out, and a second reminder is a smaller harm than none)."""
     key = dict(user_id=entry["user_id"], task_id=entry["task_id"], kind=entry["kind"], channel=channel)
+    now = runtime.clock.now()
     with runtime.db.Session() as session:
-        session.add(Reminder(**key, status="sending", attempts=1, created_at=runtime.clock.now()))
+        session.add(Reminder(**key, status="sending", attempts=1, created_at=now, claimed_at=now))
         try:
             session.commit()
             return True
         except IntegrityError:
             session.rollback()
         row = session.scalar(select(Reminder).filter_by(**key))
-        if row is None or row.status != "failed" or row.attempts >= MAX_ATTEMPTS:
+        if row is None or not _retryable(row, now):
+            if row is not None and row.status == "sending" and row.attempts >= MAX_ATTEMPTS \
+                    and _interrupted(row, now):
+                _give_up_interrupted(session, row)
             return False
-        claimed = session.execute(update(Reminder).where(Reminder.id == row.id, Reminder.status == "failed",
+        claimed = session.execute(update(Reminder).where(Reminder.id == row.id, Reminder.status == row.status,
                                                          Reminder.attempts == row.attempts)
-                                  .values(status="sending", attempts=row.attempts + 1)).rowcount
+                                  .values(status="sending", attempts=row.attempts + 1, claimed_at=now,
+                                          error=INTERRUPTED if row.status == "sending" else row.error)).rowcount
         session.commit()
         return claimed == 1
+
+
+def _interrupted(row: Reminder, now: datetime) -> bool:
+    started = row.claimed_at or row.created_at
+    return (now - started).total_seconds() >= STALE_SENDING_SECONDS
+
+
+def _retryable(row: Reminder, now: datetime) -> bool:
+    if row.attempts >= MAX_ATTEMPTS:
+        return False
+    return row.status == "failed" or (row.status == "sending" and _interrupted(row, now))
+
+
+def _give_up_interrupted(session: Session, row: Reminder) -> None:
+    """The last allowed attempt was interrupted: show it as failed on the monitor instead of 'sending'."""
+    session.execute(update(Reminder).where(Reminder.id == row.id, Reminder.status == "sending")
+                    .values(status="failed", error=INTERRUPTED))
+    session.commit()
 
 
 def _settle(runtime: Runtime, entry: dict[str, Any], channel: str, error: str | None) -> None:
@@ -514,9 +542,21 @@ def _stop(scheduler, leadership: SchedulerLeadership) -> None:
     leadership.resign()
 
 
+# ``flask run-jobs`` holds the scheduler lease for at most this long (a crashed run frees it after that).
+RUN_JOBS_LEASE_SECONDS = 300.0
+
+
 def run_jobs_once(runtime: Runtime, *, reminders: bool = False) -> dict[str, Any]:
-    """Every job once, in order (the ``flask run-jobs`` command, e.g. from cron)."""
-    result: dict[str, Any] = {"sweep": sweep_consolidation(runtime), "overdue": mark_overdue(runtime)}
-    if reminders:
-        result["reminders"] = send_reminders(runtime)
-    return result
+    """Every job once, in order (the ``flask run-jobs`` command, e.g. from cron), under the scheduler lease:
+    when a server's scheduler (or another run) holds it, that process runs the jobs and this run does
+    nothing, so the jobs still run in one place at a time (``{"skipped": reason}``)."""
+    leadership = SchedulerLeadership(runtime.db, ttl_seconds=RUN_JOBS_LEASE_SECONDS)
+    if not leadership.renew():
+        return {"skipped": "another process holds the scheduler lease and runs these jobs"}
+    try:
+        result: dict[str, Any] = {"sweep": sweep_consolidation(runtime), "overdue": mark_overdue(runtime)}
+        if reminders:
+            result["reminders"] = send_reminders(runtime)
+        return result
+    finally:
+        leadership.resign()

@@ -198,3 +198,44 @@ def test_pilot_mode_gives_the_same_recall_as_real_days(calibrate_recall, embedde
     pilot = calibrate_recall.calibrate(load_study(), embedder=embedder, day_seconds=120)
     for task_id, outcome in default_report.tasks.items():
         assert pilot.tasks[task_id].recalled == outcome.recalled
+
+
+def _ranked_trace(calibrate_recall, scores_and_relevance, missing_relevant=0):
+    """One T2 message whose candidates have the given dense_z scores (True: relevant); ``missing_relevant``
+    more relevant memories never reach the candidates."""
+    start = datetime(2026, 3, 2, 9, 0)
+    n = len(scores_and_relevance) + missing_relevant
+    memories = [calibrate_recall.Memory(f"m{i}", {f"topic{i}"}, "T1", start, 0.0, 1.0, True) for i in range(n)]
+    candidates = [(i, {"fused": s, "cosine": 0.9, "lexical_z": 0.0, "dense_z": s})
+                  for i, (s, _) in enumerate(scores_and_relevance)]
+    relevant = {i for i, (_, rel) in enumerate(scores_and_relevance) if rel}
+    relevant |= set(range(len(scores_and_relevance), n))
+    query = calibrate_recall.Query("T2", start + timedelta(days=2), "q", {"topic"}, "zh", candidates, relevant)
+    return calibrate_recall.Trace("zz", "zh", "held-out", memories, [query])
+
+
+def test_the_ceiling_is_the_best_threshold_within_the_unrelated_budget(calibrate_recall):
+    score = calibrate_recall.ceiling_score("dense_z", load_study().memory.recall)
+    # 41 unrelated candidates: 3 % of them allows one unrelated recall, so the threshold can go down to 1.0
+    many = [(3.0, True), (2.0, False), (1.0, True)] + [(0.5, False)] * 40
+    ceiling = calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, many, missing_relevant=1)], "T2", score)
+    assert (ceiling.recalled, ceiling.relevant) == (2, 3)  # the relevant memory never ranked still counts
+    # 11 unrelated: not one unrelated recall is allowed, so only the memory above the first unrelated one
+    few = [(3.0, True), (2.0, False), (1.0, True)] + [(0.5, False)] * 10
+    ceiling = calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, few)], "T2", score)
+    assert (ceiling.recalled, ceiling.relevant) == (1, 2)
+    assert calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, few)], "T3", score).relevant == 0
+
+
+def test_the_report_names_targets_no_score_can_reach(calibrate_recall, default_report):
+    # The held-out ceilings are upper bounds: what the preset recalls never exceeds the ceiling of its own r.
+    for language in default_report.languages:
+        ceilings = default_report.ceilings[("held-out", language)]["r"]
+        for task_id, outcome in default_report.group("held-out", language).items():
+            assert len(outcome.relevant) == ceilings[task_id].relevant
+            if outcome.unrelated_rate() <= calibrate_recall.UNRELATED_MAX:
+                assert len(outcome.relevant_recalled) <= ceilings[task_id].recalled
+    text = calibrate_recall.format_report(default_report)
+    assert "ceiling per task" in text
+    for line in default_report.unreachable_targets():
+        assert line in text

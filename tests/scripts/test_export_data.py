@@ -61,3 +61,21 @@ def test_flask_run_jobs_command(app, make_participant, clock, study):
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 0, result.output
     assert "closed 1 abandoned chat(s); 1 consolidation run(s) (succeeded)" in result.output
+
+
+def test_flask_run_jobs_stands_aside_while_a_scheduler_holds_the_lease(app, make_participant, clock, study):
+    from services.leases import SchedulerLeadership, release, try_acquire
+
+    runtime = app.extensions["memory_lab"]
+    alice = make_participant("dora")
+    assert alice.post("/api/tasks/T1/start").status_code == 201
+    clock.advance(study.timing.max_wall_seconds + 1)
+    assert try_acquire(runtime.db, SchedulerLeadership.NAME, "a-server-process", 60)
+    result = app.test_cli_runner().invoke(args=["run-jobs"])
+    assert result.exit_code == 0, result.output
+    assert "nothing done: another process holds the scheduler lease" in result.output
+    release(runtime.db, SchedulerLeadership.NAME, "a-server-process")
+    result = app.test_cli_runner().invoke(args=["run-jobs"])
+    assert "closed 1 abandoned chat(s); 1 consolidation run(s) (succeeded)" in result.output
+    # the run gave the lease back: a server's scheduler can take it at once
+    assert try_acquire(runtime.db, SchedulerLeadership.NAME, "a-server-process", 60)

@@ -179,6 +179,45 @@ def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_cli
     assert scheduler.send_reminders(runtime, config)["sent"] == []
 
 
+def _crashed_mid_send(runtime, clock, attempts: int) -> None:
+    """What a process that died between claiming the reminder and recording its outcome leaves behind."""
+    with runtime.db.session() as session:
+        user_id = session.execute(text("SELECT id FROM users WHERE external_id = :e"), {"e": PANEL_ID}).scalar_one()
+        session.add(Reminder(user_id=user_id, task_id="T2", kind="unlocked", channel="webhook", status="sending",
+                             attempts=attempts, created_at=clock.now(), claimed_at=clock.now()))
+
+
+def test_a_reminder_cut_off_mid_send_is_retried_once_it_is_stale(app, runtime, admin_client, clock, study, smtp,
+                                                                 webhook):
+    panel = ApiClient(app.test_client())
+    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
+    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    config = _config(smtp, webhook)
+    _crashed_mid_send(runtime, clock, attempts=1)
+    # still within a send's time: another process may be sending it right now
+    assert scheduler.send_reminders(runtime, config)["sent"] == [] and webhook.received == []
+    clock.advance(seconds=scheduler.STALE_SENDING_SECONDS + 1)
+    assert [s["channel"] for s in scheduler.send_reminders(runtime, config)["sent"]] == ["webhook"]
+    with runtime.db.Session() as session:
+        reminder = session.scalar(select(Reminder))
+        assert (reminder.status, reminder.attempts) == ("sent", 2)
+    assert len(webhook.received) == 1
+    assert scheduler.send_reminders(runtime, config)["sent"] == []
+
+
+def test_a_last_attempt_cut_off_mid_send_shows_as_failed(app, runtime, admin_client, clock, study, smtp, webhook):
+    panel = ApiClient(app.test_client())
+    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
+    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    _crashed_mid_send(runtime, clock, attempts=scheduler.MAX_ATTEMPTS)
+    clock.advance(seconds=scheduler.STALE_SENDING_SECONDS + 1)
+    assert scheduler.send_reminders(runtime, _config(smtp, webhook))["sent"] == [] and webhook.received == []
+    row = admin_client.get("/api/admin/participants").get_json()["participants"][0]
+    assert row["reminders"][0]["status"] == "failed" and "interrupted" in row["reminders"][0]["error"]
+
+
 def test_contact_details_need_the_key_and_a_valid_address(app, make_participant, settings):
     api = make_participant()
     bad = api.post("/api/me/contact", json={"channel": "email", "value": "not-an-address"})
