@@ -18,7 +18,8 @@ Everything stays on 127.0.0.1 and is bounded: at most 500 participants, 20 messa
   for the whole class, starts T1 and sends ``--messages`` messages ``--think`` seconds apart
   (±20 %), alternating the JSON and the SSE paths.
 * The report: reply latency p50/p95/p99 per path, the platform's overhead (latency minus the
-  model's own time), errors by kind, messages acknowledged vs stored and replies received vs
+  model's own time) in all and per 10 s of the chat phase, the latency of the class's T1 starts,
+  errors by kind, messages acknowledged vs stored and replies received vs
   stored (read back from the database), and the machine's load average while it ran.
 """
 from __future__ import annotations
