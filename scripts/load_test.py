@@ -18,7 +18,8 @@ Everything stays on 127.0.0.1 and is bounded: at most 500 participants, 20 messa
   for the whole class, starts T1 and sends ``--messages`` messages ``--think`` seconds apart
   (±20 %), alternating the JSON and the SSE paths.
 * The report: reply latency p50/p95/p99 per path, the platform's overhead (latency minus the
-  model's own time), errors by kind, messages acknowledged vs stored and replies received vs
+  model's own time) in all and per 10 s of the chat phase, the latency of the class's T1 starts,
+  errors by kind, messages acknowledged vs stored and replies received vs
   stored (read back from the database), and the machine's load average while it ran.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ import multiprocessing
 import os
 import random
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -197,6 +199,7 @@ class Results:
     latency: dict[str, list[float]] = field(default_factory=lambda: {"json": [], "sse": []})
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (sent at, latency), monotonic
     first_delta: list[float] = field(default_factory=list)
+    task_start: list[float] = field(default_factory=list)  # seconds for POST /api/tasks/T1/start
     errors: Counter = field(default_factory=Counter)
     registered: int = 0
     register_seconds: list[float] = field(default_factory=list)
@@ -254,7 +257,10 @@ class Bot:
         return True
 
     def chat(self) -> None:
+        started = time.monotonic()
         status, body = self.client.call("POST", "/api/tasks/T1/start")
+        with self.results.lock:
+            self.results.task_start.append(time.monotonic() - started)
         if status != 201:
             self.results.error(f"start:{status}:{body.get('error')}")
             return
@@ -405,6 +411,8 @@ def report(args, results: Results, model_seconds: list[float], stored: dict[str,
                           "sse": summary(results.latency["sse"])},
         "overhead": summary([v - model_time for v in every]),
         "sse_first_delta": summary(results.first_delta),
+        # the whole class starts T1 at once: the burst every first message of the class lands in
+        "task_start": summary(results.task_start),
         "registration": {"registered": results.registered, "latency": summary(results.register_seconds)},
         "errors": dict(results.errors), "error_count": sum(results.errors.values()),
         "messages": {"sent": results.sent, "acknowledged": results.acknowledged, "replies_received": results.replies,
@@ -467,6 +475,10 @@ def run(args) -> dict[str, Any]:
             proc.terminate()
             proc.wait(30)
         model_seconds = model.stop()
+        if args.keep_files:
+            print(f"the run's files (SQLite, server.log) are in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     return report(args, results, model_seconds, stored, load, wall, cpu)
 
 
@@ -486,6 +498,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--database-url", help="required for --server serve; with --base-url, to count what is stored")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the run's wall time")
     parser.add_argument("--json-out", help="also write the report to this file")
+    parser.add_argument("--keep-files", action="store_true",
+                        help="keep the run's working directory (SQLite file, server.log) and print where it is")
     args = parser.parse_args(argv)
     if not 1 <= args.participants <= MAX_PARTICIPANTS or not 1 <= args.messages <= MAX_MESSAGES:
         parser.error(f"at most {MAX_PARTICIPANTS} participants and {MAX_MESSAGES} messages each")

@@ -77,3 +77,23 @@ def test_load_test_script_reports_a_small_class(tmp_path):
     assert report["model_seconds_measured"]["n"] == 8
     # a reply cannot come back faster than the model's own 0.4 s
     assert report["reply_latency"]["all"]["max"] >= 0.4 and report["overhead"]["n"] == 8
+
+
+def test_warm_up_loads_the_embedder_and_jieba_then_freezes_the_start_up_heap(settings, clock, database):
+    """What a process loaded before its first request is out of the collector's reach afterwards, so a
+    full collection in the middle of a class's burst does not walk it again (docs/benchmarks.md)."""
+    import gc
+
+    from app import create_app
+    from services.keywords import keyword_set
+    from services.serving import warm_up
+
+    app = create_app(settings, clock=clock)
+    runtime = app.extensions["memory_lab"]
+    try:
+        warm_up(runtime)
+        assert gc.get_freeze_count() > 10_000
+        assert keyword_set("我喜欢跑步")  # jieba's dictionary is loaded and answers
+    finally:
+        gc.unfreeze()  # the rest of the test session collects as usual
+        runtime.db.dispose()

@@ -216,6 +216,33 @@ def test_an_admin_reset_voids_the_attempt_keeps_it_and_lets_the_task_start_again
     assert audit.details == {"task_id": "T1", "attempt": 1, "reason": "browser crashed"}
 
 
+def test_the_overview_reads_the_attempt_that_counts_for_every_task_in_one_query(tasks, participant, clock,
+                                                                                db_session):
+    from sqlalchemy import event
+
+    admin = create_admin(db_session, "labadmin", "admin-password-1", clock)
+    first = tasks.start(participant, "T1")
+    tasks.reset(first, admin=admin, reason="browser crashed")
+    second = do_first_task(tasks, clock, participant)
+    clock.advance(days=30)
+    third = tasks.start(participant, "T2")
+    tasks.commit()
+
+    live = tasks.live_sessions(participant.id)
+    assert {task: ts.id for task, ts in live.items()} == {"T1": second.id, "T2": third.id}  # the reset one is not
+    assert all(tasks.live_session(participant.id, task).id == ts.id for task, ts in live.items())
+    statements = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731 - before_cursor_execute's statement
+    engine = db_session.get_bind()
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        overview = tasks.overview(participant)
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert [t["status"] for t in overview][:3] == ["done", "in_progress", "locked"]
+    assert len(statements) == 1  # not one per task: every task request builds this overview
+
+
 def test_a_completed_task_cannot_be_reset(tasks, participant, clock, db_session):
     admin = create_admin(db_session, "labadmin", "admin-password-1", clock)
     ts = do_first_task(tasks, clock, participant)
