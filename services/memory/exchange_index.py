@@ -12,6 +12,7 @@ retriever; the caller loads the rows and caches the index (building it tokenizes
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,9 +58,15 @@ class ExchangeIndex:
         self.admitted = np.asarray(admitted, dtype=bool)
         texts, neighbours = index_texts(exchanges, settings.neighbour_turns)
         self.rows = np.flatnonzero(self.admitted)
-        self._row_sessions = self.session_ids[self.rows]  # the session of each indexed row, for the exclusion
+        # per session: indexed rows (how many more to rank when excluding it) and rows the rule left out
+        self._indexed = Counter(self.session_ids[self.rows].tolist())
+        self._left_out = Counter(self.session_ids[~self.admitted].tolist())
         docs = [RetrievalDoc(int(row), texts[row], neighbours[row], vectors[row]) for row in self.rows]
         self.retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b)
+
+    def left_out(self, outside_session: int | None = None) -> int:
+        """Exchanges the candidate rule kept out of the index, not counting those of ``outside_session``."""
+        return self._left_out.total() - self._left_out.get(outside_session, 0)
 
     def rank(self, query_text: str, query_vector: np.ndarray, k: int,
              exclude_session: int | None = None) -> list[ScoredMemory]:
@@ -67,6 +74,6 @@ class ExchangeIndex:
         input. Exchanges of ``exclude_session`` (the message's own task) are never returned."""
         if k <= 0 or not len(self.rows):
             return []
-        own = int((self._row_sessions == exclude_session).sum()) if exclude_session is not None else 0
+        own = self._indexed.get(exclude_session, 0) if exclude_session is not None else 0
         ranked = self.retriever.rank(query_text, query_vector, k + own)
         return [s for s in ranked if self.session_ids[s.memory_id] != exclude_session][:k]

@@ -26,16 +26,17 @@ skipped with a warning (or refused with ``ForeignEmbeddingError``).
 
 Loading a participant's vectors and indexing their exchanges dominates the cost of a recall
 (seconds for 10,000 memories, against about 2 ms of ranking and scoring; docs/benchmarks.md), so the
-matrix and index are cached per process. Before every use one query of two index-backed checks
-(``VectorStore.cache_state``) decides whether it is
-still current, seeing writes from any process (e.g. ``scripts/manual_consolidation.py``):
-the participant's consolidation runs (count, newest, last start/finish) and
-whether a consolidated message newer than the cached ones exists. The candidate
-rows are then read fresh (g, last recall, salience) and their stored embedding bytes checked
-against the cached ones (by hash), so a deleted or re-embedded candidate forces a reload. Code
-that rewrites stored embeddings outside a consolidation run should still call
-``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only
-noticed once it becomes a candidate.
+matrix and index are cached per process. A warm recall ranks with the cached index, then reads the
+candidate rows (g, last recall, salience, stored embedding) together with two index-backed checks in
+one query (``VectorStore.recall_rows``), seeing writes from any process (e.g.
+``scripts/manual_consolidation.py``): the participant's consolidation runs (count, newest, last
+start/finish) and whether a consolidated message newer than the cached ones exists. If either changed,
+or a candidate's stored embedding bytes no longer match the cached ones (by hash: deleted or
+re-embedded), the index is reloaded and the ranking done again, so a recall returns what a freshly
+built index would. Code that rewrites stored embeddings outside a consolidation run should still call
+``ForgettingCurveSearch.invalidate(user_id)``: a changed memory outside the top-k is only noticed once
+it becomes a candidate. The write is one UPDATE (the count incremented in SQL) and one INSERT of the
+RecallEvent rows (``VectorStore.write_recall``).
 """
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from database.models import Message, RecallEvent
+from database.models import Message
 from database.vector_store import VectorStore
 from services import recall_model as rm
 from services.clock import Clock
@@ -108,7 +109,6 @@ class _ParticipantMatrix:
     max_id: int  # newest consolidated message of any model when loaded
     foreign: dict[str, int]  # other embedding models -> memories left out
     message_ids: np.ndarray  # int64, ascending
-    task_session_ids: np.ndarray  # int64, aligned with message_ids
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
     blob_hashes: np.ndarray  # int64, hash of each stored embedding blob (a candidate row is checked against it)
     content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
@@ -197,7 +197,7 @@ class ForgettingCurveSearch:
 
     # -- internals ----------------------------------------------------------
 
-    def _score(self, user_id: int, query_message: Message, memories: list[Message], ranked: list[ScoredMemory],
+    def _score(self, user_id: int, query_message: Message, memories: list[Row], ranked: list[ScoredMemory],
                replies: list[str | None]) -> list[RecallCandidate]:
         now = self.clock.now()
         cosines = np.array([s.cosine for s in ranked], dtype=np.float64)
@@ -230,28 +230,32 @@ class ForgettingCurveSearch:
         ]
 
     def _candidates(self, user_id: int, query_message: Message, query_vector: np.ndarray | None, *,
-                    reload: bool) -> tuple[list[Message], list[ScoredMemory], list[str | None]] | None:
-        """The top-k memories by the hybrid retriever (rows of this session), their scores and replies.
+                    reload: bool) -> tuple[list[Row], list[ScoredMemory], list[str | None]] | None:
+        """The top-k memories by the hybrid retriever (their current rows), their scores and replies.
 
-        None when a candidate row no longer matches the matrix (deleted, re-embedded, or the
-        database was rebuilt under the same URL), so the caller reloads."""
-        store = self._participant_matrix(user_id, reload=reload)
-        if store.matrix.shape[0] == 0:
-            return [], [], []
-        query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
-        own_session = store.task_session_ids == query_message.task_session_id
-        self.last_excluded = int((~store.index.admitted & ~own_session).sum())
-        ranked = store.index.rank(query_message.content, query, self.params.top_k,
-                                  exclude_session=query_message.task_session_id)
+        Ranks with the cached index first, then reads the candidate rows and the participant's state in
+        one query (``VectorStore.recall_rows``). None when that state says the cached index is stale (a
+        consolidation run, or a newer memory, since it was loaded) or a candidate row no longer matches
+        it (deleted, re-embedded, or the database was rebuilt under the same URL): the caller reloads."""
+        store, cached = self._participant_matrix(user_id, reload=reload)
+        ranked: list[ScoredMemory] = []
+        if store.matrix.shape[0]:
+            query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
+            ranked = store.index.rank(query_message.content, query, self.params.top_k,
+                                      exclude_session=query_message.task_session_id)
         chosen = [s.memory_id for s in ranked]
         ids = [int(store.message_ids[i]) for i in chosen]
-        rows = self.store.messages(ids)
+        found = self.store.recall_rows(user_id, ids, store.max_id)
+        if cached and (found.newer or found.runs_state != store.runs_state):
+            return None
+        self._check_foreign(user_id, self.embedder.model, store)
+        self.last_excluded = store.index.left_out(outside_session=query_message.task_session_id)
         for message_id, index in zip(ids, chosen, strict=True):
-            if not self._matches(rows.get(message_id), user_id, store, index):
+            if not self._matches(found.rows.get(message_id), user_id, store, index):
                 return None
-        return [rows[i] for i in ids], ranked, [store.replies[i] for i in chosen]
+        return [found.rows[i] for i in ids], ranked, [store.replies[i] for i in chosen]
 
-    def _matches(self, row: Message | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
+    def _matches(self, row: Row | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
         """Whether a candidate row is still the memory the cached matrix holds at ``index``: the same
         stored embedding bytes (a hash, not a re-normalised float comparison: cheaper, and stricter)."""
         return not (row is None or row.user_id != user_id or row.role != "user" or row.consolidated_at is None
@@ -272,24 +276,21 @@ class ForgettingCurveSearch:
         return rm.emotional_salience(memory.emotional_intensity, memory.self_disclosure, memory.value_relevance,
                                      weights=self.salience_weights)
 
-    def _participant_matrix(self, user_id: int, *, reload: bool = False) -> _ParticipantMatrix:
+    def _participant_matrix(self, user_id: int, *, reload: bool = False) -> tuple[_ParticipantMatrix, bool]:
+        """The participant's matrix and index, and whether it came from the cache (then the caller checks
+        it against the state it reads with the candidate rows)."""
         model = self.embedder.model
         # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
         key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
-        matrix = None
         if self.use_cache and not reload:
             with self._cache_lock:
                 matrix = self._cache.get(key)
             if matrix is not None:
-                runs, newer = self.store.cache_state(user_id, matrix.max_id)
-                if newer or matrix.runs_state != runs:
-                    matrix = None
-        if matrix is None:
-            matrix = self._load_matrix(user_id, model, self.store.runs_state(user_id))
-            if self.use_cache:
-                self._remember(key, matrix)
-        self._check_foreign(user_id, model, matrix)
-        return matrix
+                return matrix, True
+        matrix = self._load_matrix(user_id, model, self.store.runs_state(user_id))
+        if self.use_cache:
+            self._remember(key, matrix)
+        return matrix, False
 
     def _remember(self, key: tuple[Any, ...], matrix: _ParticipantMatrix) -> None:
         with self._cache_lock:
@@ -334,7 +335,6 @@ class ForgettingCurveSearch:
             max_id=max((r.id for r in rows), default=0),
             foreign=foreign,
             message_ids=np.array([r.id for r in own], dtype=np.int64),
-            task_session_ids=np.array([r.task_session_id for r in own], dtype=np.int64),
             matrix=matrix, blob_hashes=np.array([hash(bytes(r.embedding)) for r in own], dtype=np.int64),
             content_words=content_words, salience=salience,
             index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
@@ -352,23 +352,13 @@ class ForgettingCurveSearch:
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
                  task_id: str) -> None:
     """Update g, recall_count and last_recall_at of the recalled memories and store one RecallEvent per
-    candidate. Flushes; the caller commits. The events go in as one multi-row INSERT (an ORM bulk insert,
-    without the unit of work's per-object bookkeeping: nothing reads them back in this session)."""
-    for candidate in candidates:
-        if candidate.recalled:
-            memory = session.get(Message, candidate.message_id)
-            memory.consolidation_g = candidate.g_after
-            memory.recall_count = (memory.recall_count or 0) + 1
-            memory.last_recall_at = candidate.at
-    if candidates:
-        session.execute(insert(RecallEvent), [{
-            "user_id": user_id, "query_message_id": query_message_id, "memory_message_id": candidate.message_id,
-            "task_id": task_id, "rank": candidate.rank, "cosine": candidate.cosine, "r": candidate.r,
-            "t": candidate.t, "g_before": candidate.g_before, "g_after": candidate.g_after, "p": candidate.p,
-            "p_final": candidate.p_final, "salience": candidate.salience, "recalled": candidate.recalled,
-            "created_at": candidate.at,
-        } for candidate in candidates])
-    session.flush()
+    candidate. Flushes; the caller commits. (``VectorStore.write_recall``: one statement per table.)"""
+    VectorStore(session).write_recall(
+        [{"memory_id": c.message_id, "g_after": c.g_after, "at": c.at} for c in candidates if c.recalled],
+        [{"user_id": user_id, "query_message_id": query_message_id, "memory_message_id": c.message_id,
+          "task_id": task_id, "rank": c.rank, "cosine": c.cosine, "r": c.r, "t": c.t, "g_before": c.g_before,
+          "g_after": c.g_after, "p": c.p, "p_final": c.p_final, "salience": c.salience, "recalled": c.recalled,
+          "created_at": c.at} for c in candidates])
 
 
 @dataclass(frozen=True)

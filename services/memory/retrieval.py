@@ -105,14 +105,19 @@ def neighbour_text(previous: Sequence[str], window: int = 2) -> str:
 
 def zscore(values: np.ndarray) -> np.ndarray:
     """(x - mean) / std (population std); all zeros when the values do not vary (or are empty),
-    so a score that cannot tell the memories apart adds nothing to the fusion."""
+    so a score that cannot tell the memories apart adds nothing to the fusion.
+
+    Bit for bit ``(values - values.mean()) / values.std()``: numpy's std centres the values on the same
+    mean and averages their squares, so the centred values are computed once and reused (tested)."""
     values = np.asarray(values, dtype=np.float64)
     if values.size == 0:
         return values
-    std = float(values.std())
+    centred = values - values.mean()
+    std = float(np.sqrt(np.mean(centred * centred)))
     if not np.isfinite(std) or std < 1e-12:
         return np.zeros_like(values)
-    return (values - values.mean()) / std
+    centred /= std
+    return centred
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -144,6 +149,48 @@ def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
     return corpus
 
 
+class PostingSums:
+    """``bm25s.BM25.get_scores_from_ids``, bit for bit, with the posting lists of frequent terms kept dense.
+
+    bm25s sums the precomputed float32 weights of each query term's posting list into the scores, term by
+    term (``np.add.at``), so a term in most memories (and a query may repeat it) costs a scatter over
+    nearly every memory. Here the posting list of a term found in at least a quarter of the memories is
+    expanded once into a row of all memories (zeros elsewhere) and added as a whole: the same float32
+    additions in the same order (adding 0.0 changes nothing), several times faster
+    (docs/benchmarks.md, "Recall"). Only the "lucene" variant, which has no non-occurrence term, is
+    supported; ``tests/services/test_retrieval.py`` checks the equality against bm25s."""
+
+    DENSE_SHARE = 0.25
+
+    def __init__(self, index: bm25s.BM25) -> None:
+        if getattr(index, "nonoccurrence_array", None) is not None:
+            raise ValueError("PostingSums supports BM25 variants without a non-occurrence score only")
+        self._data, self._indices = index.scores["data"], index.scores["indices"]
+        self._indptr = index.scores["indptr"]
+        self._n = int(index.scores["num_docs"])
+        self._dtype = np.dtype(index.dtype)
+        self._dense: dict[int, np.ndarray] = {}  # term id -> weights over all memories, built on first use
+
+    def scores(self, token_ids: Sequence[int]) -> np.ndarray:
+        """The BM25 score of every memory for a query given as vocabulary ids (repeats count)."""
+        scores = np.zeros(self._n, dtype=self._dtype)
+        for token in token_ids:
+            start, end = int(self._indptr[token]), int(self._indptr[token + 1])
+            if end - start >= self.DENSE_SHARE * self._n:
+                scores += self._dense_row(token, start, end)
+            else:
+                np.add.at(scores, self._indices[start:end], self._data[start:end])
+        return scores
+
+    def _dense_row(self, token: int, start: int, end: int) -> np.ndarray:
+        row = self._dense.get(token)
+        if row is None:  # two threads may both build it: the same row, so either may win
+            row = np.zeros(self._n, dtype=self._dtype)
+            row[self._indices[start:end]] = self._data[start:end]
+            self._dense[token] = row
+        return row
+
+
 class HybridRetriever:
     """BM25 + dense score fusion over one participant's memories (see the module docstring)."""
 
@@ -153,6 +200,7 @@ class HybridRetriever:
         self.memory_ids = np.array([d.memory_id for d in docs], dtype=np.int64)
         self._embeddings = self._stack(docs)
         self._bm25 = self._index(_tokenize_docs(docs), k1, b)
+        self._postings = PostingSums(self._bm25) if self._bm25 is not None else None
 
     def __len__(self) -> int:
         return int(self.memory_ids.size)
@@ -181,7 +229,7 @@ class HybridRetriever:
         ids = self._bm25.get_tokens_ids(tokenize(query_text))
         if not ids:
             return np.zeros(n)  # a query with no content word in the index scores nothing lexically
-        return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float64)
+        return np.asarray(self._postings.scores(ids), dtype=np.float64)
 
     def _cosine(self, query_embedding: np.ndarray) -> np.ndarray:
         query = np.asarray(query_embedding, dtype=np.float32).ravel()
@@ -221,8 +269,16 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     if k >= n:
         candidates = np.arange(n)
     else:
-        # Everything tied with the k-th value joins the candidates, so tie-breaking is exact.
-        kth = np.partition(values, n - k)[n - k]
-        candidates = np.flatnonzero(values >= kth)
+        # Everything tied with the k-th value joins the candidates, so tie-breaking is exact. The k-th
+        # largest of an evenly spaced sample is at most the k-th largest of all, so the values at or above
+        # it hold every candidate: the exact k-th is then found among those few, not among all n.
+        pool = np.arange(n)
+        stride = int(np.sqrt(n / k))
+        if stride > 1:
+            sample = values[::stride]
+            bound = np.partition(sample, sample.size - k)[sample.size - k]
+            pool = np.flatnonzero(values >= bound)
+        kth = np.partition(values[pool], pool.size - k)[pool.size - k]
+        candidates = pool[values[pool] >= kth]
     order = np.lexsort((candidates, -values[candidates]))
     return candidates[order][:k]

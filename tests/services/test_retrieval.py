@@ -161,3 +161,58 @@ def test_index_tokens_are_those_of_the_whole_text_though_each_line_is_tokenized_
             for i, t in enumerate(turns)]
     assert _tokenize_docs(docs) == [tokenize(f"{d.text}\n{d.neighbours}") for d in docs]
     assert all(_tokenize_docs(docs))
+
+
+def test_posting_sums_equal_bm25s_bit_for_bit_also_for_frequent_and_repeated_terms():
+    """PostingSums adds the posting lists of terms in at least a quarter of the memories as dense rows; the
+    float32 sums must still be exactly bm25s's, whatever the mix of frequent, rare and repeated terms."""
+    import bm25s
+
+    from services.memory.retrieval import PostingSums
+
+    rng = np.random.default_rng(11)
+    # "w" in every memory, "half" in about half, "quarter" in exactly a quarter, the rest rare
+    corpus = [["w"] * int(rng.integers(1, 4)) + (["half"] if rng.random() < 0.5 else [])
+              + (["quarter"] if i % 4 == 0 else []) + [f"t{t}" for t in rng.integers(0, 300, size=12)]
+              for i in range(400)]
+    index = bm25s.BM25(k1=1.2, b=0.5, method="lucene")
+    index.index(corpus, show_progress=False)
+    sums = PostingSums(index)
+    vocabulary = np.arange(len(index.scores["indptr"]) - 1)  # term ids with a posting list
+    queries = [[index.vocab_dict[t] for t in ("w", "t1", "w", "half", "w", "quarter", "t2")]]
+    queries += [list(rng.choice(vocabulary, size=int(rng.integers(1, 15)))) for _ in range(200)]
+    for ids in queries + queries[:1]:  # the first again: its dense rows are now cached
+        expected = index.get_scores_from_ids(ids)
+        got = sums.scores(ids)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    assert {index.vocab_dict[t] for t in ("w", "half", "quarter")} <= set(sums._dense)
+    with pytest.raises(ValueError, match="non-occurrence"):
+        variant = bm25s.BM25(method="bm25+")
+        variant.index(corpus, show_progress=False)
+        PostingSums(variant)
+
+
+def test_zscore_and_top_k_are_exactly_the_plain_formulas():
+    """The faster zscore (centred once) and top_k (exact k-th among the values above a sample's k-th) give
+    the plain formulas' results bit for bit, ties included."""
+    def plain_top_k(values, k):
+        n = values.shape[0]
+        if k >= n:
+            candidates = np.arange(n)
+        else:
+            kth = np.partition(values, n - k)[n - k]
+            candidates = np.flatnonzero(values >= kth)
+        return candidates[np.lexsort((candidates, -values[candidates]))][:k]
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 3000))
+        values = rng.normal(size=n) * rng.uniform(0.01, 100)
+        if trial % 3 == 0:  # many ties, also at the k-th place
+            values = np.round(values, 0)
+        expected = (values - values.mean()) / values.std() if values.std() >= 1e-12 else np.zeros(n)
+        assert np.array_equal(zscore(values), expected)
+        for k in (1, 5, 6, 17, n - 1, n, n + 3):
+            if k > 0:
+                assert np.array_equal(top_k(values, k), plain_top_k(values, k)), (n, k)
+    assert np.array_equal(zscore(np.full(50, 0.3)), np.zeros(50))

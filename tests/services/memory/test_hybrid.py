@@ -12,12 +12,13 @@ from datetime import timedelta
 import numpy as np
 import pytest
 from sqlalchemy import delete, func, select
+from sqlalchemy import event as sa_event
 
 from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
 from services import recall_model as rm
 from services.embedding_service import to_blob
-from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch
+from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallCandidate, RecallWrite
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
@@ -419,6 +420,103 @@ def test_cached_index_after_a_new_consolidation_scores_like_a_fresh_one(database
     cached = recall(True)
     assert cached == recall(False)
     assert cached != warm and added[0] in [c["message_id"] for c in cached]
+
+
+@pytest.mark.postgres
+def test_a_warm_recall_checks_its_cached_index_with_the_candidate_rows_in_one_statement(database, study, clock,
+                                                                                       monkeypatch):
+    """Nothing changed: the cached index is used as it is (not reloaded), and the search costs one statement
+    (candidate rows + freshness state); the write one UPDATE and one INSERT, each for all rows at once."""
+    with database.session() as session:
+        world = World(session, clock)
+        for c in (0.99, 0.98, 0.5, 0.4, 0.3, 0.2):
+            world.memory(c)
+        query = world.start_t2()
+        user_id, query_id = world.user.id, query.id
+    loads = []
+    original = ForgettingCurveSearch._load_matrix
+    monkeypatch.setattr(ForgettingCurveSearch, "_load_matrix", lambda self, *a: loads.append(a) or original(self, *a))
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement.split()[0].upper())
+
+    def recall(apply: bool) -> list[RecallCandidate]:
+        with database.session() as session:
+            query = session.get(Message, query_id)
+            sa_event.listen(database.engine, "before_cursor_execute", count)
+            try:
+                return make_store(session, study, clock, raw_params(study)).recall(
+                    user_id=user_id, query_message=query, query_vector=QUERY, task_id="T2", apply=apply)
+            finally:
+                sa_event.remove(database.engine, "before_cursor_execute", count)
+
+    recall(False)  # cold: loads the index
+    assert len(loads) == 1
+    statements.clear()
+    searched = recall(False)
+    assert statements == ["SELECT"] and len(loads) == 1
+    statements.clear()
+    written = recall(True)
+    assert statements == ["SELECT", "UPDATE", "INSERT"] and len(loads) == 1
+    assert [c.message_id for c in written] == [c.message_id for c in searched] and sum(c.recalled for c in written) == 2
+    with database.session() as session:
+        assert session.scalar(select(func.count(RecallEvent.id))) == 5
+        assert session.scalar(select(func.sum(Message.recall_count))) == 2
+
+
+@pytest.mark.postgres
+def test_a_consolidation_run_that_changes_a_memory_outside_the_top_k_is_noticed(database, study, clock):
+    """The cached index ranks with the vectors it loaded, so only the consolidation-run state can tell it that
+    a memory it does not return has changed."""
+    with database.session() as session:
+        world = World(session, clock)
+        low = world.memory(0.1)
+        for c in (0.9, 0.8, 0.7, 0.6, 0.5):
+            world.memory(c)
+        query = world.start_t2()
+        user_id, query_id, t2_id = world.user.id, query.id, world.t2.id
+
+    def recall_ids() -> list[int]:
+        with database.session() as session:
+            found = make_store(session, study, clock, raw_params(study)).recall(
+                user_id=user_id, query_message=session.get(Message, query_id), query_vector=QUERY, task_id="T2",
+                apply=False)
+            return [c.message_id for c in found]
+
+    assert low.id not in recall_ids()
+    with database.session() as session:  # another process re-embeds it in a consolidation run
+        session.get(Message, low.id).embedding = to_blob(vector_with_cosine(0.99, 200))
+        session.add(ConsolidationRun(user_id=user_id, task_session_id=t2_id, task_id="T1", trigger="manual",
+                                     status="succeeded", started_at=clock.now(), finished_at=clock.now()))
+    assert recall_ids()[0] == low.id
+
+
+@pytest.mark.postgres
+def test_a_deferred_write_counts_from_the_stored_count_and_refreshes_loaded_rows(database, study, clock):
+    """RecallWrite runs in the reply's transaction, after the search: it increments the count stored then (not
+    the one the search saw), sets g and the time, and a row already loaded in that session shows the new values."""
+    with database.session() as session:
+        world = World(session, clock)
+        memory = world.memory(0.99, salience=0.4, g=1.2)
+        query = world.start_t2(days=2)
+        user_id, query_id, memory_id = world.user.id, query.id, memory.id
+    with database.session() as session:
+        candidates = make_store(session, study, clock, raw_params(study)).recall(
+            user_id=user_id, query_message=session.get(Message, query_id), query_vector=QUERY, task_id="T2",
+            apply=False)
+    assert candidates[0].message_id == memory_id and candidates[0].recalled
+    with database.session() as session:  # meanwhile another reply's recall of the same memory commits
+        session.get(Message, memory_id).recall_count = 1
+    with database.session() as session:
+        loaded = session.get(Message, memory_id)
+        assert loaded.recall_count == 1 and loaded.last_recall_at is None
+        RecallWrite(tuple(candidates), user_id, query_id, "T2").write(session)
+        assert loaded.recall_count == 2
+        assert loaded.consolidation_g == pytest.approx(candidates[0].g_after) and loaded.consolidation_g > 1.2
+        assert loaded.last_recall_at == candidates[0].at
+        events = session.scalars(select(RecallEvent)).all()
+        assert [(e.memory_message_id, e.rank, e.recalled) for e in events] == [(memory_id, 1, True)]
 
 
 def test_cached_and_uncached_recall_agree(db_session, study, clock):
