@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from database.models import AuditLog, Base, Message, ProviderFailure, User
 from services.clock import utc_iso
 from services.errors import BadInput, Conflict, NotFound
+from services.memory.hybrid import ForgettingCurveSearch
 
 # the tombstone and the audit trail
 KEPT_TABLES = frozenset({"users", "assignments", "audit_log"})
@@ -64,6 +65,9 @@ def erase_participant(session: Session, user_id: int, *, admin: User, confirm: A
                          details={"participant_code": user.participant_code, "memory_group": user.memory_group,
                                   "reason": text, "deleted_rows": deleted}))
     session.flush()
+    # this process's recall cache holds the participant's texts; other processes drop theirs once idle
+    # (ForgettingCurveSearch.cache_idle_seconds), and a recall for an erased participant cannot happen
+    ForgettingCurveSearch.invalidate(user.id)
     return tombstone(user)
 
 

@@ -300,6 +300,12 @@ def _content_words(text: str) -> tuple[str, ...]:
                  if w not in CONVERSATIONAL_WORDS_ZH and w.lower() not in CONVERSATIONAL_WORDS_EN)
 
 
+def forget_texts() -> None:
+    """Empty the content-word cache, whose keys are message texts (after an erasure, or when a
+    process drops participants it no longer serves)."""
+    _content_words.cache_clear()
+
+
 def content_words(text: str) -> list[str]:
     """The words of ``text`` that say something: ``services.keywords.tokenize`` (stop words removed)
     minus conversational phrases and words. Empty for "好的，谢谢！" or "Do you remember me?"."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -122,6 +123,11 @@ class ForgettingCurveSearch:
     _cache: OrderedDict[tuple[Any, ...], _ParticipantMatrix] = OrderedDict()
     _cache_lock = threading.Lock()
     cache_participants = 256
+    # A participant's texts leave this process's memory at most this long after their last recall here:
+    # an erasure done by another process (which cannot reach this cache) is not kept until a restart.
+    cache_idle_seconds = 30 * 60.0
+    _last_used: dict[tuple[Any, ...], float] = {}
+    _swept_at = 0.0
 
     def __init__(self, session: Session, params: rm.RecallParams, *, clock: Clock, day_seconds: float,
                  embedder: EmbeddingProvider, salience_weights: dict[str, float] | None = None,
@@ -194,6 +200,25 @@ class ForgettingCurveSearch:
         with cls._cache_lock:
             for key in [k for k in cls._cache if user_id is None or k[1] == user_id]:
                 del cls._cache[key]
+                cls._last_used.pop(key, None)
+        rm.forget_texts()
+
+    @classmethod
+    def drop_idle(cls, now: float | None = None) -> int:
+        """Drop the participants not recalled for ``cache_idle_seconds`` (checked at most once a minute,
+        on recalls); returns how many were dropped."""
+        now = time.monotonic() if now is None else now
+        with cls._cache_lock:
+            if now - cls._swept_at < 60.0:
+                return 0
+            cls._swept_at = now
+            idle = [k for k, used in cls._last_used.items() if now - used > cls.cache_idle_seconds]
+            for key in idle:
+                cls._cache.pop(key, None)
+                del cls._last_used[key]
+        if idle:
+            rm.forget_texts()
+        return len(idle)
 
     # -- internals ----------------------------------------------------------
 
@@ -282,9 +307,13 @@ class ForgettingCurveSearch:
         model = self.embedder.model
         # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
         key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
+        if self.use_cache:
+            self.drop_idle()
         if self.use_cache and not reload:
             with self._cache_lock:
                 matrix = self._cache.get(key)
+                if matrix is not None:
+                    self._last_used[key] = time.monotonic()
             if matrix is not None:
                 return matrix, True
         matrix = self._load_matrix(user_id, model, self.store.runs_state(user_id))
@@ -296,8 +325,10 @@ class ForgettingCurveSearch:
         with self._cache_lock:
             self._cache[key] = matrix
             self._cache.move_to_end(key)
+            self._last_used[key] = time.monotonic()
             while len(self._cache) > self.cache_participants:
-                self._cache.popitem(last=False)
+                evicted, _ = self._cache.popitem(last=False)
+                self._last_used.pop(evicted, None)
 
     def _check_foreign(self, user_id: int, model: str, matrix: _ParticipantMatrix) -> None:
         self.last_skipped_foreign = sum(matrix.foreign.values())

