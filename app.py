@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     app.extensions["memory_lab"] = runtime
 
     csrf.init_app(app)
+    app.config.update(_limiter_storage(settings, runtime))
     limiter.init_app(app)
     login = LoginManager(app)
 
@@ -208,6 +209,16 @@ def _register_cli(app: Flask) -> None:
         from services.scheduler import run_jobs_once
 
         click.echo(_run_jobs_summary(run_jobs_once(runtime, reminders=reminders)))
+
+
+def _limiter_storage(settings: Settings, runtime: Any) -> dict[str, Any]:
+    """flask-limiter's store: per process in memory, or in the database for several processes."""
+    if settings.rate_limit_storage == "database":
+        from database import rate_limit_store
+
+        return {"RATELIMIT_STORAGE_URI": f"{rate_limit_store.SCHEME}://",
+                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}}
+    return {"RATELIMIT_STORAGE_URI": "memory://", "RATELIMIT_STORAGE_OPTIONS": {}}
 
 
 def _run_jobs_summary(result: dict[str, Any]) -> str:

@@ -89,6 +89,9 @@ class Settings:
     consolidate_inline: bool = False  # tests: run consolidation synchronously after the response
     assignment_seed: int | None = None
     rate_limits_enabled: bool = True
+    # where rate-limit counters live: "memory" (per process; make run) or "database" (shared by every
+    # process and host; make serve)
+    rate_limit_storage: str = "memory"
     cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
     # the address participants reach the study at, for return links sent by reminders
     # (pages use the address the request came to when this is unset)
@@ -148,6 +151,7 @@ class Settings:
             scheduler_enabled=_env_bool("SCHEDULER_ENABLED", True),
             assignment_seed=int(seed) if seed else None,
             rate_limits_enabled=_env_bool("RATE_LIMITS_ENABLED", True),
+            rate_limit_storage=os.environ.get("RATE_LIMIT_STORAGE", "memory").strip().lower(),
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
             public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
             contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
@@ -156,6 +160,8 @@ class Settings:
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:
             raise ValueError("PILOT_DAY_SECONDS must be a positive number of seconds")
+        if values["rate_limit_storage"] not in ("memory", "database"):
+            raise ValueError("RATE_LIMIT_STORAGE must be 'memory' or 'database'")
         if values["pilot_timer_scale"] is not None and values["pilot_timer_scale"] <= 0:
             raise ValueError("PILOT_TIMER_SCALE must be a positive factor")
         return cls(**values)

@@ -344,6 +344,17 @@ class Reminder(Base):
     error: Mapped[str | None] = mapped_column(String(255))
 
 
+class RateLimitCounter(Base):
+    """One fixed-window rate-limit counter (flask-limiter via ``database.rate_limit_store``), shared by
+    every process and host on this database, so N workers do not allow N times a cap."""
+
+    __tablename__ = "rate_limit_counters"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Float)  # Unix time the window ends
+
+
 class Lease(Base):
     """A named, expiring claim held by one process (or one thread of it) across hosts.
 

@@ -94,7 +94,8 @@ def _limit_identity() -> str:
 
 
 # Rate limits (429): password guessing, registration floods, message floods.
-limiter = Limiter(key_func=_limit_identity, storage_uri="memory://", headers_enabled=True)
+# the store (memory, or the database for several processes) comes from the app config (app._limiter_storage)
+limiter = Limiter(key_func=_limit_identity, headers_enabled=True)
 
 
 def configured_limit(name: str):

@@ -68,6 +68,8 @@ def main() -> int:
             print(f"make serve: {problem}", file=sys.stderr)
         return 2
     os.environ.setdefault("SESSION_COOKIE_SECURE", "1")
+    # several workers (and hosts): rate limits counted together in PostgreSQL, not once per worker
+    os.environ.setdefault("RATE_LIMIT_STORAGE", "database")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "apscheduler"):  # a line per migration plugin / per job run is noise
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -56,6 +56,16 @@ def test_pilot_mode_from_environment(monkeypatch):
         Settings.from_env()
 
 
+def test_rate_limit_storage_from_environment(monkeypatch):
+    monkeypatch.delenv("RATE_LIMIT_STORAGE", raising=False)
+    assert Settings.from_env().rate_limit_storage == "memory"
+    monkeypatch.setenv("RATE_LIMIT_STORAGE", " Database ")
+    assert Settings.from_env().rate_limit_storage == "database"
+    monkeypatch.setenv("RATE_LIMIT_STORAGE", "redis")
+    with pytest.raises(ValueError, match="RATE_LIMIT_STORAGE"):
+        Settings.from_env()
+
+
 def test_secrets_come_only_from_the_environment(monkeypatch):
     monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

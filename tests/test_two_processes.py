@@ -148,6 +148,15 @@ def test_two_processes_share_one_postgresql(two_servers, database):
     assert len(leaders) == 1, runners
     assert len(runners[leaders[0]]) == 1  # one holder: one process ran every job
 
+    # rate limits are counted in PostgreSQL: ten login attempts per account name and minute in all,
+    # not ten per process (with per-process counters the alternating guesser would get twenty)
+    guesser = Alternating(bases)
+    guesser.token = None
+    guesser.call("GET", "/api/auth/csrf")
+    statuses = [guesser.call("POST", "/api/auth/login", {"username": "twoproc0", "password": "a-wrong-guess"})[0]
+                for _ in range(12)]
+    assert statuses == [401] * 10 + [429, 429], statuses
+
     # the leader dies without a goodbye: the other process takes the jobs over once its lease expires
     proc, _, log = two_servers[leaders[0]]
     os.killpg(proc.pid, signal.SIGKILL)

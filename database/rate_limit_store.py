@@ -1,0 +1,102 @@
+"""Rate-limit counters in the study database: a storage backend for flask-limiter (``limits``).
+
+flask-limiter's in-memory store counts per process, so with several ``make serve`` workers (or
+hosts) a client could reach every cap once per process. This store keeps each fixed-window
+counter as one row of ``rate_limit_counters`` and bumps it with one atomic upsert, so every
+process on the database counts together. Select it with ``RATE_LIMIT_STORAGE=database``
+(``make serve`` does); ``make run`` is one process and keeps the in-memory store, which costs no
+database write per limited request.
+
+Registered under the URI scheme ``memlab-db://``; the engine comes in the storage options. A key's
+row is reused for its next window, so the table holds one row per (limit, address or account) ever
+seen: a few thousand at most in a study.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from limits.storage import Storage
+from sqlalchemy import case, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from database.models import RateLimitCounter
+
+SCHEME = "memlab-db"
+MAX_KEY = 255
+_TABLE = RateLimitCounter.__table__
+_UPSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+
+def stored_key(key: str) -> str:
+    """Keys carry account names and addresses; a key longer than the column is stored by its digest."""
+    if len(key) <= MAX_KEY:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class DatabaseRateLimitStorage(Storage):
+    """Fixed-window counters (``incr``/``get``/``get_expiry``) in ``rate_limit_counters``."""
+
+    STORAGE_SCHEME = [SCHEME]
+
+    def __init__(self, uri: str | None = None, wrap_exceptions: bool = False, *, engine: Engine,
+                 **options: Any) -> None:
+        if engine.dialect.name not in _UPSERT:
+            raise ValueError(f"rate limits in the database need SQLite or PostgreSQL, not {engine.dialect.name}")
+        super().__init__(uri, wrap_exceptions=wrap_exceptions)
+        self.engine = engine
+        self._insert = _UPSERT[engine.dialect.name]
+
+    @property
+    def base_exceptions(self) -> type[Exception]:
+        return SQLAlchemyError
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        """Add ``amount`` to the key's window, starting a new window of ``expiry`` seconds when the
+        old one has ended; one statement, so concurrent requests in any process never lose a count."""
+        now = time.time()
+        ended = _TABLE.c.expires_at <= now
+        statement = self._insert(_TABLE).values(key=stored_key(key), count=amount, expires_at=now + expiry)
+        statement = statement.on_conflict_do_update(
+            index_elements=[_TABLE.c.key],
+            set_={"count": case((ended, amount), else_=_TABLE.c.count + amount),
+                  "expires_at": case((ended, now + expiry), else_=_TABLE.c.expires_at)},
+        ).returning(_TABLE.c.count)
+        with self.engine.begin() as connection:
+            return int(connection.execute(statement).scalar_one())
+
+    def _row(self, key: str) -> tuple[int, float] | None:
+        with self.engine.connect() as connection:
+            row = connection.execute(select(_TABLE.c.count, _TABLE.c.expires_at)
+                                     .where(_TABLE.c.key == stored_key(key))).first()
+        if row is None or row.expires_at <= time.time():
+            return None
+        return int(row.count), float(row.expires_at)
+
+    def get(self, key: str) -> int:
+        row = self._row(key)
+        return row[0] if row else 0
+
+    def get_expiry(self, key: str) -> float:
+        row = self._row(key)
+        return row[1] if row else time.time()
+
+    def check(self) -> bool:
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(select(1))
+            return True
+        except SQLAlchemyError:
+            return False
+
+    def reset(self) -> int | None:
+        with self.engine.begin() as connection:
+            return connection.execute(delete(_TABLE)).rowcount
+
+    def clear(self, key: str) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(delete(_TABLE).where(_TABLE.c.key == stored_key(key)))

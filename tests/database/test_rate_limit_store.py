@@ -1,0 +1,97 @@
+"""Rate-limit counters in the database: one fixed window per key, shared by every process on the
+database (two stores stand for two processes), atomic under concurrent requests, on SQLite and
+PostgreSQL; and `RATE_LIMIT_STORAGE=database` puts the app's limits there."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from limits import parse
+from limits.strategies import FixedWindowRateLimiter
+from sqlalchemy import func, select
+
+from database.db_manager import Database
+from database.models import RateLimitCounter
+from database.rate_limit_store import MAX_KEY, DatabaseRateLimitStorage, stored_key
+from tests.conftest import ApiClient
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def stores(database, database_url):
+    other_process = Database(database_url)
+    yield DatabaseRateLimitStorage(engine=database.engine), DatabaseRateLimitStorage(engine=other_process.engine)
+    other_process.dispose()
+
+
+def test_a_window_counts_across_processes_and_starts_again_when_it_ends(stores, monkeypatch):
+    import database.rate_limit_store as store_module
+
+    a, b = stores
+    now = [1_000_000.0]
+    monkeypatch.setattr(store_module.time, "time", lambda: now[0])
+    assert a.incr("login:ann", 60) == 1
+    assert b.incr("login:ann", 60) == 2  # the other process adds to the same window
+    assert a.incr("login:ann", 60, amount=3) == 5
+    assert b.get("login:ann") == 5 and a.get_expiry("login:ann") == pytest.approx(1_000_060.0)
+    assert a.get("login:bob") == 0
+    now[0] += 61  # the window has ended: the count starts again with a new expiry
+    assert a.get("login:ann") == 0
+    assert b.incr("login:ann", 60) == 1 and a.get_expiry("login:ann") == pytest.approx(1_000_121.0)
+    a.clear("login:ann")
+    assert b.get("login:ann") == 0
+    a.incr("x", 60)
+    assert b.reset() == 1 and a.get("x") == 0 and a.check()
+
+
+def test_a_limit_holds_across_processes(stores):
+    a, b = stores
+    limit = parse("3 per minute")
+    first, second = FixedWindowRateLimiter(a), FixedWindowRateLimiter(b)
+    assert [first.hit(limit, "register", "198.51.100.1") for _ in range(2)] == [True, True]
+    assert second.hit(limit, "register", "198.51.100.1") is True
+    assert second.hit(limit, "register", "198.51.100.1") is False  # three were used, whichever process took them
+    assert first.hit(limit, "register", "198.51.100.1") is False
+    assert first.hit(limit, "register", "198.51.100.2") is True  # another address has its own window
+
+
+def test_concurrent_hits_are_all_counted(stores):
+    a, b = stores
+    barrier = threading.Barrier(8)
+
+    def hit(store):
+        barrier.wait()
+        for _ in range(10):
+            store.incr("messages:1", 60)
+
+    threads = [threading.Thread(target=hit, args=(s,)) for s in (a, b) * 4]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert a.get("messages:1") == 80
+
+
+def test_long_keys_are_stored_by_digest(stores):
+    a, _ = stores
+    key = "login:" + "名" * 400
+    assert len(stored_key(key)) <= MAX_KEY and stored_key(key) != stored_key(key + "x")
+    assert a.incr(key, 60) == 1 and a.incr(key, 60) == 2
+
+
+def test_the_app_counts_its_limits_in_the_database(settings, clock, database):
+    from app import create_app
+
+    settings.rate_limits_enabled = True
+    settings.rate_limit_storage = "database"
+    app = create_app(settings, clock=clock)
+    try:
+        api = ApiClient(app.test_client())
+        statuses = [api.post("/api/auth/login", json={"username": "nobody", "password": "wrong-password"}).status_code
+                    for _ in range(11)]
+        assert statuses[-1] == 429 and 429 not in statuses[:10]
+        with database.Session() as session:
+            assert session.scalar(select(func.count()).select_from(RateLimitCounter)) >= 1
+    finally:
+        app.extensions["memory_lab"].db.dispose()
