@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -81,22 +83,44 @@ def register(session: Session, *, username: object, password: object, consent: o
     lang = prompt_language(language, study.default_language)
     if find_user(session, username) is not None:
         raise Conflict("this username is taken", code="username_taken")
+
+    def taken(exc: IntegrityError) -> None:
+        # the username went to a concurrent registration (else it took our block slot: retry the slot)
+        if find_user(session, username) is not None:
+            raise Conflict("this username is taken", code="username_taken") from exc
+
+    user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken,
+                    fields={"username": username, "password_hash": hash_password(password), "language": lang})
+    return user
+
+
+def enrol(session: Session, study: Study, clock: Clock, *, fields: dict[str, Any], seed: int | None, attempts: int,
+          after_collision: Callable[[IntegrityError], User | None], audit_action: str | None = None
+          ) -> tuple[User, bool]:
+    """(user, created): a consented participant account made of ``fields`` (username, password_hash,
+    language, ...) with its condition drawn, in one transaction; commits (with an ``audit_action`` entry).
+
+    A unique-key collision is rolled back and handed to ``after_collision``, which returns an account to
+    use instead (returned as not created), raises, or returns None: the concurrent registration took the
+    assignment's block slot, so the next attempt draws again."""
     for _ in range(attempts):
         now = clock.now()
-        user = User(username=username, password_hash=hash_password(password), role="participant",
-                    participant_code=new_participant_code(session), language=lang, created_at=now,
+        user = User(**fields, role="participant", participant_code=new_participant_code(session), created_at=now,
                     consent_at=now, consent_version=study.consent.version, status="active")
         session.add(user)
         try:
             session.flush()
             assign(session, user, study, clock, seed=seed)
+            if audit_action:
+                session.add(AuditLog(at=now, action=audit_action, target_user_id=user.id,
+                                     details={"participant_code": user.participant_code}))
             session.commit()
-            return user
+            return user, True
         except IntegrityError as exc:
             session.rollback()
-            # the username went to a concurrent registration, or it took our block slot: retry the slot
-            if find_user(session, username) is not None:
-                raise Conflict("this username is taken", code="username_taken") from exc
+            existing = after_collision(exc)
+            if existing is not None:
+                return existing, False
     raise Conflict("registration is busy, please try again", code="assignment_busy")
 
 

@@ -25,8 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, ReturnLink, User
-from services.account_service import hash_password, new_participant_code
-from services.assignment_service import assign
+from services.account_service import enrol, hash_password
 from services.clock import Clock, utc_iso
 from services.errors import BadInput, Conflict, NotFound
 from services.languages import LANGUAGES
@@ -67,29 +66,19 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
     if existing is not None:
         return existing, False
     lang = language if language in LANGUAGES else study.default_language
-    for _ in range(attempts):
-        now = clock.now()
-        user = User(username=PANEL_USERNAME_PREFIX + external_id, external_id=external_id,
-                    password_hash=hash_password(secrets.token_urlsafe(32)), role="participant",
-                    participant_code=new_participant_code(session), language=lang, created_at=now,
-                    consent_at=now, consent_version=study.consent.version, status="active")
-        session.add(user)
-        try:
-            session.flush()
-            assign(session, user, study, clock, seed=seed)
-            session.add(AuditLog(at=now, action="panel_entry", target_user_id=user.id,
-                                 details={"participant_code": user.participant_code}))
-            session.commit()
-            return user, True
-        except IntegrityError:
-            session.rollback()
-            # the same id entered twice at once: the other request's account is the one
-            existing = find_panel_user(session, external_id)
-            if existing is not None:
-                return existing, False
-            if session.scalar(select(User.id).where(User.username == PANEL_USERNAME_PREFIX + external_id)):
-                raise Conflict("this participant id cannot be used here", code="panel_id_taken") from None
-    raise Conflict("registration is busy, please try again", code="assignment_busy")
+    username = PANEL_USERNAME_PREFIX + external_id
+
+    def collided(_exc: IntegrityError) -> User | None:
+        # the same id entered twice at once: the other request's account is the one
+        existing = find_panel_user(session, external_id)
+        if existing is None and session.scalar(select(User.id).where(User.username == username)):
+            raise Conflict("this participant id cannot be used here", code="panel_id_taken") from None
+        return existing
+
+    return enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=collided,
+                 audit_action="panel_entry",
+                 fields={"username": username, "external_id": external_id, "language": lang,
+                         "password_hash": hash_password(secrets.token_urlsafe(32))})
 
 
 # -- completion codes --------------------------------------------------------------------------------
