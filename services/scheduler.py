@@ -252,15 +252,19 @@ def _claim(runtime: Runtime, entry: dict[str, Any], channel: str) -> bool:
         except IntegrityError:
             session.rollback()
         row = session.scalar(select(Reminder).filter_by(**key))
-        if row is None or not _retryable(row, now):
-            if row is not None and row.status == "sending" and row.attempts >= MAX_ATTEMPTS \
-                    and _interrupted(row, now):
+        if row is None:
+            return False
+        cut_off = row.status == "sending" and _interrupted(row, now)
+        if row.attempts >= MAX_ATTEMPTS:
+            if cut_off:
                 _give_up_interrupted(session, row)
+            return False
+        if row.status != "failed" and not cut_off:  # sent, or being sent right now
             return False
         claimed = session.execute(update(Reminder).where(Reminder.id == row.id, Reminder.status == row.status,
                                                          Reminder.attempts == row.attempts)
                                   .values(status="sending", attempts=row.attempts + 1, claimed_at=now,
-                                          error=INTERRUPTED if row.status == "sending" else row.error)).rowcount
+                                          error=INTERRUPTED if cut_off else row.error)).rowcount
         session.commit()
         return claimed == 1
 
@@ -268,12 +272,6 @@ def _claim(runtime: Runtime, entry: dict[str, Any], channel: str) -> bool:
 def _interrupted(row: Reminder, now: datetime) -> bool:
     started = row.claimed_at or row.created_at
     return (now - started).total_seconds() >= STALE_SENDING_SECONDS
-
-
-def _retryable(row: Reminder, now: datetime) -> bool:
-    if row.attempts >= MAX_ATTEMPTS:
-        return False
-    return row.status == "failed" or (row.status == "sending" and _interrupted(row, now))
 
 
 def _give_up_interrupted(session: Session, row: Reminder) -> None:

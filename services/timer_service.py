@@ -56,15 +56,12 @@ class TaskService:
 
     def live_session(self, user_id: int, task_id: str) -> TaskSession | None:
         """The attempt that counts: the latest one not reset."""
-        return self.session.scalar(
-            select(TaskSession)
-            .where(TaskSession.user_id == user_id, TaskSession.task_id == task_id, TaskSession.status != "reset")
-            .order_by(TaskSession.attempt.desc())
-        )
+        return self.live_sessions(user_id).get(task_id)
 
     def live_sessions(self, user_id: int) -> dict[str, TaskSession]:
-        """The attempt that counts for every task the participant has started, in one query
-        (the task overview runs on every task request; a query per task was most of a start's CPU)."""
+        """The attempt that counts (the latest one not reset) for every task the participant has started,
+        in one query (the task overview runs on every task request; a query per task was most of a
+        start's CPU). A participant has a handful of attempts, so one task's is looked up here too."""
         live: dict[str, TaskSession] = {}
         for ts in self.session.scalars(select(TaskSession).where(
                 TaskSession.user_id == user_id, TaskSession.status != "reset").order_by(TaskSession.attempt)):
