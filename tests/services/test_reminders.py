@@ -158,11 +158,16 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
     assert scheduler.send_reminders(runtime, config)["sent"] == []
 
 
-def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_client, clock, study, smtp, webhook):
+def _panel_participant_with_t2_open(app, clock, study) -> None:
+    """A panel participant (no e-mail: the webhook is their channel) who did T1; T2 has just unlocked."""
     panel = ApiClient(app.test_client())
     assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
     walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
     clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+
+
+def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_client, clock, study, smtp, webhook):
+    _panel_participant_with_t2_open(app, clock, study)
     config = _config(smtp, webhook)
     webhook.failing.set()
     result = scheduler.send_reminders(runtime, config)
@@ -189,10 +194,7 @@ def _crashed_mid_send(runtime, clock, attempts: int) -> None:
 
 def test_a_reminder_cut_off_mid_send_is_retried_once_it_is_stale(app, runtime, admin_client, clock, study, smtp,
                                                                  webhook):
-    panel = ApiClient(app.test_client())
-    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
-    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
-    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    _panel_participant_with_t2_open(app, clock, study)
     config = _config(smtp, webhook)
     _crashed_mid_send(runtime, clock, attempts=1)
     # still within a send's time: another process may be sending it right now
@@ -207,10 +209,7 @@ def test_a_reminder_cut_off_mid_send_is_retried_once_it_is_stale(app, runtime, a
 
 
 def test_a_last_attempt_cut_off_mid_send_shows_as_failed(app, runtime, admin_client, clock, study, smtp, webhook):
-    panel = ApiClient(app.test_client())
-    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True}).status_code == 201
-    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
-    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    _panel_participant_with_t2_open(app, clock, study)
     _crashed_mid_send(runtime, clock, attempts=scheduler.MAX_ATTEMPTS)
     clock.advance(seconds=scheduler.STALE_SENDING_SECONDS + 1)
     assert scheduler.send_reminders(runtime, _config(smtp, webhook))["sent"] == [] and webhook.received == []
