@@ -671,10 +671,28 @@ _MORE: dict[str, dict[str, list[tuple[str, set[str]]]]] = {
 SAMPLE.update({participant: {task_id: [(text, topics, None) for text, topics in messages]
                              for task_id, messages in tasks.items()}
                for participant, tasks in _MORE.items()})
+# Participants written for the fourth round (data/calibration/recall_probes.json), in the shape of the study's
+# tasks: T2 a memory trigger test, T3 personalised help, T4 a review. Messages come back to earlier topics in other
+# words, half of them asking the assistant to remember ("你还记得…", "as I told you…"), and each participant also
+# asks to remember something never said. Written by someone who had seen no score, before they were first
+# measured; all held out (nothing is fitted or chosen on them), so they test how the deployed preset generalises.
+PROBES_FILE = REPO_ROOT / "data" / "calibration" / "recall_probes.json"
+
+
+def _load_probes(path: Path) -> tuple[dict[str, dict[str, list[tuple[str, set[str], None]]]], set[str]]:
+    raw = json.loads(path.read_text(encoding="utf-8"))["participants"]
+    sample = {name: {task: [(text, set(topics), None) for text, topics in person[task]]
+                     for task in ("T1", "T2", "T3", "T4")} for name, person in raw.items()}
+    return sample, {name for name, person in raw.items() if person["split"] == "held-out"}
+
+
+_PROBES, _PROBES_HELD_OUT = _load_probes(PROBES_FILE)
+SAMPLE.update(_PROBES)
 SAMPLE_LANGUAGE = {participant: "en" if participant.startswith("en") else "zh" for participant in SAMPLE}
 # Bounds are chosen on the development participants; the held-out ones, fixed before any bound was tried,
 # only report how the choice generalises.
-HELD_OUT = frozenset({"zh5", "zh6", "zh7", "zh8", "zh11", "zh12", "en5", "en6", "en7", "en8", "en11", "en12"})
+HELD_OUT = frozenset({"zh5", "zh6", "zh7", "zh8", "zh11", "zh12", "en5", "en6", "en7", "en8", "en11", "en12",
+                      *_PROBES_HELD_OUT})
 SPLITS = ("dev", "held-out")
 
 
@@ -696,7 +714,9 @@ RULE_CHECK: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
                 "嗯，我知道了", "收到收到", "哦，这样啊", "可以的", "那好吧", "哈哈，是吗", "我懂你的意思",
                 "没事，不用道歉", "晚安啦", "早呀", "我又来啦", "那先这样，拜拜", "下回再聊", "嗯嗯嗯", "了解了解",
                 "真的吗？", "好的好的，谢谢", "嗯，谢谢你的回答", "对，就是这样", "好吧好吧", "那行", "太棒了！",
-                "好的，我记住了"),
+                "好的，我记住了",
+                # exposed by the fourth round's blind participants (the vocabulary was extended for them)
+                "好的，谢谢你听我说这么多。", "行，你说的我记下了。"),
                ("我怕狗", "我失恋了", "今天面试了", "我妈住院了", "我考研上岸了！", "猫又吐了", "我胖了五斤",
                 "我不吃辣", "好想家啊", "我搬家了", "头好疼", "刚分手", "我升职了", "在学钢琴", "明天考试",
                 "我生日快到了", "腰疼了一整天", "好累啊，加班到现在", "女儿发烧了", "我戒烟一周了", "我的腿骨折了",
@@ -714,7 +734,10 @@ RULE_CHECK: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
                 "See you tomorrow.", "Okay, I'll try that.", "Cheers mate.", "Fair enough, thanks.", "Good to know.",
                 "Ok, bye for now.", "Haha, yeah.", "Thanks, that helps.", "Sounds like a plan.",
                 "Brilliant, thank you!", "Oh okay.", "Right then.", "You're welcome.", "Lovely, thanks.",
-                "Alright, sounds good."),
+                "Alright, sounds good.",
+                # exposed by the fourth round's blind participants (the vocabulary was extended for them)
+                "Grand, thanks for that.", "That's grand, thanks a million.", "Sweet, thanks.", "Ta, that's helpful.",
+                "Brill, thanks.", "Mind yourself now, and goodbye.", "Anyway, thanks for everything, take it easy."),
                ("I hate spiders.", "My dog died.", "I got the job!", "I'm pregnant.", "Exams tomorrow.",
                 "I quit smoking.", "My back hurts.", "I'm vegan.", "Mum's in hospital.", "We broke up.",
                 "I failed my driving test.", "I'm moving to Berlin.", "Still homesick.", "My cat threw up again.",
@@ -900,11 +923,13 @@ class Ceiling:
 
 
 def recall_ceiling(traces: list[Trace], task_id: str, score: Callable[[Query, dict[str, float]], float]) -> Ceiling:
-    """An upper bound on what any relevance mapping and any time unit can reach at ``task_id`` when r
-    rises with ``score``: the threshold is chosen on these very participants (an oracle), and time and
-    salience are left out (within one task every candidate's bar moves almost alike; salience lowers a
-    memory's bar by at most 0.07). A relevant memory counts once however many messages rank it, as in
-    the targets; echo pairs (two topic-less messages) are left out, as in the replay."""
+    """What the best single threshold on ``score`` reaches at ``task_id``, chosen on these very participants
+    (an oracle): the most any r that rises with ``score`` alone could recall if every candidate faced the
+    same bar. It is not a strict bound on the curve: time and salience give each memory a bar of its own
+    (a younger or more salient memory's is lower), which can recall a few memories more or fewer at the
+    same unrelated share (held-out English T3 in the fourth round: 14 recalled against a ceiling of 11).
+    A relevant memory counts once however many messages rank it, as in the targets; echo pairs (two
+    topic-less messages) are left out, as in the replay."""
     scored: list[tuple[float, MemoryKey | None]] = []
     relevant: set[MemoryKey] = set()
     for trace in traces:
@@ -989,8 +1014,9 @@ class CalibrationReport:
                 for f in target_failures(self.group("held-out", language), f"held-out {language}")]
 
     def unreachable_targets(self) -> list[str]:
-        """Held-out targets that no threshold on any of the scores reaches even chosen on the held-out
-        participants themselves: no refit of r on these scores and no time unit can meet them."""
+        """Held-out targets that no single threshold on any of the scores reaches, even chosen on the held-out
+        participants themselves: a refit of r on these scores is not expected to meet them (per-memory bars
+        from time and salience move a ceiling by a few memories, not tens of points)."""
         found = []
         for (split, language), by_score in sorted(self.ceilings.items()):
             for task_id, minimum in TARGETS.items() if split == "held-out" else ():
@@ -1013,7 +1039,7 @@ class CalibrationReport:
                     found.append(f"recall is UNIVERSAL at {task_id} ({language}): {o.share():.0%} of memories, "
                                  f"{o.relevant_share():.0%} of relevant ones recalled")
         found += [f"target missed: {f}" for f in self.target_failures()]
-        found += [f"target out of reach of these scores (any r, any time unit): {f}"
+        found += [f"target beyond the best single threshold on these scores: {f}"
                   for f in self.unreachable_targets()]
         if not self.params.relevance.measured_for(self.embedder_model):
             found.append(f"the relevance model was fitted for {self.params.relevance.embedder_model!r}, "
@@ -1468,15 +1494,15 @@ def _format_outcomes(report: CalibrationReport) -> list[str]:
 def _format_ceilings(report: CalibrationReport) -> list[str]:
     out = ["", f"ceiling per task: the most relevant memories one threshold on a score recalls while recalling at most "
                f"{UNRELATED_MAX:.0%} of the task's unrelated candidates, the threshold chosen on these very "
-               "participants (no time, no salience): an upper bound for any r that rises with that score and any "
-               "time unit (r: this preset's relevance)"]
+               "participants (no time, no salience; not a strict bound: time and salience give each memory its "
+               "own bar) (r: this preset's relevance)"]
     for (split, language), by_score in sorted(report.ceilings.items()):
         for name, tasks in by_score.items():
             out.append(f"  {split:8s} {language}  {name:8s} " + "   ".join(
                 f"{t} {c.recalled:2d}/{c.relevant:<2d} {c.share():4.0%}" for t, c in tasks.items()))
     unreachable = report.unreachable_targets()
     out.append("  held-out targets within reach of some score" if not unreachable else
-               "  OUT OF REACH: " + "; ".join(unreachable))
+               "  BEYOND ONE THRESHOLD: " + "; ".join(unreachable))
     return out
 
 
@@ -1503,6 +1529,15 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
     return "\n".join(out)
 
 
+def _rounded(value: Any, digits: int = 4) -> Any:
+    """Coefficients to four decimals, as the study file keeps them (r moves by < 1e-3)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
 def preset_dict(report: CalibrationReport) -> dict[str, Any]:
     """The fitted preset as it goes into the study definition (``memory.recall.presets.NAME``)."""
     params = report.params
@@ -1511,7 +1546,7 @@ def preset_dict(report: CalibrationReport) -> dict[str, Any]:
         raise ValueError("only a fitted (logistic) preset can be written; run with --fit")
     return {
         "time_unit": params.time_unit, "time_scale": params.time_scale,
-        "relevance": {"method": "logistic", "model": relevance.model.to_dict(),
+        "relevance": {"method": "logistic", "model": _rounded(relevance.model.to_dict()),
                       "embedder_model": relevance.embedder_model, "fitted_for": relevance.fitted_for},
     }
 

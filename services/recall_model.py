@@ -267,7 +267,7 @@ CONVERSATIONAL_PHRASES = re.compile(
     r"我?先(?:去|走|撤|下)?(?:准备|忙|睡觉?|休息)?(?:了|啦)|先(?:这样|到这)|(?:回头|改天|下次|明天)再?聊|"
     r"\b(?:no (?:worries|problem)|not at all|never mind|catch you(?: later)?|"
     r"see you(?: later| soon| tomorrow| next time)?|take care|give it a (?:try|go|shot)|makes sense|fair enough|"
-    r"okie dokie|sounds (?:good|like a plan)|will do|"
+    r"okie dokie|sounds (?:good|like a plan)|will do|thanks a (?:million|bunch|lot)|take it easy|mind yourself|"
     # leave-taking: "I'll go and get ready now", "gotta run", "talk later"
     r"(?:I'll|I will|I'm going to|I have to|I need to|I must|I should|gotta|got to|time to) "
     r"(?:go|get going|head off|head out|run|log off)(?: and get ready)?(?: now)?|"
@@ -281,12 +281,14 @@ CONVERSATIONAL_WORDS_ZH = frozenset("""
 你好 您好 嗨 哈喽 早 早上好 中午好 下午好 晚上好 晚安 再见 拜拜 回见 回头 下次 改天 好久不见 在吗 在不在 见
 聊 聊天 聊到 聊聊 先聊 再聊 陪 陪伴 陪我 说说 听 听我说 建议 先 这样 那样 就 这 那 人 事 事情 之前 以前 哪些
 找 问题 我会 帮助 意思 道歉 回答 那好 那先 下回 太好了 太棒了 棒
+多 这么多 记下 记下了 记住 记住了 这段时间 段时间
 """.split())
 CONVERSATIONAL_WORDS_EN = frozenset("""
 sure okay ok alright right fine cool nice great good perfect yep yup yeah yes no nope true fair enough gotcha noted
 indeed exactly absolutely totally definitely agreed deal sound sounds sense point interesting wow awesome idea
 haha hahaha ha lol hehe hmm mm mm-hmm uh um ah oh mate
-brilliant lovely amazing wonderful excellent fantastic
+brilliant lovely amazing wonderful excellent fantastic grand sweet brill ace super splendid
+helpful useful handy anyway anyhow ta
 thanks thank cheer cheers appreciated appreciate welcome sorry
 hi hello hey again bye goodbye later soon night morning evening see ya care take catch
 chat chatting chatted talk talking talked listening listen advice try give

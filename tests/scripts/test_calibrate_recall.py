@@ -47,12 +47,18 @@ def default_report(calibrate_recall, embedder, traces):
     return calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces)
 
 
-def test_the_sample_is_bilingual_and_half_of_it_is_held_out(calibrate_recall):
+def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out(calibrate_recall):
     languages = calibrate_recall.SAMPLE_LANGUAGE
+    blind = set(calibrate_recall._PROBES)
+    assert blind <= calibrate_recall.HELD_OUT
     for language in ("zh", "en"):
         mine = [p for p in calibrate_recall.SAMPLE if languages[p] == language]
-        held_out = [p for p in mine if p in calibrate_recall.HELD_OUT]
-        assert len(mine) >= 12 and len(held_out) * 2 == len(mine), language
+        dev = [p for p in mine if p not in calibrate_recall.HELD_OUT]
+        first_round = [p for p in mine if p not in blind]
+        assert len(dev) >= 6 and len(dev) * 2 == len(first_round), language  # the first rounds: half held out
+        assert len([p for p in blind if languages[p] == language]) >= 4, language
+        # every blind participant walks all four tasks
+        assert all(set(calibrate_recall.SAMPLE[p]) == {"T1", "T2", "T3", "T4"} for p in mine if p in blind)
     # every held-out list is disjoint from the development lists
     for language in ("zh", "en"):
         dev = {m for group in calibrate_recall.RULE_CHECK["dev"][language] for m in group}
@@ -227,14 +233,13 @@ def test_the_ceiling_is_the_best_threshold_within_the_unrelated_budget(calibrate
     assert calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, few)], "T3", score).relevant == 0
 
 
-def test_the_report_names_targets_no_score_can_reach(calibrate_recall, default_report):
-    # The held-out ceilings are upper bounds: what the preset recalls never exceeds the ceiling of its own r.
+def test_the_report_names_targets_beyond_the_best_single_threshold(calibrate_recall, default_report):
+    # A ceiling counts the same relevant memories as the targets. It is no strict bound on the curve (time
+    # and salience give each memory its own bar), so what the preset recalls is not compared with it.
     for language in default_report.languages:
         ceilings = default_report.ceilings[("held-out", language)]["r"]
         for task_id, outcome in default_report.group("held-out", language).items():
             assert len(outcome.relevant) == ceilings[task_id].relevant
-            if outcome.unrelated_rate() <= calibrate_recall.UNRELATED_MAX:
-                assert len(outcome.relevant_recalled) <= ceilings[task_id].recalled
     text = calibrate_recall.format_report(default_report)
     assert "ceiling per task" in text
     for line in default_report.unreachable_targets():
