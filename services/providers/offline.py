@@ -84,16 +84,16 @@ def _profile_facts(profile: dict[str, Any], lang: str) -> list[str]:
 
 
 def memory_facts(context: dict[str, Any] | None, language: str | None = None) -> list[str]:
-    """Plain-language facts the memory context holds: profile items, recalled and recent user turns."""
+    """Plain-language facts the memory context holds: what was recalled or retrieved for this message
+    first (the memory's answer to it, and the only part specific to it), then the profile, summaries and
+    recent user turns. A reply lists the first few, so the order decides what it says back."""
     if not context:
         return []
     lang = "en" if (language or context.get("language")) == "en" else "zh"
     quote = "你说过：“{}”" if lang == "zh" else 'you told me: "{}"'
-    facts: list[str] = _profile_facts(context.get("profile") or {}, lang)
-    for memory in context.get("recalled") or []:
-        facts.append(quote.format(memory["text"]))
-    for fragment in context.get("fragments") or []:
-        facts.append(fragment["text"])
+    facts: list[str] = [quote.format(memory["text"]) for memory in context.get("recalled") or []]
+    facts.extend(fragment["text"] for fragment in context.get("fragments") or [])
+    facts.extend(_profile_facts(context.get("profile") or {}, lang))
     for key in ("summary", "r1_memory"):
         block = context.get(key) or {}
         facts.extend(x.strip() for x in (block.get("text") or "").splitlines() if x.strip())

@@ -199,3 +199,23 @@ def test_offline_replies_in_english_use_the_english_profile(database, settings, 
     reply = offline_reply(context, "Do you remember me?")
     assert "your name is Anna" in reply and "allergic to shellfish" in reply
     assert not any("\u4e00" <= c <= "\u9fff" for c in reply)
+
+
+def _reply_to(context: dict, text: str) -> str:
+    request = ChatRequest(messages=[{"role": "user", "content": text}], language=context["language"],
+                          memory_context=context)
+    return OfflineChatProvider().complete(request).text
+
+
+def test_an_offline_answer_to_a_memory_question_leads_with_what_was_recalled_for_it():
+    # The reply lists the first eight facts: a full profile must not push out the one memory recalled for
+    # this very question (the specific the profile dropped), in either language.
+    profile = {"text": "\n".join(f"喜欢第{i}件事 [T1]" for i in range(10))}
+    context = {"language": "zh", "profile": profile,
+               "recalled": [{"text": "我养了一只猫，叫麻薯，特别黏人。"}],
+               "fragments": [{"text": "吃一点虾就会全身起疹子"}]}
+    reply = _reply_to(context, "我家那个小家伙平时对我怎么样，你还记得吗？")
+    assert reply.index("特别黏人") < reply.index("疹子") < reply.index("喜欢第0件事")
+    english = {"language": "en", "profile": {"text": "\n".join(f"likes thing {i} [T1]" for i in range(10))},
+               "recalled": [{"text": "I have a cat called Mochi who follows me everywhere."}]}
+    assert "follows me everywhere" in _reply_to(english, "Do you remember how my cat behaves?")
