@@ -927,7 +927,7 @@ def recall_ceiling(traces: list[Trace], task_id: str, score: Callable[[Query, di
     (an oracle): the most any r that rises with ``score`` alone could recall if every candidate faced the
     same bar. It is not a strict bound on the curve: time and salience give each memory a bar of its own
     (a younger or more salient memory's is lower), which can recall a few memories more or fewer at the
-    same unrelated share (held-out English T3 in the fourth round: 14 recalled against a ceiling of 11).
+    same unrelated share (held-out English T3 in the fourth round: 15 recalled against a ceiling of 11).
     A relevant memory counts once however many messages rank it, as in the targets; echo pairs (two
     topic-less messages) are left out, as in the replay."""
     scored: list[tuple[float, MemoryKey | None]] = []
