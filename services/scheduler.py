@@ -134,18 +134,25 @@ def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILE
 # -- overdue ------------------------------------------------------------------------------------------
 
 
-def overdue_tasks(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
-    """Every (active participant, task) that is available but overdue right now."""
+def open_tasks(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
+    """Every (active participant, task) that is available right now, not yet started: whether it is
+    ``overdue`` and whether it is the study's ``first`` task (which opens at consent)."""
     tasks = _tasks(session, runtime)
     found = []
     for user in session.scalars(select(User).where(User.role == "participant", User.status == "active")
                                 .order_by(User.id)):
         for task in tasks.overview(user):
-            if task["status"] == "available" and task.get("overdue"):
+            if task["status"] == "available":
                 found.append({"user_id": user.id, "participant_code": user.participant_code,
-                              "language": user.language, "task_id": task["id"], "title": task["title"],
-                              "available_at": task["available_at"]})
+                              "external_id": user.external_id, "language": user.language, "task_id": task["id"],
+                              "title": task["title"], "available_at": task["available_at"],
+                              "overdue": bool(task.get("overdue")), "first": task["id"] == tasks.task_ids[0]})
     return found
+
+
+def overdue_tasks(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
+    """Every (active participant, task) that is available but overdue right now."""
+    return [entry for entry in open_tasks(session, runtime) if entry["overdue"]]
 
 
 def mark_overdue(runtime: Runtime) -> list[dict[str, Any]]:
@@ -219,21 +226,8 @@ def reminder_text(entry: dict[str, Any], url: str | None) -> tuple[str, str]:
 def due_reminders(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
     """One (participant, task, kind) per active participant whose next task is open and not started:
     ``overdue`` once it is overdue, else ``unlocked`` (not for the first task, which opens at consent)."""
-    tasks = _tasks(session, runtime)
-    first = tasks.task_ids[0]
-    found = []
-    for user in session.scalars(select(User).where(User.role == "participant", User.status == "active")
-                                .order_by(User.id)):
-        for task in tasks.overview(user):
-            if task["status"] != "available":
-                continue
-            kind = "overdue" if task.get("overdue") else "unlocked"
-            if kind == "unlocked" and task["id"] == first:
-                continue
-            found.append({"user_id": user.id, "participant_code": user.participant_code,
-                          "external_id": user.external_id, "language": user.language, "task_id": task["id"],
-                          "title": task["title"], "available_at": task["available_at"], "kind": kind})
-    return found
+    return [entry | {"kind": "overdue" if entry["overdue"] else "unlocked"}
+            for entry in open_tasks(session, runtime) if entry["overdue"] or not entry["first"]]
 
 
 def _claim(runtime: Runtime, entry: dict[str, Any], channel: str) -> bool:
@@ -418,7 +412,7 @@ def send_reminders(runtime: Runtime, config: ReminderConfig | None = None, *,
         for entry in due:
             for channel in channels:
                 _remind(runtime, entry, channel, channel.address(entry, contacts, lab_csv), base_url, result)
-        _digest(runtime, config, channels, result)
+        _digest(runtime, config, channels, [entry for entry in due if entry["overdue"]], result)
     finally:
         for channel in channels:
             channel.close()
@@ -446,15 +440,15 @@ def _remind(runtime: Runtime, entry: dict[str, Any], channel, address: str | Non
     result["sent"].append(outcome)
 
 
-def _digest(runtime: Runtime, config: ReminderConfig, channels, result: dict[str, Any]) -> None:
-    """The lab's list of overdue participant codes, at most once per REMINDER_RESEND_HOURS."""
+def _digest(runtime: Runtime, config: ReminderConfig, channels, due: list[dict[str, Any]],
+            result: dict[str, Any]) -> None:
+    """The lab's list of the overdue participant codes ``due``, at most once per REMINDER_RESEND_HOURS."""
     email_channel = next((c for c in channels if isinstance(c, EmailChannel)), None)
-    if not config.digest_to or email_channel is None:
+    if not config.digest_to or email_channel is None or not due:
         return
     since = runtime.clock.now() - timedelta(hours=config.resend_hours)
     with runtime.db.session() as session:
-        due = overdue_tasks(session, runtime)
-        if not due or _recent(session, DIGEST_ACTION, since):
+        if _recent(session, DIGEST_ACTION, since):
             return
         digest = EmailMessage()
         digest["From"] = config.sender
