@@ -11,6 +11,7 @@ from routes.access import current, db_session, json_body, limiter, ok, participa
 from routes.auth import user_view
 from services import contacts, panel_service
 from services.chat_service import task_service
+from services.clock import parse_utc_iso
 from services.errors import BadInput, NotFound
 
 bp = Blueprint("panel", __name__)
@@ -105,7 +106,7 @@ def next_task_calendar():
     link = panel_service.issue_return_link(session, user, tasks, purpose="calendar")
     body = panel_service.calendar_file(
         study_name=rt.study.name, task=task, url=link.url(_base_url()), language=user.language,
-        unlock_at=panel_service.parse_iso(task["available_at"]), now=rt.clock.now())
+        unlock_at=parse_utc_iso(task["available_at"]), now=rt.clock.now())
     session.commit()
     return Response(body, mimetype="text/calendar", headers={
         "Content-Disposition": f'attachment; filename="{task["id"]}.ics"', "Cache-Control": "no-store"})

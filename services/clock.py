@@ -37,3 +37,8 @@ class ManualClock(Clock):
 def utc_iso(value: datetime | None) -> str | None:
     """A stored (naive UTC) time as the API writes it: ISO 8601 to the second, with a ``Z``."""
     return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
+def parse_utc_iso(value: str) -> datetime:
+    """The naive UTC datetime of a string written by ``utc_iso`` (its inverse)."""
+    return datetime.fromisoformat(value.rstrip("Z"))

@@ -220,8 +220,3 @@ def calendar_file(*, study_name: str, task: dict[str, Any], url: str, unlock_at:
     calendar.add_component(event)
     return calendar.to_ical()
 
-
-def parse_iso(value: str) -> datetime:
-    """The naive UTC datetime of an ISO string written by ``utc_iso``."""
-    return datetime.fromisoformat(value.rstrip("Z"))
-
