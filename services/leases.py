@@ -26,13 +26,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 
 from database.db_manager import Database
 from database.models import Lease
+from services.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ PARTICIPANT_WAIT_SECONDS = 120.0
 POLL_SECONDS = 0.05
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+# the host's real clock (services.clock.Clock), never a study's ManualClock: leases measure liveness
+utc_now = Clock().now
 
 
 class LeaseBusy(RuntimeError):
