@@ -100,7 +100,7 @@ def reissue_return_link(user_id: int):
     link = panel_service.reissue_link(session, user, task_service(session, rt), admin=current())
     session.commit()
     return ok({"url": link.url(rt.settings.public_base_url or request.url_root),
-               "expires_at": link.expires_at.isoformat(timespec="seconds") + "Z"})
+               "expires_at": utc_iso(link.expires_at)})
 
 
 @bp.post("/participants/<id:user_id>/return-link/revoke")

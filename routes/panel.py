@@ -11,7 +11,7 @@ from routes.access import current, db_session, json_body, limiter, ok, participa
 from routes.auth import user_view
 from services import contacts, panel_service
 from services.chat_service import task_service
-from services.clock import parse_utc_iso
+from services.clock import parse_utc_iso, utc_iso
 from services.errors import BadInput, NotFound
 
 bp = Blueprint("panel", __name__)
@@ -88,7 +88,7 @@ def my_return_link():
     user = current()
     link = panel_service.issue_return_link(session, user, tasks, purpose="task_end")
     session.commit()
-    return ok({"url": link.url(_base_url()), "expires_at": link.expires_at.isoformat(timespec="seconds") + "Z",
+    return ok({"url": link.url(_base_url()), "expires_at": utc_iso(link.expires_at),
                "next_task": panel_service.next_task(tasks, user), "calendar_url": "/api/me/next-task.ics"})
 
 
