@@ -151,7 +151,6 @@ const MESSAGES = {
     "debrief.your_assistant": "你的助手",
     "debrief.not_yet": "研究说明会在你完成最后一个任务后显示。",
     "debrief.keep_hint": "你的账号已关闭。如想保留本说明，请现在打印或保存本页。",
-    "consent.contact": "联系方式",
 
     "admin.title": "研究管理台",
     "admin.nav.monitor": "进度监控",
@@ -437,7 +436,6 @@ const MESSAGES = {
     "debrief.your_assistant": "Your assistant",
     "debrief.not_yet": "The explanation of the study is shown after your last task.",
     "debrief.keep_hint": "Your account is closed. To keep this explanation, print or save this page now.",
-    "consent.contact": "Contact",
 
     "admin.title": "Study console",
     "admin.nav.monitor": "Monitor",
