@@ -78,12 +78,13 @@ def _register(page, username: str) -> None:
     expect(page.locator(".task-card")).to_have_count(4)
 
 
-def test_consent_page_shows_the_contact_and_a_working_printable_copy(open_page, rights_server):
+def test_consent_page_shows_the_contact_and_a_working_printable_copy(open_page, rights_server, screenshot):
     app, _ = rights_server
     study = app.extensions["memory_lab"].study
     page = open_page()
     page.goto("/")
     expect(page.locator("#lab-contact")).to_contain_text(study.consent.contact["zh"])
+    screenshot(page, "rights_consent_contact", full_page=True)
     agreed_on = datetime.now(UTC).date().isoformat()
     _register(page, "rights_copy")
 
@@ -94,6 +95,7 @@ def test_consent_page_shows_the_contact_and_a_working_printable_copy(open_page, 
     expect(page.locator("#copy-agreed-at")).to_contain_text(agreed_on)
     expect(page.locator("#copy-version")).to_have_text(study.consent.version)
     expect(page.locator("#copy-contact")).to_have_text(study.consent.contact["zh"])
+    screenshot(page, "rights_consent_copy", full_page=True)
     page.evaluate("window.print = () => { window.printed = true; }")
     page.click("#print-copy")
     assert page.evaluate("window.printed") is True  # the button prints (a module script; the CSP has no inline)
@@ -105,7 +107,7 @@ def test_consent_page_shows_the_contact_and_a_working_printable_copy(open_page, 
     assert study.consent.text["zh"] in saved and agreed_on in saved
 
 
-def test_withdrawal_with_erasure_confirms_then_ends_at_the_debrief(open_page, rights_server):
+def test_withdrawal_with_erasure_confirms_then_ends_at_the_debrief(open_page, rights_server, screenshot):
     app, _ = rights_server
     runtime = app.extensions["memory_lab"]
     page = open_page()
@@ -122,6 +124,7 @@ def test_withdrawal_with_erasure_confirms_then_ends_at_the_debrief(open_page, ri
     page.click("#withdraw-continue")
     expect(page.locator("#withdraw-confirm-box")).to_be_visible()
     expect(page.locator("#withdraw-confirm-text")).to_contain_text("无法撤销")
+    screenshot(page, "rights_withdraw_confirm", full_page=True)
     with runtime.db.Session() as session:  # nothing happens before the confirmation
         assert session.get(User, user_id).status == "active"
     page.click("#withdraw-confirm")
@@ -129,6 +132,7 @@ def test_withdrawal_with_erasure_confirms_then_ends_at_the_debrief(open_page, ri
     expect(page.locator("#debrief h1")).to_have_text(runtime.study.debrief.title["zh"])
     expect(page.locator("#debrief-group")).to_contain_text(runtime.study.debrief.by_condition[group]["zh"])
     expect(page.locator("#farewell-hint")).to_be_visible()
+    screenshot(page, "rights_debrief_after_erasure", full_page=True)
     expect(page.locator("#logout")).to_be_hidden()
     assert page.request.get("/api/auth/me").status == 401  # the session has ended
     with runtime.db.Session() as session:
@@ -156,7 +160,7 @@ def _finish_with_bot(bot: HttpParticipant, task_id: str) -> None:
     bot.finish_task(task_id, started)
 
 
-def test_the_debrief_follows_the_last_task_and_the_ios_drawing_is_legible(open_page, rights_server):
+def test_the_debrief_follows_the_last_task_and_the_ios_drawing_is_legible(open_page, rights_server, screenshot):
     app, base_url = rights_server
     runtime = app.extensions["memory_lab"]
     bot = HttpParticipant(base_url, runtime.study.timing.min_active_seconds * TIMER_SCALE)
@@ -183,6 +187,7 @@ def test_the_debrief_follows_the_last_task_and_the_ios_drawing_is_legible(open_p
 
     headings = page.locator("section.instrument h2").all_inner_texts()
     assert "关于这次对话" in headings and not any("检验" in h or "信任" in h for h in headings)
+    screenshot(page, "rights_questionnaire", full_page=True)
     geometry = page.evaluate(IOS_GEOMETRY)
     assert len(geometry) == 7
     assert geometry[0]["distance"] > geometry[0]["radii"] + 6  # option 1: the circles stand clearly apart
@@ -200,6 +205,7 @@ def test_the_debrief_follows_the_last_task_and_the_ios_drawing_is_legible(open_p
     expect(page.locator("#debrief h1")).to_have_text(runtime.study.debrief.title["zh"])
     expect(page.locator("#debrief .debrief-text")).to_contain_text("不记得")
     expect(page.locator("#debrief-group")).to_contain_text(runtime.study.debrief.by_condition[group]["zh"])
+    screenshot(page, "rights_debrief_after_t4", full_page=True)
     page.click("#back-to-tasks")
     expect(page.locator("#debrief-link")).to_be_visible()  # it stays reachable
     page.click("#debrief-link")
