@@ -95,9 +95,9 @@ def _trust_proxies(app: Flask) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, panel, participant
+    from routes import admin, admin_tools, auth, pages, panel, participant, rights
 
-    for module in (auth, participant, admin, admin_tools, pages, panel):
+    for module in (auth, participant, admin, admin_tools, pages, panel, rights):
         app.register_blueprint(module.bp)
 
 

@@ -55,9 +55,12 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
     consent_at: Mapped[datetime | None] = mapped_column(DateTime)
     consent_version: Mapped[str | None] = mapped_column(String(32))
+    # the exact consent wording accepted (consent_texts.text_hash): the participant's copy is rebuilt from it
+    consent_hash: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | withdrawn | erased
     withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime)
     withdrawn_reason: Mapped[str | None] = mapped_column(Text)
+    withdrawn_by: Mapped[str | None] = mapped_column(String(16))  # participant | admin
     last_active_at: Mapped[datetime | None] = mapped_column(DateTime)
     # part of the login cookie; raised by logout and password changes, which ends every older session
     session_version: Mapped[int] = mapped_column(Integer, default=0)
@@ -92,6 +95,19 @@ class User(Base):
 
     def get_id(self) -> str:
         return f"{self.id}.{self.session_version or 0}"
+
+
+class ConsentText(Base):
+    """One wording of the consent form (text and contact, every language), by its hash, as participants
+    accepted it; kept when the study file later changes, so each participant's copy shows what they agreed to."""
+
+    __tablename__ = "consent_texts"
+
+    text_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(32))
+    text: Mapped[dict[str, Any]] = mapped_column(JSON)
+    contact: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    first_accepted_at: Mapped[datetime] = mapped_column(DateTime)
 
 
 class Assignment(Base):

@@ -39,7 +39,9 @@ def study_facts():
         "name": study.name,
         "default_language": study.default_language,
         "languages": list(LANGUAGES),
-        "consent": {"version": study.consent.version, "text": dict(study.consent.text)},
+        "consent": {"version": study.consent.version, "text": dict(study.consent.text),
+                    "contact": dict(study.consent.contact) if study.consent.contact else None,
+                    "erasure_on_withdrawal": study.consent.erasure_on_withdrawal},
         "tasks": [{"id": t.id, "title": dict(t.title), "unlock_offset_days": t.unlock_offset_days}
                   for t in study.tasks],
         "limits": {"max_message_chars": study.limits.max_message_chars},

@@ -39,8 +39,10 @@ def _tasks():
 @bp.get("/tasks")
 @participant_required
 def list_tasks():
-    tasks = _tasks().overview(current())
-    return ok({"tasks": tasks, "pilot_mode": runtime().settings.pilot_mode, "now": _now_iso()})
+    user = current()
+    tasks = _tasks().overview(user)
+    return ok({"tasks": tasks, "pilot_mode": runtime().settings.pilot_mode, "now": _now_iso(),
+               "participant_status": user.status})
 
 
 @bp.get("/tasks/<task_id>")
@@ -56,6 +58,7 @@ def task_detail(task_id: str):
         messages = [serialise_message(m, participant_view=True) for m in db_session().scalars(
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
     status["messages"] = messages
+    status["participant_status"] = user.status  # "withdrawn": the page says so instead of "not yet"
     if status["status"] == "done":
         status["completion"] = completion_for(runtime().study, task_id, user)
     return ok({"task": status})

@@ -21,6 +21,7 @@ from zxcvbn import zxcvbn
 from database.models import AuditLog, User, username_key
 from services.assignment_service import assign
 from services.clock import Clock
+from services.consent import record_consent
 from services.errors import BadInput, Conflict, Unauthorised
 from services.input_checks import MAX_DB_ID, check_text
 from services.languages import prompt_language
@@ -110,6 +111,7 @@ def enrol(session: Session, study: Study, clock: Clock, *, fields: dict[str, Any
         session.add(user)
         try:
             session.flush()
+            record_consent(session, user, study, now)
             assign(session, user, study, clock, seed=seed)
             if audit_action:
                 session.add(AuditLog(at=now, action=audit_action, target_user_id=user.id,

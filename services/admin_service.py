@@ -77,6 +77,7 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "enrolled_at": utc_iso(user.consent_at or user.created_at),
             "last_active_at": utc_iso(user.last_active_at),
             "withdrawn_at": utc_iso(user.withdrawn_at),
+            "withdrawn_by": user.withdrawn_by,
             "tasks": {t["id"]: t["status"] for t in overview},
             "task_details": overview,
             # a withdrawn participant is no longer expected to do anything
@@ -253,6 +254,7 @@ def withdraw(session: Session, user_id: int, *, admin: User, reason: Any, now: d
     user.status = "withdrawn"
     user.withdrawn_at = now
     user.withdrawn_reason = text or None
+    user.withdrawn_by = "admin"
     session.add(AuditLog(at=now, actor_user_id=admin.id, action="participant_withdrawn", target_user_id=user.id,
                          details={"reason": text, "participant_code": user.participant_code}))
     return user

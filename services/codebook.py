@@ -380,7 +380,10 @@ def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at:
             asked.setdefault(item["id"], []).append(task.id)
     for name, instrument in study.instruments.items():
         title = instrument.title
-        out += [f"### {name}: {_localised(title, 'en')} / {_localised(title, 'zh')}", "",
+        heading = instrument.heading
+        shown = (f"Participants saw the heading: {_localised(heading, 'en')} / {_localised(heading, 'zh')}"
+                 if heading else "Participants saw no heading.")
+        out += [f"### {name}: {_localised(title, 'en')} / {_localised(title, 'zh')}", "", shown, "",
                 "| item | scale | asked after | wording (zh) | wording (en) |", "| --- | --- | --- | --- | --- |"]
         for item in instrument.items:
             out.append(f"| `{item['id']}` | {_md(item_scale(item))} | {', '.join(asked.get(item['id'], [])) or '-'} "

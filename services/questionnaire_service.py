@@ -18,7 +18,11 @@ ITEM_TYPES = {"likert", "ios", "choice", "text", "attention"}
 
 
 def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, Any]]:
-    """The task's items, flattened from its instruments, in the participant's language."""
+    """The task's items, flattened from its instruments, in the participant's language.
+
+    ``instrument_title`` is the heading participants see (the instrument's neutral ``heading``, empty
+    without one), never the construct's ``title``: naming the construct ("manipulation check",
+    "affective trust") to participants invites demand effects. Exports and the codebook keep the title."""
     items = []
     for name in task.questionnaire:
         instrument = study.instruments[name]
@@ -27,7 +31,7 @@ def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, An
             items.append({
                 "id": item["id"],
                 "instrument": name,
-                "instrument_title": localised(instrument.title, language),
+                "instrument_title": localised(instrument.heading, language) if instrument.heading else "",
                 "type": kind,
                 "required": item.get("required", kind != "text"),
                 "min": item.get("min", 1 if kind == "attention" else None),

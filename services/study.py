@@ -50,6 +50,16 @@ Text = Mapping[str, str]  # one wording per study language
 class Consent:
     version: str
     text: Text
+    contact: Text | None = None  # the lab's contact details, shown with the consent text and on its copy
+    erasure_on_withdrawal: bool = False  # the consent promises erasure: participants may withdraw and erase
+
+
+@dataclass(frozen=True)
+class Debrief:
+    """Shown after the last task and after withdrawal; ``by_condition`` adds a paragraph for one condition."""
+    title: Text
+    text: Text
+    by_condition: Mapping[str, Text]
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,9 @@ class Limits:
 
 @dataclass(frozen=True)
 class Instrument:
-    title: Text
+    title: Text  # the construct, for researchers (export, codebook)
     items: tuple[Mapping[str, Any], ...]
+    heading: Text | None = None  # what participants see above the items; no heading when not given
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,7 @@ class Study:
     limits: Limits
     memory: MemorySettings
     instruments: Mapping[str, Instrument]
+    debrief: Debrief
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
 
     def task(self, task_id: str) -> Task:
@@ -243,6 +255,7 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         memory=_memory(raw["memory"]),
         instruments=_frozen({name: _instrument(name, i) for name, i in _mapping("instruments",
                                                                                 raw["instruments"]).items()}),
+        debrief=_debrief(raw["debrief"], list(_mapping("conditions", raw["conditions"]))),
         definition=freeze(definition),
     )
     _check_consistency(study)
@@ -388,8 +401,23 @@ def _dataclass(path: str, raw: Any, cls: type) -> Any:
 
 
 def _consent(raw: Any) -> Consent:
-    data = _section("consent", raw, ["version", "text"])
-    return Consent(version=_typed("consent.version", data["version"], str), text=_text("consent.text", data["text"]))
+    data = _section("consent", raw, ["version", "text", "contact", "erasure_on_withdrawal"],
+                    optional=("contact", "erasure_on_withdrawal"))
+    contact = data.get("contact")
+    return Consent(version=_typed("consent.version", data["version"], str), text=_text("consent.text", data["text"]),
+                   contact=None if contact is None else _text("consent.contact", contact),
+                   erasure_on_withdrawal=_typed("consent.erasure_on_withdrawal",
+                                                data.get("erasure_on_withdrawal", False), bool))
+
+
+def _debrief(raw: Any, conditions: list[str]) -> Debrief:
+    data = _section("debrief", raw, ["title", "text", "by_condition"], optional=("by_condition",))
+    by_condition = _mapping("debrief.by_condition", data.get("by_condition") or {})
+    for cid in by_condition:
+        _choice("debrief.by_condition", cid, tuple(conditions))
+    return Debrief(title=_text("debrief.title", data["title"]), text=_text("debrief.text", data["text"]),
+                   by_condition=_frozen({cid: _text(f"debrief.by_condition.{cid}", text)
+                                         for cid, text in by_condition.items()}))
 
 
 def _task(index: int, raw: Any) -> Task:
@@ -405,7 +433,7 @@ def _task(index: int, raw: Any) -> Task:
 
 def _instrument(name: str, raw: Any) -> Instrument:
     path = f"instruments.{name}"
-    data = _section(path, raw, ["title", "items"])
+    data = _section(path, raw, ["title", "heading", "items"], optional=("heading",))
     items = []
     for i, item in enumerate(_list(f"{path}.items", data["items"])):
         where = f"{path}.items[{i}]"
@@ -415,7 +443,9 @@ def _instrument(name: str, raw: Any) -> Instrument:
         if item["type"] == "attention":
             _attention(where, item)
         items.append(freeze(item))
-    return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items))
+    heading = data.get("heading")
+    return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items),
+                      heading=None if heading is None else _text(f"{path}.heading", heading))
 
 
 def _memory(raw: Any) -> MemorySettings:

@@ -181,7 +181,7 @@ function columns() {
       cell: (r) => h("a", { href: `#/participant/${r.id}` }, r.participant_code || `#${r.id}`) },
     { key: "username", label: t("admin.col.username"), cell: (r) => r.username },
     { key: "memory_group", label: t("admin.col.group"), cell: (r) => h("span.badge.group", r.memory_group || "–") },
-    { key: "status", label: t("admin.col.status"), cell: (r) => statusBadge(r.status) },
+    { key: "status", label: t("admin.col.status"), cell: (r) => statusCell(r) },
     { key: "enrolled_at", label: t("admin.col.enrolled"), cell: (r) => formatShort(r.enrolled_at) },
   ];
   const tasks = taskIds().map((id) => ({
@@ -226,6 +226,17 @@ function remindersCell(row) {
 
 function statusBadge(status) {
   return h(`span.badge.${status}`, { dataset: { status } }, t(`admin.status.${status}`));
+}
+
+// who withdrew (the participant on their page, or an admin) and when; erasure time too
+function statusCell(row) {
+  const parts = [statusBadge(row.status)];
+  if (row.withdrawn_by) {
+    parts.push(h("span.sub.withdrawn-by", t("admin.withdrawn_by", {
+      by: t(`admin.withdrawn_by.${row.withdrawn_by}`), time: formatShort(row.withdrawn_at) })));
+  }
+  if (row.erased_at) parts.push(h("span.sub", t("admin.erased_when", { time: formatShort(row.erased_at) })));
+  return h("div.status-cell", parts);
 }
 
 function taskCell(row, taskId) {

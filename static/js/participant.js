@@ -15,7 +15,7 @@ const TASK_LIST_POLL_MS = 60_000;
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
-const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null };
+const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null, farewell: null };
 
 // -- small helpers ------------------------------------------------------------------------------
 
@@ -132,7 +132,8 @@ async function route() {
   renderHeader();
   const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
   if (!state.user) {
-    if (name === "login") showLogin();
+    if (name === "debrief" && state.farewell) showFarewell();
+    else if (name === "login") showLogin();
     else if (state.panelId) showPanelConsent();
     else if (name === "register" && state.consentGiven) showRegister();
     else showConsent();
@@ -140,6 +141,10 @@ async function route() {
     await showTask(decodeURIComponent(arg));
   } else if (name === "done" && arg) {
     await showDone(decodeURIComponent(arg));
+  } else if (name === "withdraw") {
+    showWithdraw();
+  } else if (name === "debrief") {
+    await showDebrief();
   } else {
     await showTasks();
   }
@@ -178,6 +183,7 @@ function showConsent() {
       h("h1", t("consent.title")),
       h("div.consent-text", paragraphs(localised(consent.text))),
       consent.version ? h("p.muted.small-print", `v${consent.version}`) : null,
+      contactBlock(),
       h("label.check", { for: "consent-agree" }, agree, h("span", t("consent.agree"))),
       error,
       h("div.actions", h("button#consent-continue", { type: "button", onclick: proceed }, t("consent.continue")))),
@@ -221,6 +227,7 @@ function showPanelConsent() {
       h("p.panel-intro", t("panel.intro", { id: state.panelId })),
       h("div.consent-text", paragraphs(localised(consent.text))),
       consent.version ? h("p.muted.small-print", `v${consent.version}`) : null,
+      contactBlock(),
       h("label.check", { for: "consent-agree" }, agree, h("span", t("consent.agree"))),
       error,
       h("div.actions", submit)));
@@ -339,7 +346,7 @@ async function showTasks() {
       await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
       go(`#/task/${encodeURIComponent(task.id)}`);
     } catch (err) {
-      error.textContent = errorText(err);
+      error.textContent = startErrorText(err);
       refresh();
     }
   }
@@ -357,8 +364,11 @@ async function showTasks() {
     }
     const tasks = data.tasks || [];
     const summary = [];
-    if (state.user?.status === "withdrawn") summary.push(h("p.notice.info", t("tasks.withdrawn")));
-    else if (tasks.length && tasks.every((task) => task.status === "done")) summary.push(h("p.notice.ok", t("tasks.all_done")));
+    const withdrawn = data.participant_status === "withdrawn";
+    const finished = tasks.length && tasks.every((task) => task.status === "done");
+    if (withdrawn) summary.push(h("p.notice.info#withdrawn-notice", t("tasks.withdrawn")));
+    else if (finished) summary.push(h("p.notice.ok", t("tasks.all_done")));
+    if (withdrawn || finished) summary.push(h("p", h("a.button#debrief-link", { href: "#/debrief" }, t("rights.debrief_link"))));
     const upcoming = tasks
       .filter((task) => task.status === "locked" && task.available_at && new Date(task.available_at) > new Date())
       .map((task) => new Date(task.available_at))
@@ -372,7 +382,8 @@ async function showTasks() {
       error,
       summary,
       h("p.muted", t("tasks.intro")),
-      h("ol.task-list", tasks.map((task) => taskCard(task, start))));
+      h("ol.task-list", tasks.map((task) => taskCard(task, start))),
+      rightsBlock(withdrawn));
     // Re-read when the next task unlocks (minutes away in pilot mode), and now and then anyway.
     const wait = upcoming ? Math.min(upcoming - new Date() + 500, TASK_LIST_POLL_MS) : TASK_LIST_POLL_MS;
     timers.push(window.setTimeout(refresh, Math.max(wait, 500)));
@@ -403,7 +414,7 @@ async function showTask(taskId) {
   if (task.status === "in_progress" && task.phase === "questionnaire") return showQuestionnaire(task);
   if (task.status === "available") return showTaskIntro(task);
   render(task.title, backLink(), h("h1", `${task.id} · ${task.title}`),
-    h("p.notice.info", task.status === "done" ? t("task.done") : t("task.not_available")));
+    h("p.notice.info#task-state", taskStateText(task)));
 }
 
 function backLink() {
@@ -426,7 +437,7 @@ function showTaskIntro(task) {
         await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
         await showTask(task.id);
       } catch (err) {
-        error.textContent = errorText(err);
+        error.textContent = startErrorText(err);
         startButton.disabled = false;
       }
     },
@@ -959,7 +970,134 @@ async function showDone(taskId) {
       link ? nextTaskBlock(link) : null,
       link ? returnLinkBlock(link) : null,
       contactForm()),
+    link && !link.next_task ? await finalDebrief() : null,
     h("p.back", h("a#back-to-tasks", { href: "#/tasks" }, t("done.back"))));
+}
+
+// -- participant rights: contact, consent copy, withdrawal, debrief ----------------------------------
+
+function contactBlock() {
+  const contact = localised(state.study?.consent?.contact);
+  if (!contact) return null;
+  return h("div.lab-contact#lab-contact", h("h2", t("rights.contact_title")), paragraphs(contact));
+}
+
+function rightsBlock(withdrawn) {
+  return h("section.card.rights#rights",
+    h("h2", t("rights.title")),
+    h("ul.rights-links",
+      h("li", h("a#consent-copy-link", { href: `/consent/copy?lang=${language()}` }, t("rights.consent_copy"))),
+      withdrawn ? null : h("li", h("a#withdraw-link", { href: "#/withdraw" }, t("rights.withdraw_link")))),
+    contactBlock());
+}
+
+function taskStateText(task) {
+  if (task.status === "done") return t("task.done");
+  return task.participant_status === "withdrawn" ? t("task.withdrawn") : t("task.not_available");
+}
+
+function startErrorText(err) {
+  return err.code === "withdrawn" ? t("task.withdrawn") : errorText(err);
+}
+
+function showWithdraw() {
+  const allowErase = Boolean(state.study?.consent?.erasure_on_withdrawal);
+  const error = noticeBox();
+  const option = (value, text) => h("label.choice-option", { for: `withdraw-${value}` },
+    h("input", { type: "radio", name: "withdraw-mode", id: `withdraw-${value}`, value }), h("span", text));
+  const selected = () => main.querySelector("input[name=withdraw-mode]:checked")?.value;
+  const continueButton = h("button#withdraw-continue", { type: "button" }, t("withdraw.continue"));
+  const confirmText = h("p#withdraw-confirm-text");
+  const confirmButton = h("button.danger#withdraw-confirm", { type: "button" });
+  const cancelButton = h("button.secondary#withdraw-cancel", { type: "button" }, t("withdraw.cancel"));
+  const confirmBox = h("div.confirm-finish#withdraw-confirm-box", { hidden: true, role: "group" },
+    confirmText, h("div.actions", confirmButton, cancelButton));
+  continueButton.addEventListener("click", () => {
+    const mode = selected();
+    if (!mode) {
+      error.textContent = t("withdraw.choose");
+      return;
+    }
+    error.textContent = "";
+    confirmText.textContent = mode === "erase" ? t("withdraw.confirm_erase") : t("withdraw.confirm_keep");
+    confirmButton.textContent = mode === "erase" ? t("withdraw.confirm_and_erase") : t("withdraw.confirm");
+    confirmBox.hidden = false;
+    continueButton.hidden = true;
+    confirmButton.focus();
+  });
+  cancelButton.addEventListener("click", () => go("#/tasks"));
+  confirmButton.addEventListener("click", async () => {
+    const erase = selected() === "erase";
+    confirmButton.disabled = true;
+    try {
+      const data = await api.post("/api/me/withdraw", { confirm: true, erase });
+      if (data.erased) {
+        forgetCsrfToken();
+        state.user = null;
+        state.farewell = data.debrief;
+        state.flash = { kind: "ok", text: t("withdraw.erased") };
+      } else {
+        state.user = { ...state.user, status: "withdrawn" };
+        state.flash = { kind: "ok", text: t("withdraw.done") };
+      }
+      go("#/debrief");
+    } catch (err) {
+      error.textContent = errorText(err);
+      confirmButton.disabled = false;
+    }
+  });
+  render(t("withdraw.title"),
+    backLink(),
+    h("section.card.narrow.withdraw",
+      h("h1", t("withdraw.title")),
+      h("p", t("withdraw.intro")),
+      h("fieldset.withdraw-options", h("legend.visually-hidden", t("withdraw.title")),
+        option("keep", t("withdraw.keep")),
+        allowErase ? option("erase", t("withdraw.erase")) : h("p.hint#erase-unavailable", t("withdraw.erase_unavailable"))),
+      error,
+      h("div.actions", continueButton),
+      confirmBox,
+      contactBlock()));
+}
+
+function debriefCard(debrief, ...extra) {
+  return h("section.card.debrief#debrief",
+    h("h1", debrief.title),
+    ...extra,
+    h("div.debrief-text", paragraphs(debrief.text)),
+    debrief.your_assistant
+      ? h("div.debrief-group#debrief-group", h("h2", t("debrief.your_assistant")), paragraphs(debrief.your_assistant))
+      : null,
+    debrief.contact ? h("div.lab-contact", h("h2", t("rights.contact_title")), paragraphs(debrief.contact)) : null,
+    h("div.actions.no-print",
+      h("button.secondary#debrief-print", { type: "button", onclick: () => window.print() }, t("debrief.print"))));
+}
+
+async function finalDebrief() {
+  try {
+    return debriefCard((await api.get("/api/me/debrief")).debrief);
+  } catch (err) {
+    return h("p.notice.error", { role: "alert" }, errorText(err));
+  }
+}
+
+async function showDebrief() {
+  render(t("rights.debrief_link"), h("p.loading", t("app.loading")));
+  let debrief;
+  try {
+    debrief = (await api.get("/api/me/debrief")).debrief;
+  } catch (err) {
+    if (err.status === 401) return signedOut();
+    const text = err.code === "debrief_not_yet" ? t("debrief.not_yet") : errorText(err);
+    render(t("rights.debrief_link"), backLink(), h("p.notice.info", text));
+    return;
+  }
+  render(debrief.title, backLink(), debriefCard(debrief, takeFlash()));
+}
+
+// After withdrawing with erasure the account is closed: the debrief came with the answer and is shown once more.
+function showFarewell() {
+  render(state.farewell.title, debriefCard(state.farewell, takeFlash(), h("p.hint#farewell-hint", t("debrief.keep_hint"))));
 }
 
 // -- start --------------------------------------------------------------------------------------

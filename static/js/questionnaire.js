@@ -6,20 +6,28 @@
 import { h, svg } from "./dom.js";
 import { t } from "./i18n.js";
 
-/** One IOS option: two circles ("me" and "the assistant") whose overlap grows with n. */
+/**
+ * One IOS option (Aron, Aron & Smollan, 1992): two circles ("me" and "the assistant") whose overlap
+ * grows with n. At n = min the circles stand clearly apart (a gap of half a radius); at n = max they
+ * overlap almost wholly but stay two circles. The labels stand under the circles, in the circles'
+ * colours (never across a circle's outline), and move apart as the overlap grows, so that they never
+ * run into each other.
+ */
+const IOS = { width: 120, height: 70, cy: 28, radius: 22, gap: 0.5, closest: 0.5, labelShift: 0.5, labelY: 66 };
+
 function iosPicture(n, min, max) {
-  const radius = 20;
+  const { width, height, cy, radius, labelY } = IOS;
   const overlap = max > min ? (n - min) / (max - min) : 0;
-  // n = min: the circles stand apart; n = max: they almost coincide.
-  const apart = 2 * radius * 1.2;
-  const distance = apart - (apart - radius * 0.25) * overlap;
-  const selfX = 50 - distance / 2;
-  const otherX = 50 + distance / 2;
-  return svg("svg", { viewBox: "0 0 100 50", width: "100", height: "50", "aria-hidden": "true", focusable: "false" },
-    svg("circle", { cx: selfX, cy: 25, r: radius, class: "ios-self" }),
-    svg("circle", { cx: otherX, cy: 25, r: radius, class: "ios-other" }),
-    svg("text", { x: selfX - radius * 0.45, y: 28.5, "text-anchor": "middle", class: "ios-label" }, t("q.ios_self")),
-    svg("text", { x: otherX + radius * 0.45, y: 28.5, "text-anchor": "middle", class: "ios-label" }, t("q.ios_other")),
+  const apart = radius * (2 + IOS.gap);
+  const distance = apart - (apart - radius * IOS.closest) * overlap;
+  const selfX = width / 2 - distance / 2;
+  const otherX = width / 2 + distance / 2;
+  const shift = radius * IOS.labelShift * overlap;
+  return svg("svg", { viewBox: `0 0 ${width} ${height}`, width: String(width), height: String(height), "aria-hidden": "true", focusable: "false" },
+    svg("circle", { cx: selfX, cy, r: radius, class: "ios-self" }),
+    svg("circle", { cx: otherX, cy, r: radius, class: "ios-other" }),
+    svg("text", { x: selfX - shift, y: labelY, "text-anchor": "middle", class: "ios-label ios-label-self" }, t("q.ios_self")),
+    svg("text", { x: otherX + shift, y: labelY, "text-anchor": "middle", class: "ios-label ios-label-other" }, t("q.ios_other")),
   );
 }
 
