@@ -121,20 +121,30 @@ class TaskService:
     # -- timer -----------------------------------------------------------------------------------
 
     def timer(self, ts: TaskSession, now: datetime | None = None) -> dict[str, Any]:
+        """The timer as of ``now``: the active time credited so far plus what the next action will credit
+        for the time since the last one, so a reload or a second tab shows what the next heartbeat confirms."""
         now = now or self.clock.now()
         limit = self.timing.task_active_seconds
-        remaining = max(0.0, limit - ts.active_seconds)
+        active = min(float(limit), ts.active_seconds + self._pending_active_seconds(ts, now))
+        remaining = max(0.0, limit - active)
         return {
-            "active_seconds": round(ts.active_seconds, 3),
+            "active_seconds": round(active, 3),
             "limit_seconds": limit,
             "remaining_seconds": round(remaining, 3),
             # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
             "remaining_real_seconds": round(remaining * self.timer_scale, 3),
             "min_active_seconds": self.timing.min_active_seconds,
-            "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing.min_active_seconds,
+            "can_finish": ts.phase == "chat" and active >= self.timing.min_active_seconds,
             "time_up": remaining <= 0,
             "idle_gap_real_seconds": self.timing.idle_gap_seconds,
         }
+
+    def _pending_active_seconds(self, ts: TaskSession, now: datetime) -> float:
+        """What touch() would credit now: the gap since the last action, unless it is already an idle gap."""
+        if ts.phase != "chat" or ts.last_activity_at is None:
+            return 0.0
+        gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
+        return gap_real / self.timer_scale if gap_real <= self.timing.idle_gap_seconds else 0.0
 
     def touch(self, ts: TaskSession) -> None:
         """Credit the time since the last action as active, unless it was an idle gap.
