@@ -7,6 +7,7 @@ import { h, mount } from "./dom.js";
 import {
   applyDocumentLanguage, formatDateTime, formatDuration, language, onLanguageChange, otherLanguage, setLanguage, t,
 } from "./i18n.js";
+import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
 
 const HEARTBEAT_MS = 10_000;
@@ -27,7 +28,7 @@ function announce(text) {
 function errorText(err) {
   if (err.code === "network") return t("error.network");
   if (err.status === 429) return t("error.rate");
-  return t("error.generic", { message: err.message });
+  return apiErrorText(err);  // by the error's code: the server's English message is never shown
 }
 
 function noticeBox(kind = "error") {
@@ -258,7 +259,7 @@ function showRegister() {
       else if (err.code === "invalid_username") error.textContent = t("register.username_hint");
       else if (err.code === "invalid_password") error.textContent = t("register.password_hint");
       else error.textContent = errorText(err);
-      (err.code === "invalid_password" ? password : username).focus();
+      (["invalid_password", "weak_password", "password_too_long"].includes(err.code) ? password : username).focus();
     } finally {
       submit.disabled = false;
     }
