@@ -17,11 +17,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from database.models import AuditLog, TaskSession, User
+from database.models import AuditLog, Message, TaskSession, User
 from services.clock import Clock, utc_iso
 from services.errors import Conflict, Forbidden, NotFound
 from services.study import Study, Task
@@ -100,9 +100,11 @@ class TaskService:
                 overdue_at = available_at + timedelta(days=self.timing.overdue_after_days * self.time_scale)
                 entry.update(status="available", overdue=now >= overdue_at)
             else:
-                entry.update(status="locked")
+                # why, so the page never names a false reason: the unlock time not reached, or the previous task
+                waiting = previous_done and available_at is not None
+                entry.update(status="locked", locked_reason="opens_at" if waiting else "previous_task")
             if user.status != "active" and entry["status"] != "done":
-                entry["status"] = "locked"
+                entry.update(status="locked", locked_reason=user.status)
             previous_done = entry["status"] == "done"
             result.append(entry)
         return result
@@ -145,6 +147,10 @@ class TaskService:
             return 0.0
         gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
         return gap_real / self.timer_scale if gap_real <= self.timing.idle_gap_seconds else 0.0
+
+    def last_message_id(self, ts: TaskSession) -> int | None:
+        """The newest message of the attempt: a page showing another id missed one (sent from a second tab)."""
+        return self.session.scalar(select(func.max(Message.id)).where(Message.task_session_id == ts.id))
 
     def touch(self, ts: TaskSession) -> None:
         """Credit the time since the last action as active, unless it was an idle gap.

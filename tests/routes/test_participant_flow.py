@@ -283,3 +283,13 @@ def test_the_task_list_and_the_task_detail_report_time_left_as_of_now(app, make_
     assert detail["remaining_seconds"] == pytest.approx(expected)
     after_heartbeat = api.post("/api/tasks/T1/heartbeat").get_json()["task"]["timer"]
     assert after_heartbeat["remaining_seconds"] == pytest.approx(expected)
+
+
+def test_the_heartbeat_names_the_newest_message_so_a_second_tab_can_see_it_missed_one(app, make_participant,
+                                                                                    clock):
+    api = make_participant("two_tabs")
+    api.post("/api/tasks/T1/start")
+    assert api.post("/api/tasks/T1/heartbeat").get_json()["last_message_id"] is None
+    clock.advance(5)
+    sent = api.post("/api/tasks/T1/messages", json={"content": "from the other tab"}).get_json()
+    assert api.post("/api/tasks/T1/heartbeat").get_json()["last_message_id"] == sent["reply"]["id"]

@@ -302,3 +302,17 @@ def test_the_timer_as_of_now_shows_time_up_and_the_minimum_reached_before_the_ne
     timer = tasks.timer(ts)
     assert (timer["remaining_seconds"], timer["time_up"], timer["can_finish"]) == (0, True, True)
     assert timer["active_seconds"] == tasks.timing.task_active_seconds
+
+
+def test_a_locked_task_says_why_the_previous_task_or_the_unlock_time(tasks, participant, clock):
+    """The page names the real reason (issue 20, item 4): "finish the previous task" only while it is not done."""
+    overview = {t["id"]: t for t in tasks.overview(participant)}
+    assert overview["T2"]["locked_reason"] == "previous_task"
+    t1 = do_first_task(tasks, clock, participant)
+    overview = {t["id"]: t for t in tasks.overview(participant)}
+    assert (overview["T2"]["status"], overview["T2"]["locked_reason"]) == ("locked", "opens_at")
+    assert overview["T3"]["locked_reason"] == "previous_task"
+    clock.set(t1.completed_at + timedelta(days=tasks.study.task("T2").unlock_offset_days))
+    assert "locked_reason" not in {t["id"]: t for t in tasks.overview(participant)}["T2"]
+    participant.status = "withdrawn"
+    assert {t["locked_reason"] for t in tasks.overview(participant) if t["status"] == "locked"} == {"withdrawn"}
