@@ -147,7 +147,7 @@ def test_every_participant_page_has_no_serious_or_critical_violation(new_page, l
 
 
 def test_the_admin_console_has_no_serious_or_critical_violation(new_page, live_server, admin_account, bot,
-                                                               axe_source):
+                                                               axe_source, screenshot):
     scan = Scan(axe_source)
     participant = bot()
     user = participant.register("axe_admin_view")["user"]
@@ -164,6 +164,7 @@ def test_the_admin_console_has_no_serious_or_critical_violation(new_page, live_s
     expect(page.locator("#participants")).to_be_visible()
     expect(page.locator(f"#participants tbody tr[data-id='{user['id']}']")).to_be_visible(timeout=10_000)
     scan(page, "admin: monitor")
+    screenshot(page, "admin_monitor")
     page.goto(f"/admin#/participant/{user['id']}")
     expect(page.locator("h1")).to_contain_text(user["participant_code"])
     scan(page, "admin: participant record")
@@ -175,6 +176,7 @@ def test_the_admin_console_has_no_serious_or_critical_violation(new_page, live_s
     page.goto("/admin#/monitor")
     expect(page.locator("#participants")).to_be_visible()
     scan(page, "admin: monitor in English")
+    screenshot(page, "admin_monitor_en")
 
     assert len(scan.scanned) == 6
     scan.assert_clean()

@@ -196,3 +196,23 @@ def test_a_weak_password_is_explained_in_chinese_on_the_chinese_page(new_page):
     text = error.inner_text()
     assert not re.search(r"[A-Za-z]{3,}", text), f"English inside the Chinese message: {text!r}"
     assert page.evaluate("document.activeElement.id") == "password"
+
+
+def shown_seconds(page) -> int:
+    minutes, seconds = page.locator("#time-left").inner_text().split(":")
+    return int(minutes) * 60 + int(seconds)
+
+
+def test_a_reload_never_shows_more_time_left_than_before_it(new_page, bot, roomy_timer):
+    """The timer counts the time since the last message: reloading 3 s after it must not give those back."""
+    bot().register("reloading_reader")
+    page = new_page(*SIZES["phone"])
+    log_in(page, "reloading_reader")
+    page.click(".task-card[data-task=T1] .start-task")
+    send(page, "你好，我先看看。", 1)
+    time.sleep(3)
+    before = shown_seconds(page)
+    page.reload()
+    expect(page.locator("#time-left")).to_have_text(re.compile(r"^\d+:\d\d$"))
+    after = shown_seconds(page)
+    assert after <= before, f"the reload gave back time: {before} s before it, {after} s after"
