@@ -77,13 +77,14 @@ def start_task(task_id: str):
 @bp.post("/tasks/<task_id>/heartbeat")
 @participant_required
 def heartbeat(task_id: str):
-    """The page is open and in use: credit active time (idle gaps are not credited)."""
+    """The page is open and in use: credit active time (idle gaps are not credited). ``last_message_id`` lets
+    the page see that another tab added to the conversation, and reload it."""
     user = current()
     tasks = _tasks()
     ts = tasks.running_session(user, task_id, phase="chat")
     tasks.touch(ts)
     tasks.commit()
-    return ok({"task": tasks.status_of(user, task_id)})
+    return ok({"task": tasks.status_of(user, task_id), "last_message_id": tasks.last_message_id(ts)})
 
 
 def _wants_stream() -> bool:

@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# System packages the tests need: Debian's chromium (browser tests) and PostgreSQL (database tests).
-# Installs only what is missing; needs root (or passwordless sudo) for apt-get.
+# What the tests need beyond the Python packages: Debian's chromium (browser tests), PostgreSQL (database
+# tests), and axe-core from npm (the accessibility scan, tests/browser/test_accessibility.py) in the
+# project-local, untracked .cache/axe. Installs only what is missing; needs root (or passwordless sudo) for
+# apt-get. Nothing is downloaded when the tests run.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+AXE_VERSION="4.10.2"
+if [ ! -f .cache/axe/node_modules/axe-core/axe.min.js ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "install_test_deps: installing axe-core@$AXE_VERSION into .cache/axe"
+    npm install --prefix .cache/axe --no-audit --no-fund --no-save "axe-core@$AXE_VERSION" >/dev/null \
+      || echo "install_test_deps: npm could not install axe-core (the accessibility scan will say why it skips)" >&2
+  else
+    echo "install_test_deps: npm is missing; cannot install axe-core (the accessibility scan will say why it skips)" >&2
+  fi
+fi
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)

@@ -60,7 +60,8 @@ def check_password_strength(password: str, username: str) -> None:
     if verdict["score"] < MIN_PASSWORD_SCORE:
         hint = verdict["feedback"].get("warning") or "it is too easy to guess"
         raise BadInput(f"please choose a less common password: {hint}", code="weak_password",
-                       details={"suggestions": verdict["feedback"].get("suggestions", [])})
+                       details={"warning": verdict["feedback"].get("warning") or "",
+                                "suggestions": verdict["feedback"].get("suggestions", [])})
 
 
 def find_user(session: Session, username: str) -> User | None:

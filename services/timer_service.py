@@ -17,11 +17,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from database.models import AuditLog, TaskSession, User
+from database.models import AuditLog, Message, TaskSession, User
 from services.clock import Clock, utc_iso
 from services.errors import Conflict, Forbidden, NotFound
 from services.study import Study, Task
@@ -100,9 +100,11 @@ class TaskService:
                 overdue_at = available_at + timedelta(days=self.timing.overdue_after_days * self.time_scale)
                 entry.update(status="available", overdue=now >= overdue_at)
             else:
-                entry.update(status="locked")
+                # why, so the page never names a false reason: the unlock time not reached, or the previous task
+                waiting = previous_done and available_at is not None
+                entry.update(status="locked", locked_reason="opens_at" if waiting else "previous_task")
             if user.status != "active" and entry["status"] != "done":
-                entry["status"] = "locked"
+                entry.update(status="locked", locked_reason=user.status)
             previous_done = entry["status"] == "done"
             result.append(entry)
         return result
@@ -121,20 +123,34 @@ class TaskService:
     # -- timer -----------------------------------------------------------------------------------
 
     def timer(self, ts: TaskSession, now: datetime | None = None) -> dict[str, Any]:
+        """The timer as of ``now``: the active time credited so far plus what the next action will credit
+        for the time since the last one, so a reload or a second tab shows what the next heartbeat confirms."""
         now = now or self.clock.now()
         limit = self.timing.task_active_seconds
-        remaining = max(0.0, limit - ts.active_seconds)
+        active = min(float(limit), ts.active_seconds + self._pending_active_seconds(ts, now))
+        remaining = max(0.0, limit - active)
         return {
-            "active_seconds": round(ts.active_seconds, 3),
+            "active_seconds": round(active, 3),
             "limit_seconds": limit,
             "remaining_seconds": round(remaining, 3),
             # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
             "remaining_real_seconds": round(remaining * self.timer_scale, 3),
             "min_active_seconds": self.timing.min_active_seconds,
-            "can_finish": ts.phase == "chat" and ts.active_seconds >= self.timing.min_active_seconds,
+            "can_finish": ts.phase == "chat" and active >= self.timing.min_active_seconds,
             "time_up": remaining <= 0,
             "idle_gap_real_seconds": self.timing.idle_gap_seconds,
         }
+
+    def _pending_active_seconds(self, ts: TaskSession, now: datetime) -> float:
+        """What touch() would credit now: the gap since the last action, unless it is already an idle gap."""
+        if ts.phase != "chat" or ts.last_activity_at is None:
+            return 0.0
+        gap_real = max(0.0, (now - ts.last_activity_at).total_seconds())
+        return gap_real / self.timer_scale if gap_real <= self.timing.idle_gap_seconds else 0.0
+
+    def last_message_id(self, ts: TaskSession) -> int | None:
+        """The newest message of the attempt: a page showing another id missed one (sent from a second tab)."""
+        return self.session.scalar(select(func.max(Message.id)).where(Message.task_session_id == ts.id))
 
     def touch(self, ts: TaskSession) -> None:
         """Credit the time since the last action as active, unless it was an idle gap.

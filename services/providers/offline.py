@@ -4,9 +4,12 @@
   (model bundled, numpy only). ``variant="original"``: the ``enpt`` variant
   scores every Chinese pair near 1.0.
 * ``OfflineChatProvider`` - NOT a language model. A template responder that
-  acknowledges the message and reflects facts it finds in the memory context,
-  so a pilot run shows what each condition remembers. Every reply it produces
-  is stored with provider ``offline`` and model ``offline-template-responder``.
+  acknowledges the message and reflects facts it finds in the memory context
+  and in the task in progress, so a pilot run shows what each condition
+  remembers. It answers in the language of the message it answers (not of the
+  page), and never says it remembers nothing while the task's own earlier
+  turns are in its history. Every reply it produces is stored with provider
+  ``offline`` and model ``offline-template-responder``.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ import numpy as np
 from services.embedding_service import normalise
 from services.llm.types import ChatRequest, ChatResult
 
-ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|remember|recall|know about me", re.IGNORECASE)
+ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|说过|告诉过|remember|recall|know about me|told you", re.IGNORECASE)
+CJK_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 TEMPLATES = {
     "zh": {
@@ -32,6 +37,7 @@ TEMPLATES = {
         "remember": "我记得：",
         "related": "这让我想起你说过：",
         "fallback": "我对你以前说过的事情没有印象了。",
+        "said_here": "你刚才说：“{}”",
     },
     "en": {
         "greet": ["Thank you for sharing that.", "I'm listening.", "I see what you mean."],
@@ -40,6 +46,7 @@ TEMPLATES = {
         "remember": "Here is what I remember: ",
         "related": "That reminds me, you told me:",
         "fallback": "I don't have any memory of what you told me before.",
+        "said_here": 'you just said: "{}"',
     },
 }
 
@@ -145,17 +152,20 @@ class OfflineChatProvider:
             yield text[i:i + 8]
 
     def _reply(self, request: ChatRequest) -> str:
-        lang = "en" if request.language == "en" else "zh"
-        t = TEMPLATES[lang]
         user_text = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+        lang = message_language(user_text, request.language)
+        t = TEMPLATES[lang]
         facts = memory_facts(request.memory_context, lang)
+        said_here = [t["said_here"].format(turn) for turn in task_turns(request) if turn not in facts]
         seed = user_text + str(len(request.messages))
         opening = _pick(t["greet"], seed)
         space = " " if lang == "en" else ""
         if ASKS_MEMORY.search(user_text):
-            if not facts:
+            if not facts and not said_here:
                 return t["no_memory"]
-            listed = ("；" if lang == "zh" else "; ").join(facts[:8])
+            # what the memory holds leads; what was said earlier in this task and bears on the question follows
+            asked_here = [turn for turn in said_here if _overlap(user_text, turn) >= 2][:3] or said_here[-1:]
+            listed = ("；" if lang == "zh" else "; ").join(facts[:8 - len(asked_here)] + asked_here)
             return f"{opening}{space}{t['remember']}{listed}{'。' if lang == 'zh' else '.'}"
         recalled = (request.memory_context or {}).get("recalled") or []
         if recalled:
@@ -164,8 +174,24 @@ class OfflineChatProvider:
             return f"{opening}{space}{t['related']}{quoted} {_pick(t['follow'], seed)}"
         related = max(facts, key=lambda f: _overlap(user_text, f), default=None)
         if related and _overlap(user_text, related) >= 2:
-            return f"{opening}{' ' if lang == 'en' else ''}{t['related']} {related} {_pick(t['follow'], seed)}"
-        return f"{opening}{' ' if lang == 'en' else ''}{_pick(t['follow'], seed)}"
+            return f"{opening}{space}{t['related']} {related} {_pick(t['follow'], seed)}"
+        return f"{opening}{space}{_pick(t['follow'], seed)}"
+
+
+def message_language(text: str, default: str) -> str:
+    """"zh" or "en" by the message's own script: a participant on the Chinese page who writes in English is
+    answered in English. Chinese characters are counted against English words at one word per two
+    characters; a message with neither keeps the page's language."""
+    chinese, english = len(CJK_CHAR.findall(text)), len(LATIN_WORD.findall(text))
+    if not chinese and not english:
+        return "en" if default == "en" else "zh"
+    return "zh" if chinese >= 2 * english else "en"
+
+
+def task_turns(request: ChatRequest) -> list[str]:
+    """The participant's earlier messages in the task in progress (the history before the one answered)."""
+    turns = [m["content"] for m in request.messages if m["role"] == "user"]
+    return turns[:-1]
 
 
 class OfflineEmbeddingProvider:

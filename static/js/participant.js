@@ -7,11 +7,17 @@ import { h, mount } from "./dom.js";
 import {
   applyDocumentLanguage, formatDateTime, formatDuration, language, onLanguageChange, otherLanguage, setLanguage, t,
 } from "./i18n.js";
+import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
 
 const HEARTBEAT_MS = 10_000;
 const TICK_MS = 250;
 const TASK_LIST_POLL_MS = 60_000;
+// a page re-reading the task list around an unlock time: first wait, and the longest wait between checks
+const UNLOCK_RECHECK_MS = 500;
+const UNLOCK_RECHECK_MAX_MS = 8_000;
+// how near the end of the page counts as "at the newest message" (the chat follows only then)
+const FOLLOW_SLACK_PX = 48;
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
@@ -27,7 +33,7 @@ function announce(text) {
 function errorText(err) {
   if (err.code === "network") return t("error.network");
   if (err.status === 429) return t("error.rate");
-  return t("error.generic", { message: err.message });
+  return apiErrorText(err);  // by the error's code: the server's English message is never shown
 }
 
 function noticeBox(kind = "error") {
@@ -265,7 +271,7 @@ function showRegister() {
       else if (err.code === "invalid_username") error.textContent = t("register.username_hint");
       else if (err.code === "invalid_password") error.textContent = t("register.password_hint");
       else error.textContent = errorText(err);
-      (err.code === "invalid_password" ? password : username).focus();
+      (["invalid_password", "weak_password", "password_too_long"].includes(err.code) ? password : username).focus();
     } finally {
       submit.disabled = false;
     }
@@ -305,7 +311,6 @@ function showLogin() {
 // -- task list ----------------------------------------------------------------------------------
 
 function taskMeta(task) {
-  const future = task.available_at && new Date(task.available_at) > new Date();
   switch (task.status) {
     case "done":
       return t("tasks.done_at", { time: formatDateTime(task.completed_at) });
@@ -313,8 +318,28 @@ function taskMeta(task) {
     case "in_progress":
       return t("tasks.available_since", { time: formatDateTime(task.available_at) });
     default:
-      return future ? t("tasks.unlocks_at", { time: formatDateTime(task.available_at) }) : t("tasks.unlocks_after_previous");
+      // the server's reason: an unlock time not reached yet is never shown as "finish the previous task"
+      if (task.locked_reason === "opens_at" && task.available_at) {
+        return t("tasks.unlocks_at", { time: formatDateTime(task.available_at, { seconds: opensSoon(task) }) });
+      }
+      return task.locked_reason === "previous_task" ? t("tasks.unlocks_after_previous") : t("tasks.status.locked");
   }
+}
+
+// within the hour: say the second too, so "opens at 14:05:07" is exact when the page re-checks
+function opensSoon(task) {
+  return new Date(task.available_at) - new Date() < 3_600_000;
+}
+
+// When to read the task list again: just after the next unlock by the server's clock (available_at is cut to
+// whole seconds, so it may say a moment before the real unlock), then with a short growing wait until the
+// server says the task is open; otherwise now and then.
+function nextTaskListCheck(tasks, serverNow, failedChecks) {
+  const waiting = tasks.filter((task) => task.status === "locked" && task.locked_reason === "opens_at" && task.available_at);
+  if (!waiting.length) return TASK_LIST_POLL_MS;
+  const untilUnlock = Math.min(...waiting.map((task) => new Date(task.available_at) - serverNow));
+  if (untilUnlock > 0) return Math.min(untilUnlock + UNLOCK_RECHECK_MS, TASK_LIST_POLL_MS);
+  return Math.min(UNLOCK_RECHECK_MS * 2 ** failedChecks, UNLOCK_RECHECK_MAX_MS);
 }
 
 function taskCard(task, onStart) {
@@ -337,6 +362,7 @@ async function showTasks() {
   render(t("tasks.title"), h("p.loading", t("app.loading")));
   const error = noticeBox();
   let timers = [];
+  let overdueChecks = 0;  // checks made after an unlock time that still found the task locked
   const clearTimers = () => { timers.forEach((id) => window.clearTimeout(id)); timers = []; };
   state.cleanup = clearTimers;
 
@@ -370,11 +396,11 @@ async function showTasks() {
     else if (finished) summary.push(h("p.notice.ok", t("tasks.all_done")));
     if (withdrawn || finished) summary.push(h("p", h("a.button#debrief-link", { href: "#/debrief" }, t("rights.debrief_link"))));
     const upcoming = tasks
-      .filter((task) => task.status === "locked" && task.available_at && new Date(task.available_at) > new Date())
-      .map((task) => new Date(task.available_at))
-      .sort((a, b) => a - b)[0];
+      .filter((task) => task.status === "locked" && task.locked_reason === "opens_at" && task.available_at)
+      .sort((a, b) => new Date(a.available_at) - new Date(b.available_at))[0];
     if (upcoming && !tasks.some((task) => task.status === "available" || task.status === "in_progress")) {
-      summary.push(h("p.notice.info.next-unlock", t("tasks.next_unlock", { time: formatDateTime(upcoming.toISOString()) })));
+      const time = formatDateTime(upcoming.available_at, { seconds: opensSoon(upcoming) });
+      summary.push(h("p.notice.info.next-unlock", t("tasks.next_unlock", { time })));
     }
     mount(main,
       h("h1", t("tasks.title")),
@@ -385,8 +411,11 @@ async function showTasks() {
       h("ol.task-list", tasks.map((task) => taskCard(task, start))),
       rightsBlock(withdrawn));
     // Re-read when the next task unlocks (minutes away in pilot mode), and now and then anyway.
-    const wait = upcoming ? Math.min(upcoming - new Date() + 500, TASK_LIST_POLL_MS) : TASK_LIST_POLL_MS;
-    timers.push(window.setTimeout(refresh, Math.max(wait, 500)));
+    const serverNow = data.now ? new Date(data.now) : new Date();
+    const wait = nextTaskListCheck(tasks, serverNow, overdueChecks);
+    const pastUnlock = tasks.some((task) => task.locked_reason === "opens_at" && new Date(task.available_at) <= serverNow);
+    overdueChecks = pastUnlock ? overdueChecks + 1 : 0;
+    timers.push(window.setTimeout(refresh, Math.max(wait, UNLOCK_RECHECK_MS)));
   }
 
   await refresh();
@@ -469,7 +498,8 @@ function showChat(task) {
       h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
         t("task.cancel"))));
   const statusError = noticeBox();
-  const log = h("div.chat-log#chat-log", { role: "log", "aria-live": "polite", "aria-label": t("task.chat_label"), tabindex: "0" });
+  const log = h("div.chat-log#chat-log", { role: "log", "aria-live": "polite", "aria-label": t("task.chat_label") });
+  const newMessages = h("button.small.new-messages#new-messages", { type: "button", hidden: true }, t("task.new_messages"));
   const input = h("textarea#message-input", {
     rows: 3, placeholder: t("task.input_placeholder"), "aria-describedby": "message-counter",
   });
@@ -477,6 +507,7 @@ function showChat(task) {
   const sendButton = h("button#send", { type: "submit" }, t("task.send"));
   const composerError = noticeBox();
   const composer = h("form.composer", { novalidate: true },
+    newMessages,
     h("label.visually-hidden", { for: "message-input" }, t("task.input_label")),
     input,
     composerError,
@@ -519,13 +550,38 @@ function showChat(task) {
 
   const textOf = (el) => el.querySelector(".msg-text");
 
+  // The page scrolls (one scroller, phone-friendly); the newest message is kept in view above the sticky
+  // composer only while the participant is at the end. Reading back, nothing moves: a button says more came.
+  function atEnd() {
+    const page = document.scrollingElement;
+    return page.scrollTop + window.innerHeight >= page.scrollHeight - FOLLOW_SLACK_PX;
+  }
+
+  function revealNewest() {
+    const page = document.scrollingElement;
+    page.scrollTop = page.scrollHeight;
+    newMessages.hidden = true;
+  }
+
+  // Change the log, then follow it if the participant was at the end before the change.
+  function grow(change) {
+    const following = atEnd();
+    const result = change();
+    if (following) revealNewest();
+    else newMessages.hidden = false;
+    return result;
+  }
+
+  newMessages.addEventListener("click", () => { revealNewest(); input.focus({ preventScroll: true }); });
+  const onScroll = () => { if (!newMessages.hidden && atEnd()) newMessages.hidden = true; };
+  window.addEventListener("scroll", onScroll, { passive: true });
+
   function addMessage(message) {
     log.querySelector(".chat-empty")?.remove();
     const el = bubble(message);
     log.append(el);
     if (message.id) byId.set(message.id, el);
     if (message.reply_to_id) answered.add(message.reply_to_id);
-    log.scrollTop = log.scrollHeight;
     return el;
   }
 
@@ -533,17 +589,30 @@ function showChat(task) {
     const el = bubble({ role: "assistant", content: "" });
     el.classList.add("pending");
     textOf(el).append(h("span.typing", t("task.thinking")));
-    log.append(el);
-    log.scrollTop = log.scrollHeight;
+    grow(() => log.append(el));
     return el;
   }
 
-  function markFailed(messageId) {
+  // The conversation as the server holds it (what the model sees), replacing what this page shows.
+  function renderTranscript(messages) {
+    byId.clear();
+    answered.clear();
+    log.replaceChildren();
+    if (!messages.length) log.append(h("p.chat-empty.muted", t("task.empty_chat")));
+    messages.forEach(addMessage);
+    messages.filter((m) => m.role === "user" && !answered.has(m.id)).forEach((m) => markFailed(m.id, false));
+  }
+
+  const shownIds = () => [...byId.keys()].sort((a, b) => a - b).join(",");
+
+  function markFailed(messageId, follow = true) {
     const el = byId.get(messageId);
     if (!el || el.querySelector(".msg-failed")) return;
     el.classList.add("failed");
     const retry = h("button.small.secondary.retry", { type: "button", onclick: () => retryReply(messageId, el) }, t("task.retry"));
-    el.append(h("div.msg-failed", { role: "alert" }, h("span", t("task.reply_failed")), " ", retry));
+    const notice = h("div.msg-failed", { role: "alert" }, h("span", t("task.reply_failed")), " ", retry);
+    if (follow) grow(() => el.append(notice));
+    else el.append(notice);
   }
 
   function clearFailed(el) {
@@ -567,17 +636,21 @@ function showChat(task) {
           ensureReply();
         } else if (name === "delta") {
           const el = ensureReply();
-          if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
-          textOf(el).append(data.text);
-          log.scrollTop = log.scrollHeight;
+          grow(() => {
+            if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
+            textOf(el).append(data.text);
+          });
         } else if (name === "reset") {
           const el = ensureReply();
           textOf(el).textContent = "";
         } else if (name === "reply") {
           const el = ensureReply();
-          el.classList.remove("pending");
-          textOf(el).textContent = data.content;
+          grow(() => {
+            el.classList.remove("pending");
+            textOf(el).textContent = data.content;
+          });
           el.dataset.id = String(data.id);
+          byId.set(data.id, el);
           answered.add(data.reply_to_id);
           gotReply = true;
         } else if (name === "error") {
@@ -629,6 +702,7 @@ function showChat(task) {
         composerError.textContent = "";
         updateCounter();
         addMessage(stored);
+        revealNewest();  // the participant's own message: always in view
       }));
     } catch (err) {
       if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
@@ -642,6 +716,7 @@ function showChat(task) {
         sessionStorage.removeItem(draftKey(task.id));
         addMessage({ id: err.details.message_id, role: "user", content: content.trim() });
         markFailed(err.details.message_id);
+        revealNewest();
       } else if (err.code === "database_busy") {
         composerError.textContent = t("task.db_busy_gave_up");
       } else if (err.code === "message_too_long") {
@@ -743,13 +818,39 @@ function showChat(task) {
   async function heartbeat() {
     if (ended || checking) return;
     checking = true;
+    let missed = false;
     try {
-      applyTask((await api.post(`${taskPath}/heartbeat`)).task);
+      const data = await api.post(`${taskPath}/heartbeat`);
+      applyTask(data.task);
+      missed = data.last_message_id != null && !byId.has(data.last_message_id);
     } catch (err) {
       if (err.status === 409) chatEnded();
       else if (err.status === 401) signedOut();
     } finally {
       checking = false;
+    }
+    if (missed) resync();
+  }
+
+  // Another tab (or a reply this page lost) changed the conversation: show the one the server holds.
+  let resyncing = false;
+  async function resync() {
+    if (ended || sending || resyncing) return;
+    resyncing = true;
+    try {
+      const fresh = (await api.get(taskPath)).task;
+      if (ended || sending) return;
+      if (fresh.status !== "in_progress" || fresh.phase !== "chat") {
+        chatEnded(Boolean(fresh.timer?.time_up));
+        return;
+      }
+      applyTask(fresh);
+      const messages = fresh.messages || [];
+      if (messages.map((m) => m.id).join(",") !== shownIds()) grow(() => renderTranscript(messages));
+    } catch (err) {
+      if (err.status === 401) signedOut();
+    } finally {
+      resyncing = false;
     }
   }
 
@@ -817,8 +918,10 @@ function showChat(task) {
     updateCounter();
   });
 
-  const onVisibility = () => { if (document.visibilityState === "visible") heartbeat(); };
+  const onVisibility = () => { if (document.visibilityState === "visible") { heartbeat(); resync(); } };
   document.addEventListener("visibilitychange", onVisibility);
+  const onFocus = () => resync();
+  window.addEventListener("focus", onFocus);
   const ticker = window.setInterval(tick, TICK_MS);
   const beat = window.setInterval(() => { if (document.visibilityState === "visible") heartbeat(); }, HEARTBEAT_MS);
   function stop() {
@@ -826,6 +929,8 @@ function showChat(task) {
     window.clearInterval(beat);
     document.removeEventListener("visibilitychange", onVisibility);
     window.removeEventListener("blur", onBlur);
+    window.removeEventListener("focus", onFocus);
+    window.removeEventListener("scroll", onScroll);
   }
   state.cleanup = () => { ended = true; stop(); };
 
@@ -843,14 +948,15 @@ function showChat(task) {
     composer);
 
   const messages = task.messages || [];
-  if (!messages.length) log.append(h("p.chat-empty.muted", t("task.empty_chat")));
-  messages.forEach(addMessage);
-  messages.filter((m) => m.role === "user" && !answered.has(m.id)).forEach((m) => markFailed(m.id));
+  renderTranscript(messages);
   input.value = sessionStorage.getItem(draftKey(task.id)) || "";
   updateCounter();
   finishHint.textContent = minimumHint();
   tick();
-  window.setTimeout(() => input.focus({ preventScroll: true }), 0);
+  window.setTimeout(() => {
+    if (messages.length) revealNewest();  // a resumed chat opens at its newest message
+    input.focus({ preventScroll: true });
+  }, 0);
 }
 
 async function showQuestionnaire(task) {

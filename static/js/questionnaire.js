@@ -4,6 +4,7 @@
 // items they name. The server is the judge of what is valid; the page only displays.
 
 import { h, svg } from "./dom.js";
+import { itemProblemText } from "./error_texts.js";
 import { t } from "./i18n.js";
 
 /**
@@ -121,7 +122,6 @@ function renderItem(item, number) {
  */
 export function buildQuestionnaire(items) {
   const form = h("form.questionnaire", { novalidate: true });
-  const byId = new Map(items.map((item) => [item.id, item]));
   let section = null;
   let sectionTitle = null;
   items.forEach((item, index) => {
@@ -168,14 +168,15 @@ export function buildQuestionnaire(items) {
   function showErrors(problems) {
     clearErrors();
     let first = null;
-    let count = 0;
-    for (const [itemId, reason] of Object.entries(problems || {})) {
-      count += 1;
-      if (!byId.has(itemId)) continue;
-      const wrapper = form.querySelector(`#q-${CSS.escape(itemId)}`);
+    const named = problems || {};
+    const count = Object.keys(named).length;
+    // in page order (the server's problems come sorted by item id): focus goes to the first one on the page
+    for (const item of items) {
+      if (!Object.hasOwn(named, item.id)) continue;
+      const reason = named[item.id];
+      const wrapper = form.querySelector(`#q-${CSS.escape(item.id)}`);
       wrapper.classList.add("has-error");
-      wrapper.querySelector(".item-error").textContent =
-        reason === "required" ? t("q.required") : t("q.invalid", { reason });
+      wrapper.querySelector(".item-error").textContent = itemProblemText(reason);
       wrapper.querySelectorAll("input, textarea").forEach((el) => el.setAttribute("aria-invalid", "true"));
       if (!first) first = wrapper;
     }

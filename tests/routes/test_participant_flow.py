@@ -266,3 +266,30 @@ def test_choice_items_accept_only_their_options(app, make_participant, clock, st
         with pytest.raises(BadInput) as err:
             validate_answers(items, dict(good, **{choice["id"]: bad}), 2000)
         assert set(err.value.details["items"]) == {choice["id"]}
+
+
+def test_the_task_list_and_the_task_detail_report_time_left_as_of_now(app, make_participant, clock, study):
+    """Reloading 40 s after a message shows 40 s less, and the next heartbeat agrees (issue 20, item 2)."""
+    api = make_participant("reloader")
+    api.post("/api/tasks/T1/start")
+    clock.advance(20)
+    api.post("/api/tasks/T1/messages", json={"content": "one"})
+    clock.advance(40)
+
+    listed = api.get("/api/tasks").get_json()["tasks"][0]["timer"]
+    detail = api.get("/api/tasks/T1").get_json()["task"]["timer"]
+    expected = study.timing.task_active_seconds - 60
+    assert listed["remaining_seconds"] == pytest.approx(expected)
+    assert detail["remaining_seconds"] == pytest.approx(expected)
+    after_heartbeat = api.post("/api/tasks/T1/heartbeat").get_json()["task"]["timer"]
+    assert after_heartbeat["remaining_seconds"] == pytest.approx(expected)
+
+
+def test_the_heartbeat_names_the_newest_message_so_a_second_tab_can_see_it_missed_one(app, make_participant,
+                                                                                    clock):
+    api = make_participant("two_tabs")
+    api.post("/api/tasks/T1/start")
+    assert api.post("/api/tasks/T1/heartbeat").get_json()["last_message_id"] is None
+    clock.advance(5)
+    sent = api.post("/api/tasks/T1/messages", json={"content": "from the other tab"}).get_json()
+    assert api.post("/api/tasks/T1/heartbeat").get_json()["last_message_id"] == sent["reply"]["id"]

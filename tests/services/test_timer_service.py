@@ -262,3 +262,57 @@ def test_a_withdrawn_participant_can_start_nothing_and_sees_everything_open_lock
     assert refused.value.code == "withdrawn"
     assert set(list(statuses(tasks, participant).values())[1:]) == {"locked"}
     assert statuses(tasks, participant)["T1"] == "done"  # finished work stays visible
+
+
+def test_the_timer_reports_time_left_as_of_now_counting_the_time_since_the_last_action(tasks, participant, clock):
+    """A reload 40 s after the last message must not show the time as of that message (issue 20, item 2)."""
+    ts = tasks.start(participant, "T1")
+    clock.advance(30)
+    tasks.touch(ts)
+    clock.advance(40)  # no action since: the page is open, the participant reads or types
+
+    timer = tasks.timer(ts)
+    assert timer["active_seconds"] == pytest.approx(70)
+    assert timer["remaining_seconds"] == pytest.approx(tasks.timing.task_active_seconds - 70)
+    assert ts.active_seconds == pytest.approx(30)  # reading the timer credits nothing
+
+    tasks.touch(ts)  # the next heartbeat takes nothing back
+    assert tasks.timer(ts)["remaining_seconds"] == pytest.approx(timer["remaining_seconds"])
+
+
+def test_the_timer_as_of_now_leaves_out_a_gap_longer_than_the_idle_threshold(tasks, participant, clock):
+    ts = tasks.start(participant, "T1")
+    clock.advance(30)
+    tasks.touch(ts)
+    clock.advance(tasks.timing.idle_gap_seconds)
+    assert tasks.timer(ts)["active_seconds"] == pytest.approx(30 + tasks.timing.idle_gap_seconds)
+    clock.advance(1)  # now an idle gap: the next action will credit none of it, so neither does the timer
+
+    assert tasks.timer(ts)["active_seconds"] == pytest.approx(30)
+    tasks.touch(ts)
+    assert tasks.timer(ts)["active_seconds"] == pytest.approx(30)
+
+
+def test_the_timer_as_of_now_shows_time_up_and_the_minimum_reached_before_the_next_action(tasks, participant,
+                                                                                           clock):
+    ts = tasks.start(participant, "T1")
+    chat_for(tasks, clock, ts, tasks.timing.task_active_seconds - 10)
+    clock.advance(20)
+
+    timer = tasks.timer(ts)
+    assert (timer["remaining_seconds"], timer["time_up"], timer["can_finish"]) == (0, True, True)
+    assert timer["active_seconds"] == tasks.timing.task_active_seconds
+
+
+def test_a_locked_task_says_why_the_previous_task_or_the_unlock_time(tasks, participant, clock):
+    """The page names the real reason (issue 20, item 4): "finish the previous task" only while it is not done."""
+    overview = {t["id"]: t for t in tasks.overview(participant)}
+    assert overview["T2"]["locked_reason"] == "previous_task"
+    t1 = do_first_task(tasks, clock, participant)
+    overview = {t["id"]: t for t in tasks.overview(participant)}
+    assert (overview["T2"]["status"], overview["T2"]["locked_reason"]) == ("locked", "opens_at")
+    assert overview["T3"]["locked_reason"] == "previous_task"
+    clock.set(t1.completed_at + timedelta(days=tasks.study.task("T2").unlock_offset_days))
+    assert "locked_reason" not in {t["id"]: t for t in tasks.overview(participant)}["T2"]
+    participant.status = "withdrawn"
+    assert {t["locked_reason"] for t in tasks.overview(participant) if t["status"] == "locked"} == {"withdrawn"}
