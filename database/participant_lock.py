@@ -55,10 +55,17 @@ def _status(connection: Connection, user_id: int, *, exclusive: bool) -> str | N
                               .with_for_update(**lock)).scalar()
 
 
-def hold_participant(connection: Connection, user_id: int) -> None:
-    """Share-lock the participant for the rest of this transaction; ParticipantErased if they are erased.
-    A participant who does not exist (yet) is left to the foreign keys."""
-    if _status(connection, user_id, exclusive=False) == "erased":
+def hold_participant(target: Session | Connection, user_id: int) -> None:
+    """Share-lock the participant for the rest of the transaction of ``target`` (a session, which takes
+    the lock once per transaction, or a connection); ParticipantErased if they are erased. A participant
+    who does not exist (yet) is left to the foreign keys."""
+    if isinstance(target, Session):
+        held: set[int] = target.info.setdefault(_HELD, set())
+        if user_id not in held:
+            hold_participant(target.connection(), user_id)
+            held.add(user_id)
+        return
+    if _status(target, user_id, exclusive=False) == "erased":
         raise ParticipantErased(user_id)
 
 
@@ -78,10 +85,8 @@ def _owner(instance: Any) -> int | None:
 def _before_flush(session: Session, _context: Any, _instances: Any) -> None:
     owners = {owner for instance in chain(session.new, session.dirty, session.deleted)
               if (owner := _owner(instance)) is not None}
-    held: set[int] = session.info.setdefault(_HELD, set())
-    for user_id in sorted(owners - held):
-        hold_participant(session.connection(), user_id)
-        held.add(user_id)
+    for user_id in sorted(owners):
+        hold_participant(session, user_id)
 
 
 def _after_transaction_end(session: Session, transaction: Any) -> None:

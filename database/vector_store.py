@@ -124,7 +124,7 @@ class VectorStore:
         a participant's rows."""
         self.session.flush()
         for user_id in sorted({e["user_id"] for e in events}):
-            hold_participant(self.session.connection(), user_id)
+            hold_participant(self.session, user_id)
         if recalled:
             self._core(_RECALL_UPDATE, [dict(r) for r in recalled])
             for r in recalled:

@@ -258,7 +258,7 @@ class ConsolidationService:
             owner = session.scalar(select(TaskSession.user_id).where(TaskSession.id == task_session_id))
             if owner is None:  # erased
                 return None
-            hold_participant(session.connection(), owner)  # before the first write (database.participant_lock)
+            hold_participant(session, owner)  # before the first write (database.participant_lock)
             claimed = session.execute(
                 update(TaskSession)
                 .where(TaskSession.id == task_session_id,

@@ -58,7 +58,7 @@ def set_contact(session: Session, user: User, channel: object, value: object, *,
                 now: datetime) -> bool:
     """Store (or with an empty value, delete) one contact detail; True if one is stored now. Flushes."""
     channel, value = _clean(channel, value)
-    hold_participant(session.connection(), user.id)  # before the first write (database.participant_lock)
+    hold_participant(session, user.id)  # before the first write (database.participant_lock)
     session.execute(delete(ContactDetail).where(ContactDetail.user_id == user.id, ContactDetail.channel == channel))
     if value is None:
         return False

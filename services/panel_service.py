@@ -149,7 +149,7 @@ def redeem(session: Session, token: str, now: datetime) -> User:
 
 def revoke_links(session: Session, user_id: int, now: datetime) -> int:
     """Revoke every live link of a participant; returns how many."""
-    hold_participant(session.connection(), user_id)  # before the first write (database.participant_lock)
+    hold_participant(session, user_id)  # before the first write (database.participant_lock)
     result = session.execute(update(ReturnLink).where(ReturnLink.user_id == user_id,
                                                       ReturnLink.revoked_at.is_(None))
                              .values(revoked_at=now))

@@ -299,23 +299,36 @@ def _race_trial(app, base: str, admin: Http, trial: int) -> tuple[list[httpx.Res
         assert participant.post("/api/tasks/T1/start").status_code == 201
         first = participant.post("/api/tasks/T1/messages", json={"content": f"第{trial}次：我住在梧桐巷"})
         assert first.status_code == 201, first.text
-    tabs = participant.clones(5)
+    tabs = participant.clones(6)
     if chatting:
         own = [lambda t=t, i=i: t.post("/api/tasks/T1/messages", json={"content": f"消息{i}：我对花生过敏"})
-               for i, t in enumerate(tabs[:3])]
+               for i, t in enumerate(tabs[:2])]
+        own += [lambda t=tabs[2]: t.post("/api/tasks/T1/messages?stream=1", json={"content": "流式：我叫小梧"}),
+                lambda t=tabs[3]: t.post("/api/tasks/T1/heartbeat")]
     else:
-        own = [lambda t=t: t.post("/api/tasks/T1/start") for t in tabs[:3]]
-    own += [lambda t=t: t.get("/api/me/return-link") for t in tabs[3:]]
+        own = [lambda t=t: t.post("/api/tasks/T1/start") for t in tabs[:4]]
+    own += [lambda t=t: t.get("/api/me/return-link") for t in tabs[4:]]
     responses = all_at_once([lambda: admin.post(f"/api/admin/participants/{user_id}/erase", json=ERASE_BODY), *own])
     for tab in [participant, *tabs]:
         tab.close()
     return responses, user_id
 
 
+def _complete(response: httpx.Response) -> bool:
+    """A streamed reply ends with its reply or an error event (a stream cut by a server error has neither);
+    an error it reports is the erasure's, nothing else."""
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        return True
+    if "event: reply" in response.text:
+        return True
+    return "event: error" in response.text and "participant_erased" in response.text
+
+
 def test_erasure_racing_the_participants_own_requests_leaves_nothing_and_answers_them_cleanly(app):
     """Erasure excludes the participant's requests: each trial's erasure succeeds, the participant's
-    in-flight requests answer 2xx (done before), 401, 409 or 410 (never 500), and afterwards no table
-    holds a row of theirs. Bounded: 8 trials of 6 requests each."""
+    in-flight requests (messages, a streamed message, a heartbeat, task starts, return links) answer 2xx
+    (done before), 401, 409 or 410 (never 500; a stream ends with its reply or a participant_erased
+    event), and afterwards no table holds a row of theirs. Bounded: 8 trials of 7 requests each."""
     runtime = app.extensions["memory_lab"]
     problems = []
     with served(app) as base:
@@ -325,7 +338,7 @@ def test_erasure_racing_the_participants_own_requests_leaves_nothing_and_answers
             if erase.status_code != 200:
                 problems.append(f"trial {trial}: erase answered {erase.status_code} {erase.text[:200]}")
             bad = [f"{r.request.method} {r.request.url.path} -> {r.status_code} {r.text[:120]}"
-                   for r in own if r.status_code not in PARTICIPANT_ANSWERS]
+                   for r in own if r.status_code not in PARTICIPANT_ANSWERS or not _complete(r)]
             if bad:
                 problems.append(f"trial {trial}: {bad}")
             left = leftovers(app, user_id)
