@@ -84,7 +84,7 @@ def erase(user_id: int):
     """Erase a participant on request: {"confirm": true, "reason": "..."}. Irreversible; the tombstone stays."""
     data = json_body()
     rt = runtime()
-    tombstone = erasure_service.erase(rt.db, user_id, actor_id=current().id, confirm=data.get("confirm"),
+    tombstone = erasure_service.erase(rt.db, user_id, admin=current(), confirm=data.get("confirm"),
                                       reason=data.get("reason"), now=rt.clock.now())
     return ok({"tombstone": tombstone})
 

@@ -26,11 +26,13 @@ and the audit log. It cannot be undone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, event, select, text, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from database import rate_limit_store
@@ -68,25 +70,48 @@ def _reason(raw: Any) -> str:
     return raw.strip()
 
 
-def erase(db: Database, user_id: int, *, actor_id: int, confirm: Any, reason: Any, now: datetime) -> dict[str, Any]:
-    """Erase a participant, keep the tombstone, audit it (``actor_id`` did it); commits. Returns the tombstone.
-
-    409 ``already_erased`` when they are (also for every erasure that ran at the same time as the one that
-    did it); 503 ``participant_busy`` when their memory upkeep held them for ``LEASE_WAIT_SECONDS``."""
-    if confirm is not True:
-        raise BadInput("erasure cannot be undone: send confirm: true", code="confirmation_required")
-    text_reason = _reason(reason)
+def erase(db: Database, user_id: int, *, admin: User, confirm: Any, reason: Any, now: datetime) -> dict[str, Any]:
+    """``erase_participant`` in its own transaction, holding the participant lease (their memory upkeep is
+    not running); commits. 503 ``participant_busy`` when the upkeep held the lease ``LEASE_WAIT_SECONDS``."""
     try:
         with participant_guard(db, user_id, wait_seconds=LEASE_WAIT_SECONDS), db.session() as session:
-            erased = _erase(session, user_id, actor_id=actor_id, reason=text_reason, now=now)
+            return erase_participant(session, user_id, admin=admin, confirm=confirm, reason=reason, now=now)
     except LeaseBusy as exc:
         raise Unavailable("this participant's memory is being updated right now; please try again in a minute",
                           code="participant_busy") from exc
-    _clear_traces(db, erased)
+
+
+def erase_participant(session: Session, user_id: int, *, admin: User, confirm: Any, reason: Any,
+                      now: datetime) -> dict[str, Any]:
+    """Erase a participant, keep the tombstone, audit it (``admin`` did it: an admin, or the participant
+    themself). The caller commits; once it has, what lies outside the rows is cleared (``_clear_traces``).
+    Returns the tombstone. 409 ``already_erased`` when they are, also for every erasure that ran at the
+    same time as the one that did it."""
+    if confirm is not True:
+        raise BadInput("erasure cannot be undone: send confirm: true", code="confirmation_required")
+    erased = _erase(session, user_id, actor_id=admin.id, reason=_reason(reason), now=now)
+    _once_committed(session, lambda: _clear_traces(session.get_bind(), erased))
     return erased.tombstone
 
 
+def _once_committed(session: Session, action: Callable[[], None]) -> None:
+    """Run ``action`` after the session's transaction commits; never if it rolls back."""
+    state = {"pending": True}
+
+    def committed(_session: Session) -> None:
+        if state["pending"]:
+            state["pending"] = False
+            action()
+
+    def rolled_back(_session: Session) -> None:
+        state["pending"] = False
+
+    event.listen(session, "after_commit", committed)
+    event.listen(session, "after_rollback", rolled_back)
+
+
 def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: datetime) -> _Erased:
+    session.flush()  # the caller's pending changes (a withdrawal) are kept, not overwritten by the re-read below
     # waits for the participant's writes under way; the status is read again under the lock
     status = lock_for_erasure(session.connection(), user_id)
     user = session.get(User, user_id, populate_existing=True)
@@ -128,28 +153,27 @@ def _delete_rows(session: Session, user_id: int) -> dict[str, int]:
     return deleted
 
 
-def _clear_traces(db: Database, erased: _Erased) -> None:
+def _clear_traces(engine: Engine, erased: _Erased) -> None:
     """After the commit: what the deleted rows leave outside themselves. Each step is logged if it fails;
     the erasure itself stands."""
     # this process's recall cache held the participant's texts; other processes drop theirs once idle
     # (ForgettingCurveSearch.cache_idle_seconds), and a recall for an erased participant cannot happen
     ForgettingCurveSearch.invalidate(erased.user_id)
     try:
-        rate_limit_store.forget_account(db.engine, user_id=erased.user_id, username=erased.username)
+        rate_limit_store.forget_account(engine, user_id=erased.user_id, username=erased.username)
     except Exception:
         log.exception("rate-limit counters of erased participant %s not removed", erased.user_id)
     try:
-        _drop_old_copies(db, [*erased.tables, "rate_limit_counters"])
+        _drop_old_copies(engine, [*erased.tables, "rate_limit_counters"])
     except Exception:
         log.exception("the database may still hold copies of erased participant %s's rows", erased.user_id)
 
 
-def _drop_old_copies(db: Database, tables: list[str]) -> None:
+def _drop_old_copies(engine: Engine, tables: list[str]) -> None:
     """SQLite writes every change to its write-ahead log first, and keeps it there until a checkpoint: copy
     it into the file (where secure_delete has zeroed the deleted rows) and truncate the log. PostgreSQL
     keeps deleted rows as dead tuples until a vacuum: vacuum the tables now rather than when autovacuum
     gets to them. (Neither reaches backups, or PostgreSQL's own write-ahead log: see README, Erasure.)"""
-    engine = db.engine
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         if engine.dialect.name == "sqlite":
             busy, log_frames, copied = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
