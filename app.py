@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from config import Settings
 from database.db_manager import is_unavailable
+from database.participant_lock import ParticipantErased
 from routes import http_safety
 from routes.access import DbIdConverter, close_db_session, db_session, limiter
 from services.account_service import session_user
@@ -113,6 +114,12 @@ def _register_errors(app: Flask) -> None:
     def study_error(exc: StudyError):
         db_session().rollback()
         return _error(exc.code, exc.message, exc.status, exc.details)
+
+    @app.errorhandler(ParticipantErased)
+    def participant_erased(_exc: ParticipantErased):
+        # a request under way when the participant was erased: nothing of it was stored
+        db_session().rollback()
+        return _error("participant_erased", "this participant's data has been erased", 410)
 
     @app.errorhandler(CSRFError)
     def csrf_error(exc: CSRFError):

@@ -15,6 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from database.participant_lock import guard_flushes
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # SQLite's messages, and PostgreSQL's SQLSTATEs, that mean "try again later": lock_not_available,
 # read_only_sql_transaction, cannot_connect_now, too_many_connections.
@@ -59,6 +61,7 @@ class Database:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
+        guard_flushes(self.Session)  # a participant's rows are written only while they are not erased
 
     def session(self) -> AbstractContextManager[Session]:
         """A session that commits on success and rolls back on any error."""
@@ -111,6 +114,8 @@ def _sqlite_pragmas(busy_timeout_ms: int) -> Callable[..., None]:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA journal_mode=WAL")
+        # deleted and overwritten rows are zeroed in the file, so erased text does not linger in free space
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.close()
     return on_connect

@@ -8,8 +8,14 @@ process on the database counts together. Select it with ``RATE_LIMIT_STORAGE=dat
 database write per limited request.
 
 Registered under the URI scheme ``memlab-db://``; the engine comes in the storage options. A key's
-row is reused for its next window, so the table holds one row per (limit, address or account) ever
-seen: a few thousand at most in a study.
+row is reused for its next window; rows whose window ended are deleted as the store writes (at most
+once per ``SWEEP_SECONDS`` per process), so the table holds only the current windows.
+
+What a key holds: flask-limiter's ``LIMITER/<subject>/<endpoint>/<amount>/<multiples>/<granularity>``,
+the subject being an address, ``user:<login cookie id>``, or ``login_subject(name)``: a digest of an
+account name, never the name itself. A key that is too long for the column or holds a character the
+database cannot store (NUL, an unpaired surrogate) is stored by its digest. ``forget_account`` removes
+an erased participant's rows.
 """
 from __future__ import annotations
 
@@ -23,19 +29,40 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from database.models import RateLimitCounter
+from database.models import RateLimitCounter, username_key
 
 SCHEME = "memlab-db"
 MAX_KEY = 255
+SWEEP_SECONDS = 60.0
 _TABLE = RateLimitCounter.__table__
 _UPSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def stored_key(key: str) -> str:
-    """Keys carry account names and addresses; a key longer than the column is stored by its digest."""
-    if len(key) <= MAX_KEY:
+    """The key as stored: itself when it fits the column and holds printable text only, else its digest."""
+    if len(key) <= MAX_KEY and key.isprintable():
         return key
-    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return "sha256:" + _digest(key)
+
+
+def login_subject(name: str) -> str:
+    """The login limit's subject for an account name, compared as logins compare names (padding, case and
+    width do not make a new name); a digest, so the table keeps no account names."""
+    return "login:" + _digest(username_key(name))
+
+
+def forget_account(engine: Engine, *, user_id: int, username: str) -> int:
+    """Delete the counters of one account (by its login name and its ``user:<id>.<version>`` cookie ids);
+    returns how many rows went."""
+    key = _TABLE.c.key
+    with engine.begin() as connection:
+        return connection.execute(delete(_TABLE).where(
+            key.contains(f"/{login_subject(username)}/", autoescape=True)
+            | key.contains(f"/user:{user_id}.", autoescape=True))).rowcount or 0
 
 
 class DatabaseRateLimitStorage(Storage):
@@ -50,6 +77,7 @@ class DatabaseRateLimitStorage(Storage):
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self.engine = engine
         self._insert = _UPSERT[engine.dialect.name]
+        self._next_sweep = 0.0
 
     @property
     def base_exceptions(self) -> type[Exception]:
@@ -67,7 +95,17 @@ class DatabaseRateLimitStorage(Storage):
                   "expires_at": case((ended, now + expiry), else_=_TABLE.c.expires_at)},
         ).returning(_TABLE.c.count)
         with self.engine.begin() as connection:
-            return int(connection.execute(statement).scalar_one())
+            count = int(connection.execute(statement).scalar_one())
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_SECONDS
+            self.delete_expired(now)
+        return count
+
+    def delete_expired(self, now: float | None = None) -> int:
+        """Delete the rows whose window has ended (an ended window counts as no row); returns how many."""
+        with self.engine.begin() as connection:
+            return connection.execute(delete(_TABLE).where(
+                _TABLE.c.expires_at <= (time.time() if now is None else now))).rowcount or 0
 
     def _row(self, key: str) -> tuple[int, float] | None:
         with self.engine.connect() as connection:

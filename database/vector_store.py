@@ -16,6 +16,7 @@ from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, RecallEvent
+from database.participant_lock import hold_participant
 
 # What recall reads of a candidate memory: the checks against the cached index (owner, role, consolidated,
 # embedding bytes and model) and the inputs of the forgetting curve.
@@ -119,8 +120,11 @@ class VectorStore:
         Pending ORM changes are flushed first (the events' query message must exist). Then one Core
         executemany per table, without the unit of work's per-object bookkeeping: the count is
         incremented in SQL, and loaded objects of the updated messages are expired so they read the
-        new values."""
+        new values. The participant lock (database.participant_lock) comes first, as for any write of
+        a participant's rows."""
         self.session.flush()
+        for user_id in sorted({e["user_id"] for e in events}):
+            hold_participant(self.session, user_id)
         if recalled:
             self._core(_RECALL_UPDATE, [dict(r) for r in recalled])
             for r in recalled:

@@ -82,11 +82,10 @@ def reset_task(user_id: int, task_id: str):
 @admin_required
 def erase(user_id: int):
     """Erase a participant on request: {"confirm": true, "reason": "..."}. Irreversible; the tombstone stays."""
-    session = db_session()
     data = json_body()
-    tombstone = erasure_service.erase_participant(session, user_id, admin=current(), confirm=data.get("confirm"),
-                                                  reason=data.get("reason"), now=runtime().clock.now())
-    session.commit()
+    rt = runtime()
+    tombstone = erasure_service.erase(rt.db, user_id, admin=current(), confirm=data.get("confirm"),
+                                      reason=data.get("reason"), now=rt.clock.now())
     return ok({"tombstone": tombstone})
 
 

@@ -5,7 +5,7 @@ from flask import Blueprint, request
 from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
-from database.models import username_key
+from database.rate_limit_store import login_subject
 from routes.access import (
     configured_limit,
     current,
@@ -18,6 +18,7 @@ from routes.access import (
     runtime,
 )
 from services import account_service
+from services.input_checks import check_json_text
 from services.languages import LANGUAGES
 
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
@@ -25,10 +26,13 @@ bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
 def limit_key() -> str:
     """Login attempts are limited per account, named as the login compares names (padding and case
-    do not make a new name), from any address."""
+    do not make a new name), from any address. The body is checked before it is counted: text the
+    database cannot store is a 400 here, not a counter key."""
     data = request.get_json(silent=True)
+    if isinstance(data, dict):
+        check_json_text(data)
     name = data.get("username") if isinstance(data, dict) else None
-    return "login:" + (username_key(name[:256]) if isinstance(name, str) else "")
+    return login_subject(name[:256]) if isinstance(name, str) else "login:"
 
 
 def failed_login(response) -> bool:

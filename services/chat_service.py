@@ -22,9 +22,10 @@ from sqlalchemy.orm import Session
 
 from database.db_manager import is_unavailable
 from database.models import Message, TaskSession, User
+from database.participant_lock import ParticipantErased
 from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
-from services.errors import BadInput, Conflict, NotFound, TooLarge, Unavailable
+from services.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
 from services.languages import prompt_language
 from services.leases import LeaseBusy, participant_guard
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
@@ -38,6 +39,8 @@ from services.study import Study
 from services.timer_service import TaskService
 
 log = logging.getLogger(__name__)
+ERASED = "this participant's data has been erased"
+
 
 @dataclass
 class PreparedReply:
@@ -94,6 +97,8 @@ def unanswered_message(session: Session, user: User, task_id: str, message_id: i
 
 def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> PreparedReply:
     message = session.get(Message, user_message_id)
+    if message is None:  # the participant was erased since the message was stored
+        raise Gone(ERASED, code="participant_erased")
     user = session.get(User, message.user_id)
     ts = session.get(TaskSession, message.task_session_id)
     group = user.memory_group
@@ -211,6 +216,9 @@ def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, A
                              "message_id": user_message_id}}
         except Conflict as exc:
             yield {"error": {"error": exc.code, "message": exc.message, "message_id": user_message_id}}
+        except (Gone, ParticipantErased):
+            session.rollback()
+            yield {"error": {"error": "participant_erased", "message": ERASED, "message_id": user_message_id}}
         except DBAPIError as exc:
             session.rollback()
             if not is_unavailable(exc):
@@ -223,21 +231,28 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
     """Per-turn memory upkeep off the request path (S1 rewrites its summary after every turn)."""
     with runtime.db.Session() as session:
         reply = session.get(Message, reply_id)
-        if not registry.get(reply.memory_group).has_turn_upkeep:
+        if reply is None or not registry.get(reply.memory_group).has_turn_upkeep:  # None: erased since
             return
     runtime.background.submit(_turn_upkeep, runtime, reply_id)
 
 
 def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
     with runtime.db.Session() as session:
-        user_id = session.get(Message, reply_id).user_id
+        reply = session.get(Message, reply_id)
+        if reply is None:  # the participant was erased since
+            return
+        user_id = reply.user_id
     # One upkeep at a time per participant, across every process: two would race for the memory's
     # next version number. The guard is a database lease (services.leases), not an in-process lock.
     try:
         with participant_guard(runtime.db, user_id), runtime.db.session() as session:
             reply = session.get(Message, reply_id)
+            if reply is None:
+                return
             upkeep = Upkeep(llm=runtime.consolidation_llm, clock=runtime.clock, study=runtime.study)
             registry.get(reply.memory_group).after_turn(session, upkeep, reply=reply)
+    except ParticipantErased:
+        log.info("memory upkeep of reply %s dropped: participant %s was erased", reply_id, user_id)
     except LeaseBusy:
         log.warning("memory upkeep of participant %s stayed busy; the sweep catches up reply %s", user_id, reply_id)
 

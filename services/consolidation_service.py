@@ -47,7 +47,7 @@ import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
@@ -56,6 +56,7 @@ from sqlalchemy.orm import Session
 from config import Settings
 from database.db_manager import Database, transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
+from database.participant_lock import ParticipantErased, hold_participant
 from services import recall_model
 from services.clock import Clock
 from services.embedding_service import EmbeddingProvider, build_embedder, to_blob
@@ -254,6 +255,10 @@ class ConsolidationService:
         now = self.clock.now()
         live_run = self._live_run(task_session_id)
         with self._session() as session:
+            owner = session.scalar(select(TaskSession.user_id).where(TaskSession.id == task_session_id))
+            if owner is None:  # erased
+                return None
+            hold_participant(session, owner)  # before the first write (database.participant_lock)
             claimed = session.execute(
                 update(TaskSession)
                 .where(TaskSession.id == task_session_id,
@@ -434,6 +439,8 @@ class ConsolidationService:
         with self._session() as session:
             run = session.get(ConsolidationRun, run_id)
             ts = session.get(TaskSession, task_session_id)
+            if run is None or ts is None:
+                raise ConsolidationAborted("the participant was erased")
             if run.status != "running" or ts.consolidation_status != "running":
                 raise ConsolidationAborted("the run lost its claim on the session")
             user = session.get(User, ts.user_id)
@@ -475,9 +482,18 @@ class ConsolidationService:
 
     def _record_failure(self, task_session_id: int, run_id: int, plan: _Plan, exc: Exception) -> None:
         now = self.clock.now()
+        try:
+            self._write_failure(task_session_id, run_id, plan, exc, now)
+        except ParticipantErased:
+            log.info("consolidation failure of task session %s not recorded: the participant was erased",
+                     task_session_id)
+
+    def _write_failure(self, task_session_id: int, run_id: int, plan: _Plan, exc: Exception, now: datetime) -> None:
         with self._session() as session:
             run = session.get(ConsolidationRun, run_id)
             ts = session.get(TaskSession, task_session_id)
+            if run is None or ts is None:  # erased since: nothing of theirs is recorded
+                return
             if run.status == "running":
                 run.status, run.finished_at = "failed", now
                 run.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]

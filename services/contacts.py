@@ -21,6 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from database.models import ContactDetail, User
+from database.participant_lock import hold_participant
 from services.errors import BadInput, Conflict
 
 CHANNELS = ("email", "webhook")
@@ -57,6 +58,7 @@ def set_contact(session: Session, user: User, channel: object, value: object, *,
                 now: datetime) -> bool:
     """Store (or with an empty value, delete) one contact detail; True if one is stored now. Flushes."""
     channel, value = _clean(channel, value)
+    hold_participant(session, user.id)  # before the first write (database.participant_lock)
     session.execute(delete(ContactDetail).where(ContactDetail.user_id == user.id, ContactDetail.channel == channel))
     if value is None:
         return False

@@ -49,3 +49,8 @@ class TooLarge(StudyError):
 class Unavailable(StudyError):
     status = 503
     code = "unavailable"
+
+
+class Gone(StudyError):
+    status = 410
+    code = "gone"

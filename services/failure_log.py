@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from database.db_manager import Database
 from database.models import ProviderFailure
+from database.participant_lock import ParticipantErased, hold_participant
 from services.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,18 @@ def failure_values(attempt: dict[str, Any], at: datetime) -> dict[str, Any]:
         "message_id": attempt.get("message_id"),
         "fallback_provider": (str(attempt["fallback_provider"])[:64] if attempt.get("fallback_provider") else None),
     }
+
+
+def _linkable(conn, values: dict[str, Any]) -> dict[str, Any]:
+    """The row as it may be written now: the failure of a participant erased meanwhile stays in the log
+    without pointing at them (as erasure leaves other failure rows)."""
+    if values.get("user_id") is None:
+        return values
+    try:
+        hold_participant(conn, values["user_id"])
+    except ParticipantErased:
+        return {**values, "user_id": None, "message_id": None}
+    return values
 
 
 def _is_lock_error(exc: OperationalError) -> bool:
@@ -94,7 +107,7 @@ class FailureRecorder:
                 conn.exec_driver_sql(f"PRAGMA busy_timeout={int(lock_wait_ms)}")
                 conn.commit()
             try:
-                conn.execute(insert(ProviderFailure).values(**values))
+                conn.execute(insert(ProviderFailure).values(**_linkable(conn, values)))
                 conn.commit()
             except BaseException:
                 conn.rollback()

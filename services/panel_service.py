@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, ReturnLink, User
+from database.participant_lock import hold_participant
 from services.account_service import enrol, hash_password
 from services.clock import Clock, utc_iso
 from services.errors import BadInput, Conflict, NotFound
@@ -148,6 +149,7 @@ def redeem(session: Session, token: str, now: datetime) -> User:
 
 def revoke_links(session: Session, user_id: int, now: datetime) -> int:
     """Revoke every live link of a participant; returns how many."""
+    hold_participant(session, user_id)  # before the first write (database.participant_lock)
     result = session.execute(update(ReturnLink).where(ReturnLink.user_id == user_id,
                                                       ReturnLink.revoked_at.is_(None))
                              .values(revoked_at=now))

@@ -279,6 +279,8 @@ def _settle(runtime: Runtime, entry: dict[str, Any], channel: str, error: str | 
     with runtime.db.session() as session:
         row = session.scalar(select(Reminder).filter_by(user_id=entry["user_id"], task_id=entry["task_id"],
                                                         kind=entry["kind"], channel=channel))
+        if row is None:  # the participant was erased while the reminder was being sent
+            return
         row.status = "failed" if error else "sent"
         row.error = error[:255] if error else None
         if not error:

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from database.db_manager import Database
 from database.models import RateLimitCounter
-from database.rate_limit_store import MAX_KEY, DatabaseRateLimitStorage, stored_key
+from database.rate_limit_store import MAX_KEY, DatabaseRateLimitStorage, login_subject, stored_key
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.postgres
@@ -93,5 +93,69 @@ def test_the_app_counts_its_limits_in_the_database(settings, clock, database):
         assert statuses[-1] == 429 and 429 not in statuses[:10]
         with database.Session() as session:
             assert session.scalar(select(func.count()).select_from(RateLimitCounter)) >= 1
+    finally:
+        app.extensions["memory_lab"].db.dispose()
+
+
+def test_keys_holding_text_the_database_cannot_store_are_stored_by_digest(stores):
+    """Issue 19, item 11: a NUL or an unpaired surrogate in a key (an account name) is counted, not a 500."""
+    a, b = stores
+    for key in ["login:a\x00b", "login:\ud800x", "login:line\nbreak"]:
+        assert stored_key(key).startswith("sha256:")
+        assert a.incr(key, 60) == 1 and b.incr(key, 60) == 2 and a.get(key) == 2
+    assert stored_key("login:a\x00b") != stored_key("login:a\x00c")
+    assert stored_key("login:名字") == "login:名字"  # printable text is kept as it is
+
+
+def test_ended_windows_are_deleted_as_the_store_writes(stores, database, monkeypatch):
+    """Issue 19, item 12: rows whose window ended do not stay in the table for ever."""
+    import database.rate_limit_store as store_module
+
+    a, b = stores
+    now = [1_000_000.0]
+    monkeypatch.setattr(store_module.time, "time", lambda: now[0])
+    a.incr("ended", 60)
+    a.incr("running", 600)
+    now[0] += 120
+    b.incr("new", 60)  # this store's first write sweeps; later ones at most once per SWEEP_SECONDS
+    with database.Session() as session:
+        assert set(session.scalars(select(RateLimitCounter.key))) == {"running", "new"}
+    a.incr("ended-too", 1)
+    now[0] += 2
+    a.incr("new", 60)  # within a's sweep interval: nothing is deleted yet
+    with database.Session() as session:
+        assert set(session.scalars(select(RateLimitCounter.key))) == {"running", "new", "ended-too"}
+    now[0] += store_module.SWEEP_SECONDS
+    a.incr("new", 60)
+    with database.Session() as session:
+        assert set(session.scalars(select(RateLimitCounter.key))) == {"running", "new"}
+
+
+@pytest.mark.parametrize("name", ["nul\x00name", "lone\ud800surrogate"])
+def test_a_login_name_the_database_cannot_store_is_refused_before_it_is_counted(settings, clock, database, name):
+    """Issue 19, item 11: on the database store (`make serve`) such a name was a 500; it is a clear 400, and
+    nothing is counted for it."""
+    import json
+
+    from app import create_app
+
+    settings.rate_limits_enabled = True
+    settings.rate_limit_storage = "database"
+    app = create_app(settings, clock=clock)
+    try:
+        api = ApiClient(app.test_client())
+        body = json.dumps({"username": name, "password": "wrong-password"})  # \u0000 / \ud800 escapes
+        response = api.post("/api/auth/login", data=body, content_type="application/json")
+        assert response.status_code == 400, response.get_data(as_text=True)
+        assert response.get_json()["error"] == "invalid_text"
+        assert response.get_json()["details"]["field"] == "body.username"
+        with database.Session() as session:
+            assert session.scalar(select(func.count()).select_from(RateLimitCounter)) == 0
+        # a storable name is counted under a digest of the name, never the name itself
+        assert api.post("/api/auth/login", json={"username": "Visible.Name", "password": "x"}).status_code == 401
+        with database.Session() as session:
+            keys = list(session.scalars(select(RateLimitCounter.key)))
+        assert any(login_subject("visible.name") in key for key in keys)
+        assert not any("visible" in key.lower() for key in keys)
     finally:
         app.extensions["memory_lab"].db.dispose()

@@ -203,3 +203,85 @@ def test_erasure_empties_this_process_recall_cache(app, clock, study, admin_clie
     assert admin_client.post(url, json={"confirm": True, "reason": "asked"}).status_code == 200
     assert key not in ForgettingCurveSearch._cache and key not in ForgettingCurveSearch._last_used
     assert rm._content_words.cache_info().currsize == 0
+
+
+# Issue 19, item 12: what an erasure leaves outside the rows it deletes.
+FILE_SECRET = "WALSECRET7c1e9aQUOKKA"  # ASCII, so it is stored as these very bytes wherever it is copied
+
+
+def test_erased_text_leaves_the_database_files(app, clock, study, admin_client, database_url):
+    """SQLite: no copy of an erased message stays in the write-ahead log or in the database file's free
+    space. PostgreSQL: the tables the erasure deleted from are vacuumed (their dead rows cleared) at once."""
+    runtime = app.extensions["memory_lab"]
+    api = _enter(app, PANEL_IDS[0])
+    walk_task(api, clock, "T1", [f"My secret word is {FILE_SECRET}.", f"Again: {FILE_SECRET}!"], study=study)
+    user_id = api.get("/api/auth/me").get_json()["user"]["id"]
+    sqlite = database_url.startswith("sqlite")
+    if sqlite:
+        path = database_url.removeprefix("sqlite:///")
+        files = [path, path + "-wal"]
+
+        def copies() -> int:
+            found = 0
+            for name in files:
+                try:
+                    with open(name, "rb") as handle:
+                        found += handle.read().count(FILE_SECRET.encode())
+                except FileNotFoundError:
+                    pass
+            return found
+
+        assert copies() > 0  # the scan finds the text where it was written
+    else:
+        last_vacuum = text("SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'messages'")
+        with runtime.db.engine.connect() as conn:
+            before = conn.execute(last_vacuum).scalar()
+    url = f"/api/admin/participants/{user_id}/erase"
+    assert admin_client.post(url, json={"confirm": True, "reason": "asked"}).status_code == 200
+    if sqlite:
+        assert copies() == 0
+    else:
+        with runtime.db.engine.connect() as conn:
+            after = conn.execute(last_vacuum).scalar()
+        assert after is not None and after != before
+
+
+def test_erasure_removes_the_participants_rate_limit_counters(settings, clock, database):
+    """Counters keyed by the erased participant's name or account go with the erasure (the database store,
+    as `make serve` uses)."""
+    from app import create_app
+    from database.models import RateLimitCounter
+    from database.rate_limit_store import login_subject
+    from services.account_service import create_admin
+    from tests.conftest import ADMIN_PASSWORD
+
+    settings.rate_limits_enabled = True
+    settings.rate_limit_storage = "database"
+    app = create_app(settings, clock=clock)
+    try:
+        runtime = app.extensions["memory_lab"]
+        with runtime.db.Session() as session:
+            create_admin(session, "labadmin", ADMIN_PASSWORD, runtime.clock)
+        admin = ApiClient(app.test_client())
+        assert admin.login("labadmin", ADMIN_PASSWORD).status_code == 200
+        api = ApiClient(app.test_client())
+        assert api.register("Counted.Name").status_code == 201
+        assert api.post("/api/tasks/T1/start").status_code == 201
+        assert api.post("/api/tasks/T1/messages", json={"content": "hello"}).status_code == 201  # user:<id> key
+        assert api.login("COUNTED.name", "wrong-password").status_code == 401  # the name's login key
+        user_id = api.get("/api/auth/me").get_json()["user"]["id"]
+
+        def theirs() -> list[str]:
+            with database.Session() as session:
+                keys = session.scalars(select(RateLimitCounter.key)).all()
+            return [k for k in keys if login_subject("counted.name") in k or f"/user:{user_id}." in k
+                    or "counted" in k.lower()]
+
+        assert len(theirs()) >= 2
+        response = admin.post(f"/api/admin/participants/{user_id}/erase", json={"confirm": True, "reason": "asked"})
+        assert response.status_code == 200, response.get_json()
+        assert theirs() == []
+        with database.Session() as session:  # counters of others (here: the address's registrations) stay
+            assert any("/register:" in k for k in session.scalars(select(RateLimitCounter.key)))
+    finally:
+        runtime.db.dispose()

@@ -1,0 +1,101 @@
+"""The row lock that keeps a participant's own writes and the erasure of that participant apart.
+
+Every transaction that writes a row belonging to a participant (a table with ``user_id`` other than
+the tombstone's own ``users``, ``assignments`` and ``audit_log``) first takes the participant's
+``users`` row in a shared mode and reads its status there; erasure takes the same row exclusively and
+re-reads the status inside its own transaction. So an erasure waits for the writes already under way
+and deletes what they wrote, a write that comes after it finds the participant erased and is refused
+with ``ParticipantErased`` (the API answers 410), and two erasures of one participant run one after
+the other, the second seeing the first's result. Nothing is left behind, and no write fails on a
+foreign key to a row the erasure deleted.
+
+* PostgreSQL: ``FOR KEY SHARE`` (what a foreign-key insert takes anyway, so a participant's own
+  requests never wait for each other) against erasure's ``FOR UPDATE``.
+* SQLite: one writer at a time, so holding the database's write lock is enough; a no-op UPDATE of the
+  row takes it and reads the status under it.
+
+ORM writes are covered by ``guard_flushes(sessionmaker)``: before the first flush of a transaction that
+writes a participant's rows, the lock is taken for each participant concerned. Code that writes with a
+Core statement (``session.execute(update(...))``) calls ``hold_participant`` itself, before its first
+write in the transaction: taking the lock after another row lock could deadlock with an erasure.
+"""
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+from sqlalchemy import event, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, sessionmaker
+
+from database.models import Base, User
+
+# the tombstone: what erasure keeps, and the only participant tables written without this lock
+TOMBSTONE_TABLES = frozenset({"users", "assignments", "audit_log"})
+PARTICIPANT_TABLES = frozenset(table.name for table in Base.metadata.sorted_tables
+                               if "user_id" in table.c and table.name not in TOMBSTONE_TABLES)
+_USERS = User.__table__
+_HELD = "participant_lock.held"  # Session.info: the participants locked in the current transaction
+
+
+class ParticipantErased(Exception):
+    """A write for a participant whose data has been erased (or is being erased right now)."""
+
+    def __init__(self, user_id: int) -> None:
+        super().__init__(f"participant {user_id} has been erased")
+        self.user_id = user_id
+
+
+def _status(connection: Connection, user_id: int, *, exclusive: bool) -> str | None:
+    if connection.dialect.name == "sqlite":
+        return connection.execute(update(_USERS).where(_USERS.c.id == user_id)
+                                  .values(status=_USERS.c.status).returning(_USERS.c.status)).scalar()
+    lock = {} if exclusive else {"read": True, "key_share": True}
+    return connection.execute(select(_USERS.c.status).where(_USERS.c.id == user_id)
+                              .with_for_update(**lock)).scalar()
+
+
+def hold_participant(target: Session | Connection, user_id: int) -> None:
+    """Share-lock the participant for the rest of the transaction of ``target`` (a session, which takes
+    the lock once per transaction, or a connection); ParticipantErased if they are erased. A participant
+    who does not exist (yet) is left to the foreign keys."""
+    if isinstance(target, Session):
+        held: set[int] = target.info.setdefault(_HELD, set())
+        if user_id not in held:
+            hold_participant(target.connection(), user_id)
+            held.add(user_id)
+        return
+    if _status(target, user_id, exclusive=False) == "erased":
+        raise ParticipantErased(user_id)
+
+
+def lock_for_erasure(connection: Connection, user_id: int) -> str | None:
+    """Take the participant exclusively for the rest of this transaction, once every write under way for
+    them has ended; returns their status as it stands now (None: no such user)."""
+    return _status(connection, user_id, exclusive=True)
+
+
+def _owner(instance: Any) -> int | None:
+    table = getattr(instance, "__table__", None)
+    if table is None or table.name not in PARTICIPANT_TABLES:
+        return None
+    return getattr(instance, "user_id", None)
+
+
+def _before_flush(session: Session, _context: Any, _instances: Any) -> None:
+    owners = {owner for instance in chain(session.new, session.dirty, session.deleted)
+              if (owner := _owner(instance)) is not None}
+    for user_id in sorted(owners):
+        hold_participant(session, user_id)
+
+
+def _after_transaction_end(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:  # the database transaction ended: its locks are gone
+        session.info.pop(_HELD, None)
+
+
+def guard_flushes(factory: sessionmaker) -> None:
+    """Take the participant lock before every flush that writes a participant's rows, for sessions from
+    ``factory``."""
+    event.listen(factory, "before_flush", _before_flush)
+    event.listen(factory, "after_transaction_end", _after_transaction_end)
