@@ -37,8 +37,10 @@ def test_admin_monitor_follows_a_bot_and_shows_the_memory_context(new_page, live
                                                                    screenshot):
     page = new_page()
     page.goto("/admin")
-    expect(page).to_have_url(re.compile(r"/\?next=/admin#/login$"))
-    log_in(page, *admin_account)
+    expect(page).to_have_url(re.compile(r"/admin/login\?next=/admin$"))
+    page.fill("#admin-login-username", admin_account[0])
+    page.fill("#admin-login-password", admin_account[1])
+    page.click("#admin-login-submit")
     expect(page).to_have_url(re.compile(r"/admin#?/?$|/admin#/monitor$"))
     expect(page.locator("#participants")).to_be_visible()
     expect(page.locator("#updated")).to_have_text(re.compile(r"\d{2}:\d{2}:\d{2}"))
