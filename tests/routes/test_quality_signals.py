@@ -105,11 +105,11 @@ def test_an_attention_item_needs_an_expected_answer_in_range():
         build_study(definition)
 
 
-SCRIPTED = "我每天早上六点起床，然后去公园跑步半个小时，回来以后再吃早饭。"  # 30 characters
+SCRIPTED = "我每天早上六点起床，然后去公园跑步半个小时，回来以后再吃早饭。"  # 31 characters
 
 
 def test_scripted_typing_is_flagged_in_the_monitor_and_the_export(app, make_participant, admin_client, clock, study):
-    """One keystroke and 0 ms of typing for 30 characters, nothing pasted: a script, not a person."""
+    """One keystroke and 0 ms of typing for 31 characters, nothing pasted: a script, not a person."""
     assert len(SCRIPTED) >= study.typing_checks.min_chars
     bot = make_participant("scripted")
     person = make_participant("typist")
@@ -141,7 +141,7 @@ def test_scripted_typing_is_flagged_in_the_monitor_and_the_export(app, make_part
     assert by_user[bot_code]["implausible_typing_reasons"] == "too_fast;too_few_keystrokes"
     assert by_user[bot_code]["typed_chars_per_second"] == ""  # 0 ms of typing: no rate, flagged all the same
     assert (by_user[person_code]["implausible_typing"], by_user[person_code]["typed_chars_per_second"]) == (
-        "0", "1.428571")
+        "0", "1.47619")  # 31 characters in 21 s
     codebook = {(r["file"], r["column"]): r for r in _rows(archive, "codebook.csv")}
     rule = codebook[("messages.csv", "implausible_typing")]["description"]
     checks = study.typing_checks
