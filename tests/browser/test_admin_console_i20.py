@@ -84,6 +84,17 @@ def _withdraw(live_server, user_id: int) -> None:
         user.withdrawn_at = live_server.runtime.clock.now()
 
 
+def _assert_fits(page) -> None:
+    page_overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    table_overflow = page.evaluate(
+        "(() => { const w = document.querySelector('#participants').closest('.table-wrap');"
+        " return w.scrollWidth - w.clientWidth; })()")
+    assert page_overflow <= 0 and table_overflow <= 0, (page_overflow, table_overflow)
+    for column in ("consolidation_pending", "quality", "provider_failures", "reminders", "task:T4"):
+        box = page.locator(f"#participants th[data-col='{column}']").bounding_box()
+        assert box and box["x"] + box["width"] <= 1280, column
+
+
 def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states(
         context_page, live_server, admin_account, bot):
     # participants in every state the monitor shows: available, chatting, withdrawn mid-chat, with a typed message
@@ -93,6 +104,12 @@ def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states
     chatting.register("fit_chatting")
     chatting.start("T1")
     chatting.say("T1", "我每天早上六点起床，然后去公园跑步半个小时，回来以后再吃早饭。")
+    finished = bot()
+    finished.register("fit_finished_participant")
+    started = time.monotonic()
+    finished.start("T1")
+    finished.say("T1", "Hello, I would like to talk about my weekend plans and my cat.")
+    finished.finish_task("T1", started)
     leaving = bot()
     left = leaving.register("fit_leaving")["user"]
     leaving.start("T1")
@@ -109,16 +126,16 @@ def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states
     expect(row.locator(".task-cell[data-task=T1]")).to_contain_text("退出时进行中（对话）")
     expect(row.locator(".task-cell[data-task=T2]")).to_contain_text("未开始")
 
-    # no sideways scroll: neither the page nor the table is wider than the window at 1280x800
-    page_overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    table_overflow = page.evaluate(
-        "(() => { const w = document.querySelector('#participants').closest('.table-wrap');"
-        " return w.scrollWidth - w.clientWidth; })()")
-    assert page_overflow <= 0 and table_overflow <= 0, (page_overflow, table_overflow)
-    for column in ("consolidation_pending", "quality", "provider_failures", "reminders", "task:T4"):
-        header = page.locator(f"#participants th[data-col='{column}']")
-        box = header.bounding_box()
-        assert box and box["x"] + box["width"] <= 1280, column
+    # no sideways scroll in either language: neither the page nor the table is wider than 1280 px
+    # (before: the English monitor's table was 651 px wider than its frame)
+    _assert_fits(page)
+    page.click("#language-toggle")
+    expect(page.locator("h1")).to_contain_text("Monitor")
+    expect(page.locator("#participants td[data-col=consolidation_pending]").filter(has_text="T1: done")
+           ).not_to_have_count(0)
+    _assert_fits(page)
+    page.click("#language-toggle")
+    expect(page.locator("h1")).to_contain_text("进度监控")
     # the hidden columns can be chosen
     page.click("#column-chooser summary")
     page.check("#column-last_active_at")
