@@ -12,7 +12,7 @@ import {
 const POLL_MS = 3000;
 const TASK_ORDER = { withdrawn: -1, erased: -1, locked: 0, available: 1, in_progress: 2, done: 3 };
 // Shown unless the admin hides them; the rest start hidden so the monitor fits 1280 px (chosen in "Columns").
-const OPTIONAL_COLUMNS = { username: false, enrolled_at: false, last_active_at: false, questionnaires_done: true,
+const OPTIONAL_COLUMNS = { username: false, enrolled_at: false, last_active_at: false, questionnaires_done: false,
   provider_failures: true, reminders: true, messages: true };
 const HIDDEN_KEY = "memorylab.admin.columns";
 const PLOTS = ["funnel", "group_sizes", "questionnaire_means", "recall_events"];
