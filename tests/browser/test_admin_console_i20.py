@@ -43,10 +43,11 @@ def sign_in(page, username: str, password: str) -> None:
     page.click("#admin-login-submit")
 
 
-def test_admin_signs_in_on_their_own_page_in_the_browsers_language(context_page, admin_account):
+def test_admin_signs_in_on_their_own_page_in_the_browsers_language(context_page, admin_account, screenshot):
     page = context_page("en-US")
     page.goto("/admin")
     expect(page).to_have_url(re.compile(r"/admin/login\?next=/admin$"))
+    screenshot(page, "admin_login_en")
     expect(page.locator("html")).to_have_attribute("lang", "en")
     expect(page.locator("h1")).to_have_text("Admin login")
     body = page.locator("body").inner_text()
@@ -96,7 +97,7 @@ def _assert_fits(page) -> None:
 
 
 def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states(
-        context_page, live_server, admin_account, bot):
+        context_page, live_server, admin_account, bot, screenshot):
     # participants in every state the monitor shows: available, chatting, withdrawn mid-chat, with a typed message
     waiting = bot()
     waiting.register("fit_waiting")
@@ -129,11 +130,13 @@ def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states
     # no sideways scroll in either language: neither the page nor the table is wider than 1280 px
     # (before: the English monitor's table was 651 px wider than its frame)
     _assert_fits(page)
+    screenshot(page, "admin_monitor_zh")
     page.click("#language-toggle")
     expect(page.locator("h1")).to_contain_text("Monitor")
     expect(page.locator("#participants td[data-col=consolidation_pending]").filter(has_text="T1: done")
            ).not_to_have_count(0)
     _assert_fits(page)
+    screenshot(page, "admin_monitor_en")
     page.click("#language-toggle")
     expect(page.locator("h1")).to_contain_text("进度监控")
     # the hidden columns can be chosen
