@@ -73,9 +73,9 @@ def main() -> int:
     os.environ.setdefault("RATE_LIMIT_STORAGE", "database")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per migration plugin is noise
-    scheduler_level = (os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper()
-    for name in ("apscheduler", "services.scheduler"):  # a line per job run buries what matters
-        logging.getLogger(name).setLevel(scheduler_level)
+    # APScheduler's line per job run buries what matters; which process leads the jobs
+    # (services.scheduler, INFO) stays visible here, where several processes share them
+    logging.getLogger("apscheduler").setLevel((os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper())
     serving = ServingConfig.from_env()
     from services.study import StudyDefinitionError
 
