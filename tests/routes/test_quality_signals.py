@@ -108,6 +108,7 @@ def test_an_attention_item_needs_an_expected_answer_in_range():
 SCRIPTED = "我每天早上六点起床，然后去公园跑步半个小时，回来以后再吃早饭。"  # 31 characters
 
 
+@pytest.mark.postgres  # the monitor counts characters with SQL length()
 def test_scripted_typing_is_flagged_in_the_monitor_and_the_export(app, make_participant, admin_client, clock, study):
     """One keystroke and 0 ms of typing for 31 characters, nothing pasted: a script, not a person."""
     assert len(SCRIPTED) >= study.typing_checks.min_chars
