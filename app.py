@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,19 @@ def _register_payments_cli(app: Flask) -> None:
         click.echo(f"wrote {out}: {len(rows)} participant(s)")
 
 
+def password_notice(username: str, password: str) -> str:
+    """The one-time admin password as a framed block that stands out among log lines."""
+    lines = ["ADMIN PASSWORD (shown once)", "",
+             f"First start: created admin '{username}' with password: {password}",
+             "", "It is shown only this once: write it down now.",
+             "Change it with: .venv/bin/flask --app app create-admin admin",
+             "Sign in at /admin/login"]
+    width = max(len(line) for line in lines) + 4
+    border = "#" * width
+    body = [f"# {line.ljust(width - 4)} #" for line in lines]
+    return "\n".join(["", border, *body, border, ""])
+
+
 def bootstrap_admin_once(app: Flask) -> None:
     """Print a generated admin password once, on the first start with no admin."""
     from services.account_service import bootstrap_admin
@@ -264,22 +278,56 @@ def bootstrap_admin_once(app: Flask) -> None:
     with runtime.db.Session() as session:
         created = bootstrap_admin(session, runtime.clock)
     if created:
-        banner = "=" * 64
-        print(f"{banner}\nFirst start: created admin '{created[0]}' with password: {created[1]}\n"
-              f"It is shown only this once. Change it with: .venv/bin/flask --app app create-admin admin\n{banner}",
-              flush=True)
+        print(password_notice(*created), flush=True)
 
 
-def main() -> None:
+def configure_console_logging(environ: dict[str, str] | None = None) -> None:
+    """INFO for the app, WARNING for Alembic and (unless SCHEDULER_LOG_LEVEL says otherwise) for APScheduler:
+    a line per job run every few seconds would bury the one-time admin password and real warnings."""
+    env = os.environ if environ is None else environ
+    level = (env.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise SystemExit(f"SCHEDULER_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {level!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
+    logging.getLogger("apscheduler").setLevel(level)
+    logging.getLogger("services.scheduler").setLevel(level)
+
+
+def check_time_scale_on_start(app: Flask) -> None:
+    """Refuse (SystemExit) a PILOT_DAY_SECONDS other than the one the database was run with, unless allowed."""
+    from services.time_scale import TimeScaleChanged, check_time_scale
+
+    runtime = app.extensions["memory_lab"]
+    settings = runtime.settings
+    with runtime.db.Session() as session:
+        try:
+            result = check_time_scale(session, settings.day_seconds, runtime.clock,
+                                      allow_change=settings.allow_time_scale_change)
+        except TimeScaleChanged as exc:
+            raise SystemExit(f"time scale refused: {exc}") from exc
+    if result.outcome == "changed":
+        log.warning("time scale changed on purpose (ALLOW_TIME_SCALE_CHANGE=1): 1 study day = %g s, was %g s; "
+                    "recorded in the audit log", result.day_seconds, result.previous)
+
+
+def main() -> int:
+    configure_console_logging()
+    try:
+        return _serve()
+    except KeyboardInterrupt:  # Ctrl-C before serving began (warm-up): a stop, not a crash
+        print("AI Memory Lab stopped.", flush=True)
+        return 0
+
+
+def _serve() -> int:
     try:
         app = create_app()
     except StudyDefinitionError as exc:  # refuse to serve a study that cannot run, before anything starts
         raise SystemExit(f"study definition refused: {exc}") from exc
+    check_time_scale_on_start(app)
     runtime = app.extensions["memory_lab"]
     warm_up(runtime)  # the embedder (and its pin check) and jieba, before the first participant
-    bootstrap_admin_once(app)
     if runtime.settings.scheduler_enabled:
         from services.scheduler import start_scheduler
 
@@ -289,15 +337,19 @@ def main() -> None:
     settings = runtime.settings
     mode = f"pilot mode, 1 study day = {settings.day_seconds:g} s" if settings.pilot_mode else "real time"
     print(f"AI Memory Lab on http://{host}:{port}  ({mode}; reply chain: "
-          f"{','.join(runtime.settings.llm_providers)}; embedder: {runtime.settings.embedding_provider})", flush=True)
+          f"{','.join(runtime.settings.llm_providers)}; embedder: {runtime.settings.embedding_provider}); "
+          "Ctrl-C stops it", flush=True)
+    bootstrap_admin_once(app)  # last before serving, so nothing scrolls it away
     from waitress import serve
 
     from services.serving import ServingConfig, raise_open_file_limit
 
     serving = ServingConfig.from_env()
     raise_open_file_limit(serving.connection_limit)
-    serve(app, host=host, port=port, **serving.waitress_options())
+    serve(app, host=host, port=port, **serving.waitress_options())  # returns on Ctrl-C (waitress catches it)
+    print("AI Memory Lab stopped.", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

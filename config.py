@@ -101,6 +101,9 @@ class Settings:
     # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
     db_busy_timeout_seconds: float = 10.0
     run_migrations_on_start: bool = True
+    # ALLOW_TIME_SCALE_CHANGE=1: start although the database was run under another PILOT_DAY_SECONDS
+    # (services.time_scale records the change in the audit log); refused otherwise
+    allow_time_scale_change: bool = False
     study: Study = field(default_factory=load_study)
 
     @property
@@ -156,6 +159,7 @@ class Settings:
             public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
             contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
             db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
+            allow_time_scale_change=_env_bool("ALLOW_TIME_SCALE_CHANGE", False),
         )
         values.update(overrides)
         if values["day_seconds"] is None or values["day_seconds"] <= 0:

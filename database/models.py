@@ -384,3 +384,14 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(128))
     acquired_at: Mapped[datetime] = mapped_column(DateTime)
     expires_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+
+
+class DatabaseSetting(Base):
+    """A fact recorded with the data it governs, e.g. ``day_seconds``: the time scale every stored unlock
+    time and memory age was made under, so a restart with another one is noticed (services.time_scale)."""
+
+    __tablename__ = "database_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)

@@ -52,7 +52,9 @@ def _guard(role: str | None):
             if not current_user.is_authenticated:
                 if _wants_json():
                     raise Unauthorised("please log in", code="login_required")
-                return redirect("/?next=" + request.path)
+                # an admin page asks for the admin's own sign-in page, everything else for the participants'
+                login = "/admin/login" if role == "admin" else "/"
+                return redirect(f"{login}?next={request.path}")
             if role and current_user.role != role:
                 if _wants_json():
                     raise Forbidden("this needs the admin role" if role == "admin" else "participants only",

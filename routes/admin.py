@@ -18,14 +18,15 @@ def _now_iso() -> str:
 @bp.get("/participants")
 @admin_required
 def participants():
-    """Monitor rows, filtered by ?group=L1&status=active|withdrawn|erased&overdue=1|0&pasted=1|0&failed_checks=1|0;
-    the summary counts everyone."""
+    """Monitor rows, filtered by ?group=L1&status=active|withdrawn|erased&overdue=1|0&pasted=1|0&failed_checks=1|0
+    &implausible_typing=1|0; the summary counts everyone."""
     rt = runtime()
     rows = admin_service.monitor_rows(db_session(), task_service(db_session(), rt))
     args = request.args
     shown = admin_service.filter_rows(rows, rt.study, group=args.get("group"), status=args.get("status"),
                                       overdue=args.get("overdue"), pasted=args.get("pasted"),
-                                      failed_checks=args.get("failed_checks"))
+                                      failed_checks=args.get("failed_checks"),
+                                      implausible_typing=args.get("implausible_typing"))
     return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
                "generated_at": _now_iso()})
 

@@ -1,7 +1,7 @@
 """Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots."""
 from __future__ import annotations
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, current_app, request
 
 from routes.access import admin_required, current, db_session, ok, runtime
 from services import admin_service, payments, plots
@@ -72,7 +72,14 @@ def payments_export():
 @bp.get("/plots/<name>.png")
 @admin_required
 def plot(name: str):
+    """A chart in ?lang=zh|en (default: the admin's language), cached until its data change: the ETag names
+    the data version, so an unchanged chart answers 304; X-Plot-Cache says hit or miss."""
     rt = runtime()
-    png = plots.render(name, db_session(), rt.study, args=request.args.to_dict(), now=rt.clock.now(),
-                       day_seconds=rt.settings.day_seconds)
-    return Response(png, mimetype="image/png", headers={"Cache-Control": "no-store"})
+    cache = current_app.extensions.setdefault("memory_lab_plot_cache", plots.PlotCache())
+    language = plots.plot_language(request.args.get("lang"), current().language)
+    png, etag, hit = cache.get(name, db_session(), rt.study, args=request.args.to_dict(), now=rt.clock.now(),
+                               day_seconds=rt.settings.day_seconds, language=language)
+    response = Response(png, mimetype="image/png", headers={"Cache-Control": "private, no-cache",
+                                                            "X-Plot-Cache": "hit" if hit else "miss"})
+    response.set_etag(etag)
+    return response.make_conditional(request)

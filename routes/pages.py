@@ -26,6 +26,12 @@ def admin_page():
     return send_from_directory(current_app.static_folder, "admin.html")
 
 
+@bp.get("/admin/login")
+def admin_login_page():
+    """The admins' own sign-in page: in the admin's language, no consent or registration offer."""
+    return send_from_directory(current_app.static_folder, "admin_login.html")
+
+
 @bp.get("/api/openapi.json")
 def openapi():
     return ok(json.loads(OPENAPI.read_text(encoding="utf-8")))

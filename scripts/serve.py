@@ -25,7 +25,7 @@ from services.serving import ServingConfig, production_problems, raise_open_file
 
 def _prepare() -> None:
     """Migrate, check the embedder and bootstrap the admin once, in the parent process."""
-    from app import bootstrap_admin_once, create_app
+    from app import bootstrap_admin_once, check_time_scale_on_start, create_app
     from config import Settings
     from services.runtime import check_embedder
 
@@ -33,6 +33,7 @@ def _prepare() -> None:
     app = create_app(settings)
     runtime = app.extensions["memory_lab"]
     runtime.db.upgrade()
+    check_time_scale_on_start(app)  # refuses another PILOT_DAY_SECONDS than the database was run with
     check_embedder(runtime)
     bootstrap_admin_once(app)
     runtime.background.shutdown()
@@ -71,8 +72,10 @@ def main() -> int:
     # several workers (and hosts): rate limits counted together in PostgreSQL, not once per worker
     os.environ.setdefault("RATE_LIMIT_STORAGE", "database")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-    for noisy in ("alembic", "apscheduler"):  # a line per migration plugin / per job run is noise
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per migration plugin is noise
+    # APScheduler's line per job run buries what matters; which process leads the jobs
+    # (services.scheduler, INFO) stays visible here, where several processes share them
+    logging.getLogger("apscheduler").setLevel((os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper())
     serving = ServingConfig.from_env()
     from services.study import StudyDefinitionError
 

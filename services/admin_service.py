@@ -27,7 +27,7 @@ from services.consolidation_service import ConsolidationService
 from services.erasure_service import tombstone
 from services.errors import BadInput, Conflict, NotFound
 from services.panel_service import link_summary
-from services.quality import participant_quality
+from services.quality import participant_quality, typing_flags
 from services.runtime import Runtime
 from services.study import Study
 from services.timer_service import TaskService
@@ -63,8 +63,8 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
         .group_by(QuestionnaireResponse.user_id)).all())
     rows = []
     for user in participants:
-        overview = tasks.overview(user)
         sessions = tasks.sessions_of(user.id)
+        overview = admin_task_view(user, tasks.overview(user), live_attempts(sessions))
         # only a closed chat can be consolidated; a chat still running is not "pending" yet
         consolidation = [s.consolidation_status for s in sessions
                          if s.status != "reset" and s.chat_ended_at is not None]
@@ -95,6 +95,47 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
     return rows
 
 
+def live_attempts(sessions: list[TaskSession]) -> dict[str, TaskSession]:
+    """task id -> the attempt that counts (the latest one not reset), from all of a participant's sessions."""
+    live: dict[str, TaskSession] = {}
+    for ts in sorted(sessions, key=lambda s: s.attempt):
+        if ts.status != "reset":
+            live[ts.task_id] = ts
+    return live
+
+
+def admin_task_view(user: User, overview: list[dict[str, Any]], live: dict[str, TaskSession]
+                    ) -> list[dict[str, Any]]:
+    """The task overview as an admin reads it. The participant's own view calls every unfinished task of a
+    withdrawn participant "locked"; here it is "withdrawn" (or "erased"), with ``progress``: how far the
+    task had got (not_started, in_progress with its phase, or abandoned). Done tasks stay done."""
+    if user.status == "active":
+        return overview
+    result = []
+    for entry in overview:
+        ts = live.get(entry["id"])
+        if entry["status"] == "done":
+            result.append(entry)
+            continue
+        view = {**entry, "status": user.status, "overdue": False,
+                "progress": "not_started" if ts is None else ts.status}
+        if ts is not None:
+            view.update(phase=ts.phase, started_at=utc_iso(ts.started_at), end_reason=ts.end_reason)
+        result.append(view)
+    return result
+
+
+def reset_options(study: Study, live: dict[str, TaskSession]) -> list[dict[str, Any]]:
+    """Per task: can an admin reset it now, and if not, the code saying why (task_not_started, task_done),
+    which the console words in the admin's language."""
+    options = []
+    for task_id in study.task_ids:
+        ts = live.get(task_id)
+        code = "task_not_started" if ts is None else "task_done" if ts.status == "done" else None
+        options.append({"task_id": task_id, "allowed": code is None, "code": code})
+    return options
+
+
 def _flag(raw: str | None, name: str) -> bool | None:
     if raw is None or raw == "":
         return None
@@ -108,9 +149,10 @@ def _flag(raw: str | None, name: str) -> bool | None:
 
 def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None = None,
                 status: str | None = None, overdue: str | None = None, pasted: str | None = None,
-                failed_checks: str | None = None) -> list[dict[str, Any]]:
+                failed_checks: str | None = None, implausible_typing: str | None = None) -> list[dict[str, Any]]:
     """The monitor's filters: memory group, participant status, and the 1/0 flags overdue, pasted
-    (sent a message with pasted text) and failed_checks (failed an attention check)."""
+    (sent a message with pasted text), failed_checks (failed an attention check) and implausible_typing
+    (sent a message typed implausibly fast or with too few keystrokes)."""
     if group:
         if group not in study.conditions:
             raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
@@ -122,7 +164,8 @@ def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None =
         rows = [r for r in rows if r["status"] == status]
     flags = {"overdue": (overdue, lambda r: r["overdue"]),
              "pasted": (pasted, lambda r: r["pasted_messages"] > 0),
-             "failed_checks": (failed_checks, lambda r: r["attention_failures"] > 0)}
+             "failed_checks": (failed_checks, lambda r: r["attention_failures"] > 0),
+             "implausible_typing": (implausible_typing, lambda r: r["implausible_typing_messages"] > 0)}
     for name, (raw, test) in flags.items():
         wanted = _flag(raw, name)
         if wanted is not None:
@@ -203,7 +246,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
         } for s in sessions],
-        "messages": [serialise_message(m, participant_view=False) for m in messages],
+        "messages": [_admin_message(m, tasks.study) for m in messages],
         "profiles": [{
             "kind": p.kind, "version": p.version, "task_id": p.task_id, "content": p.content,
             "rendered": p.rendered, "source": p.source, "created_at": utc_iso(p.created_at),
@@ -225,9 +268,20 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         } for r in runs],
         "provider_failures": [_failure_view(f, row["participant_code"]) for f in failures],
         "return_links": link_summary(session, user_id, tasks.clock.now()),
+        "reset_options": reset_options(tasks.study, live_attempts(sessions)),
         "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
+
+
+def _admin_message(message: Message, study: Study) -> dict[str, Any]:
+    """A stored message as the admin reads it, with why its typing is implausible (user messages; null if
+    not judged, [] if plausible)."""
+    view = serialise_message(message, participant_view=False)
+    if message.role == "user":
+        view["implausible_typing"] = typing_flags(len(message.content), message.typing_ms, message.keystrokes,
+                                                  message.pasted_chars, study.typing_checks)
+    return view
 
 
 # -- actions -------------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ from services.study import Study, Task
 INTEGER, NUMBER, STRING, DATETIME, BOOLEAN, JSON_TEXT = (
     "integer", "number", "string", "datetime (UTC, YYYY-MM-DD HH:MM:SS)", "boolean (1/0)", "JSON text")
 
+# CSV cells hold non-integer numbers fixed-point at most this many decimals (services.export_service.number_text)
+NUMBER_DECIMALS = 6
+
 LIKERT_ANCHORS = {"zh": "1 = 完全不同意 … 7 = 完全同意", "en": "1 = strongly disagree … 7 = strongly agree"}
 
 
@@ -286,6 +289,10 @@ def columns_for(file: str, study: Study) -> list[Column]:
     if file == "participants.csv":
         columns += [_c(f"{t}_completed_at", DATETIME, f"Time task {t} was completed; empty if not done (yet).")
                     for t in task_ids]
+        columns.append(_c("implausible_typing_messages", INTEGER,
+                          f"Messages flagged implausible_typing in messages.csv ({_typing_rule(study)})."))
+    elif file == "messages.csv":
+        columns += typing_columns(study)
     elif file == "questionnaires_wide.csv":
         for task in study.tasks:
             for instrument, item in task_items(study, task):
@@ -293,6 +300,29 @@ def columns_for(file: str, study: Study) -> list[Column]:
                     f"{task.id}_{item['id']}", instrument, item,
                     f"Answer to {item['id']} ({instrument}) after {task.id}; empty if not answered."))
     return columns
+
+
+def _typing_rule(study: Study) -> str:
+    checks = study.typing_checks
+    return (f"study file typing_checks: judged when at least {checks.min_chars} characters were typed, not pasted; "
+            f"flagged above {checks.max_chars_per_second:g} typed characters per second of typing (too_fast) or "
+            f"below {checks.min_keystrokes_per_char:g} key presses per typed character (too_few_keystrokes)")
+
+
+def typing_columns(study: Study) -> list[Column]:
+    """messages.csv: how plausibly a person typed each user message, by the study's thresholds."""
+    return [
+        _c("typed_chars_per_second", NUMBER, "User message: typed characters (text_chars - pasted_chars) per "
+                                             "second of typing_ms; empty without typing_ms or when it is 0."),
+        _c("keystrokes_per_typed_char", NUMBER, "User message: keystrokes per typed character (text_chars - "
+                                                "pasted_chars); empty without keystrokes or typed characters."),
+        _c("implausible_typing", BOOLEAN, "User message: 1 when its typing is implausible for a person at a keyboard "
+                                          f"(scripted input, or text written elsewhere): {_typing_rule(study)}. "
+                                          "0 when judged plausible; empty when not judged (no signals reported, "
+                                          "too few typed characters, or a reply). A flag for review, not proof."),
+        _c("implausible_typing_reasons", STRING, "User message: why implausible_typing is 1, separated by ';': "
+                                                 "too_fast, too_few_keystrokes."),
+    ]
 
 
 def exported_columns(file: str, study: Study, *, exclude_pii: bool) -> list[Column]:
@@ -349,6 +379,9 @@ def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at:
         "- Participants appear only under their pseudonymous `participant_code`; every file carries it and "
         "`memory_group`.",
         "- All times are UTC, formatted `YYYY-MM-DD HH:MM:SS`. Empty cell = missing / not applicable.",
+        f"- Numbers: integers as they are; other numbers fixed-point with at most {NUMBER_DECIMALS} decimal places "
+        "(rounded to the nearest, trailing zeros dropped, never in exponent notation), so `0.10800000000000001` is "
+        "written `0.108` and a value below 0.0000005 is `0`. JSON files keep full precision.",
         "- CSV files are UTF-8 (with a byte-order mark when exported for Excel), comma-separated, with a header.",
         "- `study_config.json` is the exact study definition in use (conditions, tasks, timings, prompts, "
         "questionnaires); `manifest.json` lists the files, their row counts and the export options.",

@@ -19,6 +19,10 @@ starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leadin
 alone). ``escape_formulas=False`` turns this off for analysis tools that never evaluate cells.
 NUL characters are dropped from CSV cells and unpaired surrogates (only in rows stored before input
 was checked) become U+FFFD. The JSON/JSONL files keep the raw text, escaped by JSON itself.
+
+Non-integer numbers are written in CSV cells at a stated precision (``number_text``): fixed-point,
+at most ``NUMBER_DECIMALS`` decimal places, trailing zeros dropped (``0.10800000000000001`` is
+``0.108``), never in exponent notation; the codebook says so.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ from database.models import (
 )
 from services import codebook
 from services.input_checks import printable
-from services.quality import attention_items, attention_passed
+from services.quality import attention_items, attention_passed, typing_flags, typing_rates
 from services.study import Study
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
@@ -58,6 +62,7 @@ REPLY_CONTEXTS = "reply_contexts.jsonl"
 # Keys a STUDY_CONFIG file should never hold, dropped from study_config.json all the same.
 SECRET_KEY_PATTERN = re.compile(r"api[_-]?key|secret|password|passwd|credential|access[_-]?token", re.IGNORECASE)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+NUMBER_DECIMALS = codebook.NUMBER_DECIMALS
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -93,11 +98,21 @@ def _json(value: Any) -> str | None:
     return None if value is None else json_text(value, sort_keys=True)
 
 
+def number_text(value: float) -> str:
+    """A float as a CSV cell: fixed-point, at most NUMBER_DECIMALS decimals, no trailing zeros, no ``-0``."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    text = f"{value:.{NUMBER_DECIMALS}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, float):
+        return number_text(value)
     if isinstance(value, datetime):
         return _time(value)
     if isinstance(value, (dict, list)):
@@ -165,6 +180,8 @@ def _quality(data: _Data, study: Study) -> dict[int, Counter]:
         if m.role == "user":
             result[m.user_id]["pasted_messages"] += 1 if m.pasted_chars else 0
             result[m.user_id]["focus_losses"] += m.focus_losses or 0
+            result[m.user_id]["implausible_typing_messages"] += 1 if typing_flags(
+                len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks) else 0
     checks = attention_items(study)
     for a in data.answers:
         if a.item_id in checks:
@@ -195,7 +212,7 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
             "user_messages": counts[(user.id, "user")], "assistant_replies": counts[(user.id, "assistant")],
             "external_id": user.external_id, "erased_at": user.erased_at, "erasure_reason": user.erasure_reason,
             **{name: quality[user.id][name] for name in ("pasted_messages", "focus_losses", "attention_checks",
-                                                         "attention_failures")},
+                                                         "attention_failures", "implausible_typing_messages")},
         }
         for task in study.tasks:
             row[f"{task.id}_completed_at"] = done[user.id].get(task.id)
@@ -226,7 +243,7 @@ def recalled_ids(context: dict[str, Any] | None) -> list[int]:
     return [int(m["message_id"]) for m in (context or {}).get("recalled") or [] if m.get("message_id") is not None]
 
 
-def _messages(data: _Data) -> list[dict[str, Any]]:
+def _messages(data: _Data, study: Study) -> list[dict[str, Any]]:
     rows = []
     for m in data.messages:
         context = m.memory_context or {}
@@ -249,9 +266,19 @@ def _messages(data: _Data) -> list[dict[str, Any]]:
             "consolidation_g": m.consolidation_g, "recall_count": m.recall_count if m.role == "user" else None,
             "last_recall_at": m.last_recall_at, "consolidated_at": m.consolidated_at,
             "typing_ms": m.typing_ms, "keystrokes": m.keystrokes, "pasted_chars": m.pasted_chars,
-            "focus_losses": m.focus_losses,
+            "focus_losses": m.focus_losses, **_typing_columns(m, study),
         })
     return rows
+
+
+def _typing_columns(m: Message, study: Study) -> dict[str, Any]:
+    if m.role != "user":
+        return {}
+    per_second, per_char = typing_rates(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars)
+    flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks)
+    return {"typed_chars_per_second": per_second, "keystrokes_per_typed_char": per_char,
+            "implausible_typing": None if flags is None else bool(flags),
+            "implausible_typing_reasons": ";".join(flags or []) or None}
 
 
 def _questionnaires_long(data: _Data, study: Study, exclude_pii: bool) -> list[dict[str, Any]]:
@@ -321,7 +348,7 @@ def _tables(data: _Data, study: Study, *, exclude_pii: bool
     raw = {
         "participants.csv": _participants(data, study),
         "task_sessions.csv": _task_sessions(data),
-        "messages.csv": _messages(data),
+        "messages.csv": _messages(data, study),
         "questionnaires_long.csv": _questionnaires_long(data, study, exclude_pii),
         "questionnaires_wide.csv": _questionnaires_wide(data),
         "profiles.csv": _profiles(data),

@@ -3,21 +3,36 @@
 Every chart returns a valid PNG, also before there is any data (a frame saying
 "no data yet"), so the console can show its image slots from the first day.
 Figures are built with ``matplotlib.figure.Figure`` rather than pyplot, which
-keeps global state out of a threaded server. Labels are ASCII so no CJK font
-is needed on the server.
+keeps global state out of a threaded server.
+
+Labels are in the admin's language (``language``: zh or en). Chinese is drawn with
+Noto Sans CJK SC, shipped by the pinned ``mpl-font`` package (requirements.txt) and
+registered with matplotlib's font manager from that package's folder, so no font of
+the host is needed; DejaVu Sans (matplotlib's own) stays first for Latin text.
+
+``PlotCache`` keeps each rendered PNG until the data it is drawn from change: its key
+holds the plot, its arguments, the language and ``data_version`` (row counts, newest
+ids and times of the tables the plots read), so a repeated request costs a few
+small queries instead of a render.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import io
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
+import matplotlib
 import numpy as np
+from matplotlib import font_manager
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
@@ -26,7 +41,38 @@ from services.errors import BadInput, NotFound
 from services.input_checks import MAX_DB_ID, bounded_int
 from services.study import Study
 
-NO_DATA = "no data yet"
+CJK_FONT_FAMILY = "Noto Sans CJK SC"
+LANGUAGES = ("zh", "en")
+# Every label drawn, in both languages.
+LABELS: dict[str, dict[str, str]] = {
+    "no_data": {"en": "no data yet", "zh": "暂无数据"},
+    "no_memories": {"en": "no consolidated memories yet", "zh": "还没有整合后的记忆"},
+    "funnel": {"en": "Completion funnel", "zh": "完成漏斗"},
+    "registered": {"en": "registered", "zh": "已注册"},
+    "task_done": {"en": "{task} done", "zh": "{task} 完成"},
+    "participants": {"en": "participants", "zh": "参与者人数"},
+    "group": {"en": "group", "zh": "组别"},
+    "unassigned": {"en": "unassigned", "zh": "未分组"},
+    "group_sizes": {"en": "Group sizes over time", "zh": "各组人数随时间变化"},
+    "assigned": {"en": "participants assigned", "zh": "已分组人数"},
+    "assignment_time": {"en": "assignment time (UTC)", "zh": "分组时间（UTC）"},
+    "questionnaire_means": {"en": "Questionnaire means by group and task (95% CI)",
+                            "zh": "各组各任务问卷均值（95% 置信区间）"},
+    "no_bars": {"en": "bars absent where n < 2", "zh": "n < 2 时不画误差线"},
+    "recall_events": {"en": "Recall events per task (L4)", "zh": "各任务的回忆事件（L4）"},
+    "recalled": {"en": "recalled (p_final >= threshold)", "zh": "被回忆（p_final ≥ 阈值）"},
+    "not_recalled": {"en": "considered, not recalled", "zh": "候选但未回忆"},
+    "candidates": {"en": "top-k candidates", "zh": "top-k 候选数"},
+    "people": {"en": "{n} participant(s)", "zh": "{n} 名参与者"},
+    "forgetting": {"en": "Forgetting curves of {code} ({group})", "zh": "{code}（{group}）的遗忘曲线"},
+    "curve_label": {"en": "#{id} {task} (e={e:.2f}, recalled {n}x)", "zh": "#{id} {task}（e={e:.2f}，回忆 {n} 次）"},
+    "threshold": {"en": " threshold {value:g}", "zh": " 阈值 {value:g}"},
+    "days_axis": {"en": "study days since the first memory", "zh": "自第一条记忆起的研究天数"},
+    "p_axis": {"en": "recall probability p (curve: r = 1; dots: events)", "zh": "回忆概率 p（曲线：r = 1；点：事件）"},
+    "preset": {"en": "; preset {preset}", "zh": "；预设 {preset}"},
+    "events_only": {"en": "; t counted in {unit}: events only", "zh": "；t 以 {unit} 计：只画事件"},
+}
+NO_DATA = LABELS["no_data"]["en"]
 # Two-sided 95 % Student t quantiles by degrees of freedom; beyond the table the next lower entry is used.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -56,6 +102,35 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
     return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
 
 
+def label(key: str, language: str, **values: object) -> str:
+    text = LABELS[key]["zh" if language == "zh" else "en"]
+    return text.format(**values) if values else text
+
+
+def cjk_font_path() -> Path | None:
+    """Noto Sans CJK SC Regular inside the installed mpl-font package (found without importing it: its
+    ``__init__`` imports pyplot), or None if the package is missing."""
+    spec = importlib.util.find_spec("mpl_font")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "fonts" / "noto" / "NotoSansCJKsc-Regular.otf"
+    return path if path.is_file() else None
+
+
+def _register_cjk_font() -> None:
+    """Add the shipped CJK font to matplotlib's font manager, as the fallback for glyphs its Latin font lacks
+    (matplotlib falls back along the font.family list, not within the generic sans-serif list)."""
+    path = cjk_font_path()
+    if path is None:
+        return
+    font_manager.fontManager.addfont(str(path))
+    families = [f for f in matplotlib.rcParams["font.family"] if f != CJK_FONT_FAMILY]
+    matplotlib.rcParams["font.family"] = [*families, CJK_FONT_FAMILY]
+
+
+_register_cjk_font()
+
+
 def _figure(width: float = 8.0, height: float = 4.5) -> Figure:
     figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)
@@ -69,6 +144,7 @@ def _png(figure: Figure) -> bytes:
 
 
 def empty_chart(title: str, message: str = NO_DATA) -> bytes:
+    """A frame with ``title`` saying there is nothing to draw yet."""
     figure = _figure()
     ax = figure.add_subplot()
     ax.set_axis_off()
@@ -89,19 +165,19 @@ def _groups(study: Study, present: set[str]) -> list[str]:
 # -- funnel --------------------------------------------------------------------------------------
 
 
-def funnel(session: Session, study: Study) -> bytes:
+def funnel(session: Session, study: Study, language: str = "en") -> bytes:
     """Registered, then participants who completed each task, per memory group."""
-    title = "Completion funnel"
+    title = label("funnel", language)
     users = _participants(session)
     if not users:
-        return empty_chart(title)
+        return empty_chart(title, label("no_data", language))
     task_ids = study.task_ids
-    stages = ["registered"] + [f"{t} done" for t in task_ids]
+    stages = [label("registered", language)] + [label("task_done", language, task=t) for t in task_ids]
     done = defaultdict(set)
     for user_id, task_id in session.execute(select(TaskSession.user_id, TaskSession.task_id)
                                             .where(TaskSession.status == "done")):
         done[task_id].add(user_id)
-    group_of = {u.id: u.memory_group or "unassigned" for u in users}
+    group_of = {u.id: u.memory_group or label("unassigned", language) for u in users}
     groups = _groups(study, set(group_of.values()))
     counts = np.zeros((len(groups), len(stages)))
     for uid, group in group_of.items():
@@ -118,9 +194,9 @@ def funnel(session: Session, study: Study) -> bytes:
         ax.bar_label(bars, labels=[str(int(v)) for v in counts[gi]], fontsize=8)
     totals = counts.sum(axis=0)
     ax.set_xticks(x, [f"{s}\n(n={int(t)})" for s, t in zip(stages, totals, strict=True)])
-    ax.set_ylabel("participants")
+    ax.set_ylabel(label("participants", language))
     ax.set_title(title)
-    ax.legend(title="group", fontsize=8)
+    ax.legend(title=label("group", language), fontsize=8)
     ax.yaxis.get_major_locator().set_params(integer=True)
     figure.tight_layout()
     return _png(figure)
@@ -129,13 +205,13 @@ def funnel(session: Session, study: Study) -> bytes:
 # -- group sizes over time -------------------------------------------------------------------------
 
 
-def group_sizes(session: Session, study: Study) -> bytes:
+def group_sizes(session: Session, study: Study, language: str = "en") -> bytes:
     """Cumulative participants per memory group, by assignment time."""
-    title = "Group sizes over time"
+    title = label("group_sizes", language)
     rows = session.execute(select(Assignment.memory_group, Assignment.created_at)
                            .order_by(Assignment.created_at, Assignment.id)).all()
     if not rows:
-        return empty_chart(title)
+        return empty_chart(title, label("no_data", language))
     groups = _groups(study, {g for g, _ in rows})
     start, end = rows[0][1], rows[-1][1]
     figure = _figure()
@@ -145,8 +221,8 @@ def group_sizes(session: Session, study: Study) -> bytes:
         xs = [start] + times + [end]
         ys = [0] + list(range(1, len(times) + 1)) + [len(times)]
         ax.step(xs, ys, where="post", label=f"{group} (n={len(times)})")
-    ax.set_ylabel("participants assigned")
-    ax.set_xlabel("assignment time (UTC)")
+    ax.set_ylabel(label("assigned", language))
+    ax.set_xlabel(label("assignment_time", language))
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -176,20 +252,21 @@ def scale_scores(session: Session, study: Study) -> dict[str, dict[tuple[str, st
     return scores
 
 
-def questionnaire_means(session: Session, study: Study, instrument: str | None = None) -> bytes:
-    """Scale means by group and task with 95 % confidence intervals, one panel per instrument."""
-    title = "Questionnaire means by group and task (95% CI)"
+def questionnaire_means(session: Session, study: Study, instrument: str | None = None, language: str = "en") -> bytes:
+    """Scale means by group and task with 95 % confidence intervals, one panel per instrument
+    (two panels a row, large enough to read at the console's full width)."""
+    title = label("questionnaire_means", language)
     if instrument is not None and instrument not in study.instruments:
         raise BadInput(f"unknown instrument {instrument!r}", code="unknown_instrument")
     scores = scale_scores(session, study)
     names = [n for n in study.instruments if n in scores and (instrument is None or n == instrument)]
     if not names:
-        return empty_chart(title)
+        return empty_chart(title, label("no_data", language))
     task_ids = study.task_ids
     groups = _groups(study, {g for n in names for g, _ in scores[n]})
-    cols = min(3, len(names))
+    cols = min(2, len(names))
     rows = math.ceil(len(names) / cols)
-    figure = _figure(4.2 * cols, 3.2 * rows + 0.6)
+    figure = _figure(6.4 * cols, 4.4 * rows + 0.8)
     for index, name in enumerate(names):
         ax = figure.add_subplot(rows, cols, index + 1)
         offsets = np.linspace(-0.15, 0.15, len(groups)) if len(groups) > 1 else [0.0]
@@ -203,28 +280,30 @@ def questionnaire_means(session: Session, study: Study, instrument: str | None =
                     means.append(mean)
                     errors.append(half or 0.0)
             if xs:
-                ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=group)
+                ax.errorbar(xs, means, yerr=errors, marker="o", markersize=7, linewidth=2, capsize=4, label=group)
         items = study.instruments[name].items
         ax.set_ylim(min(i.get("min", 1) for i in items) - 0.3, max(i.get("max", 7) for i in items) + 0.3)
         ax.set_xticks(range(len(task_ids)), task_ids)
-        ax.set_title(name, fontsize=9)
-        ax.tick_params(labelsize=8)
+        shown = study.instruments[name].title.get(language)
+        ax.set_title(f"{shown} ({name})" if shown else name, fontsize=13)
+        ax.tick_params(labelsize=12)
+        ax.grid(axis="y", alpha=0.3)
     handles, labels = figure.axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="upper right", fontsize=8, title="group")
-    figure.suptitle(title + "; bars absent where n < 2")
-    figure.tight_layout(rect=(0, 0, 0.92, 0.95))
+    figure.legend(handles, labels, loc="upper right", fontsize=12, title=label("group", language), title_fontsize=12)
+    figure.suptitle(f"{title}; {label('no_bars', language)}", fontsize=15)
+    figure.tight_layout(rect=(0, 0, 0.9, 0.96))
     return _png(figure)
 
 
 # -- recall events -------------------------------------------------------------------------------------
 
 
-def recall_events(session: Session, study: Study) -> bytes:
+def recall_events(session: Session, study: Study, language: str = "en") -> bytes:
     """Forgetting-curve candidates per task (L4): recalled versus considered but not recalled."""
-    title = "Recall events per task (L4)"
+    title = label("recall_events", language)
     rows = session.execute(select(RecallEvent.task_id, RecallEvent.recalled, RecallEvent.user_id)).all()
     if not rows:
-        return empty_chart(title)
+        return empty_chart(title, label("no_data", language))
     task_ids = study.task_ids
     task_ids += sorted({t for t, _, _ in rows} - set(task_ids))
     recalled = np.array([sum(1 for t, r, _ in rows if t == task and r) for task in task_ids])
@@ -233,12 +312,12 @@ def recall_events(session: Session, study: Study) -> bytes:
     figure = _figure()
     ax = figure.add_subplot()
     x = np.arange(len(task_ids))
-    ax.bar(x, recalled, label="recalled (p_final >= threshold)", color="#2a7fb8")
-    ax.bar(x, missed, bottom=recalled, label="considered, not recalled", color="#c9d7e3")
+    ax.bar(x, recalled, label=label("recalled", language), color="#2a7fb8")
+    ax.bar(x, missed, bottom=recalled, label=label("not_recalled", language), color="#c9d7e3")
     for xi, (r, m, n) in enumerate(zip(recalled, missed, people, strict=True)):
-        ax.text(xi, r + m, f"{r}/{r + m}\n{n} participant(s)", ha="center", va="bottom", fontsize=8)
+        ax.text(xi, r + m, f"{r}/{r + m}\n{label('people', language, n=n)}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, task_ids)
-    ax.set_ylabel("top-k candidates")
+    ax.set_ylabel(label("candidates", language))
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.margins(y=0.2)
@@ -250,19 +329,19 @@ def recall_events(session: Session, study: Study) -> bytes:
 
 
 def forgetting_curves(session: Session, study: Study, user_id: int, *, now: datetime,
-                      day_seconds: float) -> bytes:
+                      day_seconds: float, language: str = "en") -> bytes:
     """p over time for a participant's memories at full relevance (r = 1): the curve decays with
     time since creation or last recall, and each recall restarts it with the larger g. Dots are
     the recall events actually computed (their own r), filled when recalled."""
     user = session.get(User, user_id)
     if user is None or user.role != "participant":
         raise NotFound("no such participant", code="unknown_participant")
-    title = f"Forgetting curves of {user.participant_code} ({user.memory_group})"
+    title = label("forgetting", language, code=user.participant_code, group=user.memory_group)
     memories = session.scalars(select(Message).where(Message.user_id == user_id, Message.role == "user",
                                                      Message.consolidation_g.is_not(None))
                                .order_by(Message.id)).all()
     if not memories:
-        return empty_chart(title, "no consolidated memories yet")
+        return empty_chart(title, label("no_memories", language))
     events = session.scalars(select(RecallEvent).where(RecallEvent.user_id == user_id)
                              .order_by(RecallEvent.created_at, RecallEvent.id)).all()
     by_memory: dict[int, list[RecallEvent]] = defaultdict(list)
@@ -284,8 +363,8 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
         color = f"C{index % 10}"
         memory_events = by_memory.get(memory.id, [])
         g = memory_events[0].g_before if memory_events else memory.consolidation_g
-        label = f"#{memory.id} {memory.task_id} (e={memory.emotional_salience or 0:.2f}, " \
-                f"recalled {memory.recall_count or 0}x)"
+        name = label("curve_label", language, id=memory.id, task=memory.task_id, e=memory.emotional_salience or 0,
+                     n=memory.recall_count or 0)
         if by_wall_clock:
             anchors = [memory.created_at] + [e.created_at for e in memory_events if e.recalled] + [end]
             gs = [g] + [e.g_after for e in memory_events if e.recalled]
@@ -296,18 +375,19 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
                                               day_seconds=day_seconds)
                 xs.extend(days(start) + seconds / day_seconds)
                 ys.extend(np.atleast_1d(recall_model.recall_probability(1.0, t, g_segment)))
-            ax.plot(xs, ys, linewidth=1.2, color=color, label=label)
+            ax.plot(xs, ys, linewidth=1.2, color=color, label=name)
         for number, event in enumerate(memory_events):
             ax.scatter([days(event.created_at)], [event.p_final], s=28, zorder=3,
                        facecolors=color if event.recalled else "none", edgecolors=color,
-                       label=label if not by_wall_clock and number == 0 else None)
+                       label=name if not by_wall_clock and number == 0 else None)
     ax.axhline(params.threshold, linestyle="--", color="#888888", linewidth=1)
-    ax.text(0, params.threshold, f" threshold {params.threshold:g}", va="bottom", fontsize=8, color="#555555")
+    ax.text(0, params.threshold, label("threshold", language, value=params.threshold), va="bottom", fontsize=8,
+            color="#555555")
     ax.set_ylim(-0.02, 1.05)
-    ax.set_xlabel("study days since the first memory")
-    ax.set_ylabel("recall probability p (curve: r = 1; dots: events)")
-    ax.set_title(title + (f"; preset {params.preset}" if by_wall_clock else
-                          f"; t counted in {params.time_unit}: events only"))
+    ax.set_xlabel(label("days_axis", language))
+    ax.set_ylabel(label("p_axis", language))
+    ax.set_title(title + (label("preset", language, preset=params.preset) if by_wall_clock else
+                          label("events_only", language, unit=params.time_unit)))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     figure.tight_layout()
@@ -324,15 +404,82 @@ PLOTS: dict[str, Callable[..., bytes]] = {
 
 
 def render(name: str, session: Session, study: Study, *, args: dict[str, str], now: datetime,
-           day_seconds: float) -> bytes:
+           day_seconds: float, language: str = "en") -> bytes:
     """The chart called ``name``; ``args`` are the request's query parameters."""
+    check_name(name)
+    if name == "forgetting_curves":
+        return forgetting_curves(session, study, _user_id(args), now=now, day_seconds=day_seconds,
+                                 language=language)
+    if name == "questionnaire_means":
+        return questionnaire_means(session, study, args.get("instrument") or None, language=language)
+    return PLOTS[name](session, study, language=language)
+
+
+def check_name(name: str) -> None:
     if name not in PLOTS:
         raise NotFound(f"no plot called {name!r}; available: {', '.join(PLOTS)}", code="unknown_plot")
-    if name == "forgetting_curves":
-        if args.get("user_id") is None:
-            raise BadInput("forgetting_curves needs ?user_id=<participant id>", code="user_id_required")
-        user_id = bounded_int(args["user_id"], name="user_id", low=1, high=MAX_DB_ID)
-        return forgetting_curves(session, study, user_id, now=now, day_seconds=day_seconds)
-    if name == "questionnaire_means":
-        return questionnaire_means(session, study, args.get("instrument") or None)
-    return PLOTS[name](session, study)
+
+
+def _user_id(args: dict[str, str]) -> int:
+    if args.get("user_id") is None:
+        raise BadInput("forgetting_curves needs ?user_id=<participant id>", code="user_id_required")
+    return bounded_int(args["user_id"], name="user_id", low=1, high=MAX_DB_ID)
+
+
+def plot_language(raw: str | None, default: str) -> str:
+    if raw is None or raw == "":
+        return default if default in LANGUAGES else "en"
+    if raw not in LANGUAGES:
+        raise BadInput(f"lang must be one of {', '.join(LANGUAGES)}", code="invalid_language", details={"lang": raw})
+    return raw
+
+
+# -- cache -------------------------------------------------------------------------------------------------
+
+_VERSIONED = (User, Assignment, TaskSession, QuestionnaireResponse, RecallEvent)
+
+
+def data_version(session: Session) -> tuple:
+    """What the plots are drawn from, in a few aggregate queries: each table's row count and newest id,
+    plus the times that change without a new row (a task completed, a memory consolidated or recalled)."""
+    version: list = []
+    for model in _VERSIONED:
+        version += list(session.execute(select(func.count(), func.max(model.id)).select_from(model)).one())
+    version += list(session.execute(select(func.count(), func.max(TaskSession.completed_at))
+                                    .where(TaskSession.status == "done")).one())
+    version += list(session.execute(select(func.count(), func.max(Message.consolidated_at),
+                                           func.max(Message.last_recall_at), func.sum(Message.recall_count))
+                                    .where(Message.consolidation_g.is_not(None))).one())
+    return tuple(str(v) for v in version)
+
+
+class PlotCache:
+    """Rendered PNGs by plot, arguments, language and data version; the oldest entries go first.
+
+    ``renders`` counts the renders it did (a hit renders nothing). One per app; thread-safe."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.renders = 0
+        self._entries: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name: str, session: Session, study: Study, *, args: dict[str, str], now: datetime,
+            day_seconds: float, language: str) -> tuple[bytes, str, bool]:
+        """(png, etag, hit). The forgetting curves run up to now, so their key also holds the minute."""
+        check_name(name)
+        relevant = {k: args[k] for k in ("user_id", "instrument") if args.get(k)}
+        minute = now.strftime("%Y%m%d%H%M") if name == "forgetting_curves" else ""
+        key = hashlib.sha256(repr((name, sorted(relevant.items()), language, minute, day_seconds,
+                                   data_version(session))).encode()).hexdigest()[:32]
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key], key, True
+        png = render(name, session, study, args=args, now=now, day_seconds=day_seconds, language=language)
+        with self._lock:
+            self.renders += 1
+            self._entries[key] = png
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return png, key, False

@@ -6,6 +6,13 @@ how often the page lost focus since the previous message of the task. They are
 optional (an API client may send none) and validated here: a non-negative whole
 number under a cap that no person reaches in one message, or a 400.
 
+A message is *implausibly typed* (``typing_flags``) when the characters typed into
+the box (its length less the pasted ones) came faster than ``max_chars_per_second``
+of typing, or with fewer than ``min_keystrokes_per_char`` key presses each: a
+script posting text, or text dictated or written elsewhere without a paste event.
+Only messages with at least ``min_chars`` typed characters and reported signals are
+judged. The thresholds are the study file's ``typing_checks``.
+
 An attention item (``type: "attention"``) has one ``expected`` answer; any other
 answer is a failed check. The monitor counts both per participant and its
 filters flag pasted messages and failed checks.
@@ -16,12 +23,15 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import Message, QuestionnaireResponse
 from services.errors import BadInput
-from services.study import Study
+from services.study import Study, TypingChecks
+
+TOO_FAST = "too_fast"
+TOO_FEW_KEYSTROKES = "too_few_keystrokes"
 
 # Upper bounds per message: a day of typing, and counts far beyond any 4000-character message.
 SIGNAL_CAPS: dict[str, int] = {
@@ -52,6 +62,33 @@ def parse_signals(data: dict[str, Any]) -> dict[str, int | None]:
     return signals
 
 
+def typing_flags(text_chars: int, typing_ms: int | None, keystrokes: int | None, pasted_chars: int | None,
+                 checks: TypingChecks) -> list[str] | None:
+    """Why a user message's typing is implausible ([] when plausible); None when it is not judged
+    (no signals reported, or fewer typed characters than ``checks.min_chars``)."""
+    if typing_ms is None or keystrokes is None:
+        return None
+    typed = text_chars - (pasted_chars or 0)
+    if typed < checks.min_chars:
+        return None
+    flags = []
+    if typed * 1000 > checks.max_chars_per_second * typing_ms:  # typing_ms 0: infinitely fast
+        flags.append(TOO_FAST)
+    if keystrokes < checks.min_keystrokes_per_char * typed:
+        flags.append(TOO_FEW_KEYSTROKES)
+    return flags
+
+
+def typing_rates(text_chars: int, typing_ms: int | None, keystrokes: int | None,
+                 pasted_chars: int | None) -> tuple[float | None, float | None]:
+    """Typed (not pasted) characters per second of typing, and key presses per typed character;
+    None where a signal is missing or the denominator is 0."""
+    typed = text_chars - (pasted_chars or 0)
+    per_second = typed * 1000 / typing_ms if typing_ms else None
+    per_char = keystrokes / typed if keystrokes is not None and typed > 0 else None
+    return per_second, per_char
+
+
 def attention_items(study: Study) -> dict[str, Mapping[str, Any]]:
     """item id -> definition of every attention item in the study."""
     return {item["id"]: item for instrument in study.instruments.values() for item in instrument.items
@@ -63,15 +100,20 @@ def attention_passed(item: Mapping[str, Any], value: Any) -> bool:
 
 
 def participant_quality(session: Session, study: Study) -> dict[int, dict[str, int]]:
-    """user id -> pasted messages, pasted characters, focus losses, attention checks and failures."""
+    """user id -> pasted messages, pasted characters, focus losses, implausibly typed messages,
+    attention checks and failures."""
     result: dict[int, dict[str, int]] = defaultdict(lambda: {
-        "pasted_messages": 0, "pasted_chars": 0, "focus_losses": 0, "attention_checks": 0, "attention_failures": 0})
-    for user_id, pasted, focus in session.execute(
-            select(Message.user_id, Message.pasted_chars, Message.focus_losses).where(Message.role == "user")):
+        "pasted_messages": 0, "pasted_chars": 0, "focus_losses": 0, "implausible_typing_messages": 0,
+        "attention_checks": 0, "attention_failures": 0})
+    for user_id, pasted, focus, chars, typing_ms, keys in session.execute(
+            select(Message.user_id, Message.pasted_chars, Message.focus_losses, func.length(Message.content),
+                   Message.typing_ms, Message.keystrokes).where(Message.role == "user")):
         entry = result[user_id]
         entry["pasted_messages"] += 1 if pasted else 0
         entry["pasted_chars"] += pasted or 0
         entry["focus_losses"] += focus or 0
+        entry["implausible_typing_messages"] += 1 if typing_flags(chars, typing_ms, keys, pasted,
+                                                                  study.typing_checks) else 0
     items = attention_items(study)
     if items:
         for user_id, item_id, value in session.execute(

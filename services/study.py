@@ -99,6 +99,15 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class TypingChecks:
+    """When a typed chat message is implausible for a person at a keyboard (scripted or typed elsewhere):
+    judged by services.quality.typing_flags on the characters typed, i.e. not pasted."""
+    min_chars: int  # messages with fewer typed characters are not judged
+    max_chars_per_second: float  # more typed characters per second of typing than this is flagged
+    min_keystrokes_per_char: float  # fewer key presses per typed character than this is flagged
+
+
+@dataclass(frozen=True)
 class Instrument:
     title: Text  # the construct, for researchers (export, codebook)
     items: tuple[Mapping[str, Any], ...]
@@ -155,6 +164,7 @@ class Study:
     memory: MemorySettings
     instruments: Mapping[str, Instrument]
     debrief: Debrief
+    typing_checks: TypingChecks
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
 
     def task(self, task_id: str) -> Task:
@@ -256,6 +266,7 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         instruments=_frozen({name: _instrument(name, i) for name, i in _mapping("instruments",
                                                                                 raw["instruments"]).items()}),
         debrief=_debrief(raw["debrief"], list(_mapping("conditions", raw["conditions"]))),
+        typing_checks=_typing_checks(raw["typing_checks"]),
         definition=freeze(definition),
     )
     _check_consistency(study)
@@ -398,6 +409,14 @@ def _dataclass(path: str, raw: Any, cls: type) -> Any:
         if f.name in data:
             values[f.name] = _typed(f"{path}.{f.name}", data[f.name], _FIELD_KINDS[str(f.type)])
     return cls(**values)
+
+
+def _typing_checks(raw: Any) -> TypingChecks:
+    checks = _dataclass("typing_checks", raw, TypingChecks)
+    if checks.min_chars < 1 or checks.max_chars_per_second <= 0 or checks.min_keystrokes_per_char < 0:
+        raise StudyDefinitionError("typing_checks: min_chars must be at least 1, max_chars_per_second positive "
+                                   "and min_keystrokes_per_char not negative")
+    return checks
 
 
 def _consent(raw: Any) -> Consent:

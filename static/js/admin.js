@@ -10,7 +10,11 @@ import {
 } from "./i18n.js";
 
 const POLL_MS = 3000;
-const TASK_ORDER = { locked: 0, available: 1, in_progress: 2, done: 3 };
+const TASK_ORDER = { withdrawn: -1, erased: -1, locked: 0, available: 1, in_progress: 2, done: 3 };
+// Shown unless the admin hides them; the rest start hidden so the monitor fits 1280 px (chosen in "Columns").
+const OPTIONAL_COLUMNS = { username: false, enrolled_at: false, last_active_at: false, questionnaires_done: false,
+  provider_failures: true, reminders: true, messages: true };
+const HIDDEN_KEY = "memorylab.admin.columns";
 const PLOTS = ["funnel", "group_sizes", "questionnaire_means", "recall_events"];
 
 const main = document.getElementById("main");
@@ -20,7 +24,8 @@ const state = {
   user: null,
   cleanup: null,
   sort: { key: "id", dir: 1 },
-  filters: { group: "", status: "", overdue: false, pasted: false, failedChecks: false, search: "" },
+  filters: { group: "", status: "", overdue: false, pasted: false, failedChecks: false, implausible: false, search: "" },
+  shownColumns: loadShownColumns(),
   lastRows: [],
 };
 
@@ -34,6 +39,32 @@ function announce(text) {
 function errorText(err) {
   if (err.code === "network") return t("error.network");
   return t("error.generic", { message: err.message });
+}
+
+/** The word for a server value (a status, a phase, an error code) in the admin's language; the value itself
+ *  when there is none. */
+function term(prefix, value) {
+  if (value === null || value === undefined || value === "") return "–";
+  const key = `${prefix}.${value}`;
+  const text = t(key);
+  return text === key ? String(value) : text;
+}
+
+/** Why an action failed, in the admin's language when the server's code is known. */
+function actionError(err) {
+  const key = `admin.error.${err.code}`;
+  const text = t(key);
+  return text === key ? errorText(err) : text;
+}
+
+function loadShownColumns() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(HIDDEN_KEY) || "null");
+    if (stored && typeof stored === "object") return { ...OPTIONAL_COLUMNS, ...stored };
+  } catch {
+    // a broken stored choice falls back to the defaults
+  }
+  return { ...OPTIONAL_COLUMNS };
 }
 
 function noticeBox(kind = "error") {
@@ -50,10 +81,15 @@ function taskIds() {
   return (state.study?.tasks || []).map((task) => task.id);
 }
 
-function table(headers, rows, { empty, className = "" } = {}) {
+/** Column headers by key: admin.th.<key> in the admin's language; notation (r, t, p, cosine) as it is. */
+function headers(...keys) {
+  return keys.map((key) => term("admin.th", key));
+}
+
+function table(labels, rows, { empty, className = "" } = {}) {
   if (!rows.length) return h("p.muted", empty || t("admin.context.none"));
   return h("div.table-wrap", h(`table.data${className ? `.${className}` : ""}`,
-    h("thead", h("tr", headers.map((label) => h("th", { scope: "col" }, label)))),
+    h("thead", h("tr", labels.map((label) => h("th", { scope: "col" }, label)))),
     h("tbody", rows.map((cells) => h("tr", cells.map((cell) => h("td", cell)))))));
 }
 
@@ -103,7 +139,7 @@ document.getElementById("logout").addEventListener("click", async () => {
     await api.post("/api/auth/logout");
   } finally {
     forgetCsrfToken();
-    location.assign("/#/login");
+    location.assign("/admin/login");
   }
 });
 
@@ -200,7 +236,15 @@ function columns() {
     { key: "reminders", label: t("admin.col.reminders"), cell: remindersCell,
       sortValue: (r) => (r.reminders || []).length },
   ];
-  return [...base, ...tasks, ...rest];
+  return [...base, ...tasks, ...rest].filter((column) => state.shownColumns[column.key] !== false);
+}
+
+function optionalColumnLabels() {
+  return {
+    username: t("admin.col.username"), enrolled_at: t("admin.col.enrolled"), last_active_at: t("admin.col.last_active"),
+    messages: t("admin.col.messages"), questionnaires_done: t("admin.col.questionnaires"),
+    provider_failures: t("admin.col.failures"), reminders: t("admin.col.reminders"),
+  };
 }
 
 function qualityCell(row) {
@@ -209,6 +253,9 @@ function qualityCell(row) {
   if (row.attention_failures) {
     parts.push(h("span.badge.flag.attention",
       t("admin.quality.failed", { n: row.attention_failures, checks: row.attention_checks })));
+  }
+  if (row.implausible_typing_messages) {
+    parts.push(h("span.badge.flag.implausible", t("admin.quality.implausible", { n: row.implausible_typing_messages })));
   }
   if (row.focus_losses) parts.push(h("span.sub", t("admin.quality.focus", { n: row.focus_losses })));
   return parts.length ? h("div.quality-cell", parts) : "–";
@@ -242,8 +289,13 @@ function statusCell(row) {
 function taskCell(row, taskId) {
   const detail = (row.task_details || []).find((d) => d.id === taskId) || { status: row.tasks?.[taskId] || "locked" };
   const status = detail.status || "locked";
-  const parts = [h(`span.badge.${status}`, { dataset: { status } }, t(`tasks.status.${status}`))];
-  if (status === "done") {
+  const ended = status === "withdrawn" || status === "erased";
+  const parts = [h(`span.badge.${status}`, { dataset: { status } },
+    ended ? t(`admin.task.${status}`) : t(`tasks.status.${status}`))];
+  if (ended) {
+    parts.push(h("span.sub", t(`admin.progress.${detail.progress || "not_started"}`,
+      { phase: term("admin.phase", detail.phase) })));
+  } else if (status === "done") {
     parts.push(h("span.sub", formatShort(detail.completed_at)));
   } else if (status === "in_progress") {
     parts.push(h("span.sub", detail.phase === "questionnaire"
@@ -261,7 +313,7 @@ function taskCell(row, taskId) {
 function consolidationCell(row) {
   const entries = Object.entries(row.consolidation || {});
   return h("div",
-    entries.map(([task, status]) => h("span.sub", `${task}: ${status}`)),
+    entries.map(([task, status]) => h("span.sub", `${task}: ${term("admin.consolidation", status)}`)),
     row.consolidation_pending ? h("span.badge.in_progress", t("admin.pending", { n: row.consolidation_pending })) : null);
 }
 
@@ -279,7 +331,7 @@ function compare(a, b) {
 }
 
 function visibleRows(rows) {
-  const { group, status, overdue, pasted, failedChecks, search } = state.filters;
+  const { group, status, overdue, pasted, failedChecks, implausible, search } = state.filters;
   const needle = search.trim().toLowerCase();
   // The server filters too; doing it here as well keeps the table right while a poll is in flight.
   return rows.filter((r) => (!group || r.memory_group === group)
@@ -287,6 +339,7 @@ function visibleRows(rows) {
     && (!overdue || r.overdue)
     && (!pasted || r.pasted_messages > 0)
     && (!failedChecks || r.attention_failures > 0)
+    && (!implausible || r.implausible_typing_messages > 0)
     && (!needle || `${r.participant_code} ${r.username}`.toLowerCase().includes(needle)));
 }
 
@@ -333,6 +386,7 @@ async function showMonitor() {
   const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
   const pastedBox = h("input#filter-pasted", { type: "checkbox", checked: state.filters.pasted });
   const failedBox = h("input#filter-failed-checks", { type: "checkbox", checked: state.filters.failedChecks });
+  const implausibleBox = h("input#filter-implausible", { type: "checkbox", checked: state.filters.implausible });
   const search = h("input#filter-search", { type: "search", value: state.filters.search, placeholder: t("admin.filter.search") });
   const heading = h("h2#participants-heading");
   const headRow = h("tr");
@@ -345,8 +399,9 @@ async function showMonitor() {
   let again = false;
   let lastSummary = null;
 
-  function fillSelect(select, values, current) {
-    const options = [h("option", { value: "" }, t("admin.filter.all")), ...values.map((v) => h("option", { value: v }, v))];
+  function fillSelect(select, values, current, labelOf = (v) => v) {
+    const options = [h("option", { value: "" }, t("admin.filter.all")),
+      ...values.map((v) => h("option", { value: v }, labelOf(v)))];
     mount(select, options);
     select.value = current;
   }
@@ -396,7 +451,9 @@ async function showMonitor() {
       .filter((g) => g && g !== "–" && g !== "unassigned").sort();
     const statuses = [...new Set(["active", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
     if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
-    if (document.activeElement !== statusSelect) fillSelect(statusSelect, statuses, state.filters.status);
+    if (document.activeElement !== statusSelect) {
+      fillSelect(statusSelect, statuses, state.filters.status, (v) => term("admin.status", v));
+    }
   }
 
   async function refresh() {
@@ -414,6 +471,7 @@ async function showMonitor() {
     if (state.filters.overdue) params.set("overdue", "1");
     if (state.filters.pasted) params.set("pasted", "1");
     if (state.filters.failedChecks) params.set("failed_checks", "1");
+    if (state.filters.implausible) params.set("implausible_typing", "1");
     try {
       const query = params.toString();
       const data = await load(`/api/admin/participants${query ? `?${query}` : ""}`);
@@ -444,6 +502,21 @@ async function showMonitor() {
   overdueBox.addEventListener("change", () => { state.filters.overdue = overdueBox.checked; filtersChanged(); });
   pastedBox.addEventListener("change", () => { state.filters.pasted = pastedBox.checked; filtersChanged(); });
   failedBox.addEventListener("change", () => { state.filters.failedChecks = failedBox.checked; filtersChanged(); });
+  implausibleBox.addEventListener("change", () => { state.filters.implausible = implausibleBox.checked; filtersChanged(); });
+  const columnChooser = h("details.column-chooser#column-chooser",
+    h("summary", t("admin.columns")),
+    h("p.muted", t("admin.columns.hint")),
+    h("div.column-options", Object.entries(optionalColumnLabels()).map(([key, text]) => {
+      const box = h(`input#column-${key}`, { type: "checkbox", checked: state.shownColumns[key] !== false,
+        dataset: { column: key } });
+      box.addEventListener("change", () => {
+        state.shownColumns[key] = box.checked;
+        localStorage.setItem(HIDDEN_KEY, JSON.stringify(state.shownColumns));
+        renderHead();
+        renderBody();
+      });
+      return h("label.check", { for: `column-${key}` }, box, h("span", text));
+    })));
   search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
   consolidateAll.addEventListener("click", async () => {
     consolidateAll.disabled = true;
@@ -461,7 +534,7 @@ async function showMonitor() {
 
   state.cleanup = () => { stopped = true; window.clearTimeout(timer); };
   fillSelect(groupSelect, [], state.filters.group);
-  fillSelect(statusSelect, ["active", "withdrawn", "erased"], state.filters.status);
+  fillSelect(statusSelect, ["active", "withdrawn", "erased"], state.filters.status, (v) => term("admin.status", v));
   renderHead();
   mount(main,
     h("h1", t("admin.nav.monitor"), updated),
@@ -473,8 +546,10 @@ async function showMonitor() {
       h("label.check", { for: "filter-overdue" }, overdueBox, h("span", t("admin.filter.overdue"))),
       h("label.check", { for: "filter-pasted" }, pastedBox, h("span", t("admin.filter.pasted"))),
       h("label.check", { for: "filter-failed-checks" }, failedBox, h("span", t("admin.filter.failed_checks"))),
+      h("label.check", { for: "filter-implausible" }, implausibleBox, h("span", t("admin.filter.implausible"))),
       h("div.field.search", h("label", { for: "filter-search" }, t("admin.filter.search")), search),
       h("div.field", consolidateAll)),
+    columnChooser,
     actionNote,
     heading,
     h("div.table-wrap", tableEl));
@@ -514,7 +589,7 @@ function contextPanel(message) {
         turn.assistant ? [h("br"), h("b", `${t("task.assistant")}: `), turn.assistant] : null))) : none()));
     const recalled = ctx.recalled || [];
     body.append(contextSection("recalled", `${t("admin.context.recalled")} (${recalled.length})`,
-      table(["task", "text", "r", "t", "p", "p_final", "g before", "g after", "cosine"],
+      table(headers("task", "text", "r", "t", "p", "p_final", "g_before", "g_after", "cosine"),
         recalled.map((m) => [m.task_id ?? "–", m.text ?? "", fmt(m.r), fmt(m.t), fmt(m.p), fmt(m.p_final),
           fmt(m.g_before), fmt(m.g_after), fmt(m.cosine)]))));
     if (ctx.summary) body.append(contextSection("summary", t("admin.context.summary_block"),
@@ -557,8 +632,11 @@ function conversation(record) {
 
 function qualityLine(message) {
   if (message.typing_ms === null || message.typing_ms === undefined) return null;
-  return h("p.quality", { class: message.pasted_chars ? "pasted" : "" },
+  const implausible = message.implausible_typing || [];
+  return h("p.quality", { class: message.pasted_chars || implausible.length ? "pasted" : "" },
     message.pasted_chars ? [h("span.badge.flag.pasted", t("admin.quality.pasted", { n: message.pasted_chars })), " "] : null,
+    implausible.map((reason) => [h("span.badge.flag.implausible", { dataset: { reason } },
+      t(`admin.quality.${reason}`)), " "]),
     t("admin.quality.message", {
       typing: fmt(message.typing_ms / 1000, 1), keys: fmt(message.keystrokes), pasted: fmt(message.pasted_chars),
       focus: fmt(message.focus_losses),
@@ -606,7 +684,7 @@ function actionsCard(record, reload) {
       await reload();
       announce(t("admin.action.done", { what }));
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: errorText(err) });
+      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
       button.disabled = false;
     }
   };
@@ -631,11 +709,21 @@ function actionsCard(record, reload) {
       { reason: withdrawReason.value.trim() });
   });
 
-  const resetTask = h("select#reset-task", taskIds().map((id) => h("option", { value: id }, id)));
-  const resetReason = h("input#reset-reason", { type: "text", maxlength: 2000 });
-  const resetButton = h("button.secondary#action-reset", { type: "submit" }, t("admin.action.reset"));
+  // only the tasks that can be reset are offered; the others say why not, in the admin's language
+  const options = record.reset_options || taskIds().map((id) => ({ task_id: id, allowed: true }));
+  const resettable = options.filter((o) => o.allowed);
+  const resetTask = h("select#reset-task", { disabled: !resettable.length },
+    resettable.map((o) => h("option", { value: o.task_id }, o.task_id)));
+  const resetReason = h("input#reset-reason", { type: "text", maxlength: 2000, disabled: !resettable.length });
+  const resetButton = h("button.secondary#action-reset", { type: "submit", disabled: !resettable.length },
+    t("admin.action.reset"));
+  const whyNot = options.filter((o) => !o.allowed).map((o) =>
+    h("li", { dataset: { task: o.task_id, code: o.code } },
+      t("admin.reset.why_not", { task: o.task_id, reason: term("admin.error", o.code) })));
   const resetForm = h("form#reset-form", { novalidate: true },
     h("label", { for: "reset-task" }, t("admin.action.reset_task")), resetTask,
+    resettable.length ? null : h("p.muted#reset-none", t("admin.reset.none")),
+    whyNot.length ? h("ul.muted.reset-why-not#reset-why-not", whyNot) : null,
     h("label", { for: "reset-reason" }, t("admin.action.reset_reason")), resetReason, resetButton);
   resetForm.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -658,7 +746,7 @@ function actionsCard(record, reload) {
       mount(newLink, h("p", t("admin.action.new_link")),
         h("input#new-return-link", { type: "text", readonly: true, value: data.url }));
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: errorText(err) });
+      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
     }
   });
   const revoke = h("button.secondary#action-revoke-links", { type: "button" }, t("admin.action.revoke_links"));
@@ -701,12 +789,12 @@ function tombstoneView(record, id) {
     h("h1", t("admin.detail.title", { code: tomb.participant_code || `#${id}` })),
     h("p.notice.info#erased-notice", t("admin.detail.erased")),
     h("section.card#tombstone", h("dl.facts", facts.map(([label, value]) => h("div", h("dt", label), h("dd", value ?? "–"))))),
-    record.audit?.length ? [h("h2", t("admin.detail.audit")), table(["time", "action"],
+    record.audit?.length ? [h("h2", t("admin.detail.audit")), table(headers("time", "action"),
       record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action]))] : null);
 }
 
 function remindersTable(reminders) {
-  return table(["task", "kind", "channel", "status", "attempts", "sent", "error"],
+  return table(headers("task", "kind", "channel", "status", "attempts", "sent", "error"),
     reminders.map((r) => [r.task_id, r.kind, r.channel, r.status, fmt(r.attempts), formatDateTime(r.sent_at), r.error || "–"]),
     { empty: t("admin.detail.no_reminders") });
 }
@@ -745,11 +833,8 @@ async function showParticipant(id) {
       if (!answersByTask.has(a.task_id)) answersByTask.set(a.task_id, []);
       answersByTask.get(a.task_id).push(a);
     }
-    const forgetting = h("img", {
-      src: `/api/admin/plots/forgetting_curves.png?user_id=${id}&v=${Date.now()}`, alt: t("admin.detail.forgetting"),
-      loading: "lazy",
-    });
-    forgetting.addEventListener("error", () => forgetting.replaceWith(h("p.muted", t("admin.plots.unavailable"))));
+    const forgetting = plotFigure("forgetting_curves", plotSrc("forgetting_curves", { user_id: id }),
+      t("admin.detail.forgetting"));
     mount(main,
       h("p", h("a", { href: "#/monitor" }, t("admin.back"))),
       h("h1", t("admin.detail.title", { code: p.participant_code || `#${id}` })),
@@ -759,26 +844,29 @@ async function showParticipant(id) {
       h("h2", t("admin.detail.conversation")),
       conversation(record),
       h("h2", t("admin.detail.sessions")),
-      table(["task", "attempt", "status", "phase", "started", "chat ended", "completed", "active s", "idle gaps",
-        "end", "reset reason", "consolidation"],
-      (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), s.status, s.phase, formatDateTime(s.started_at, { seconds: true }),
+      table(headers("task", "attempt", "status", "phase", "started", "chat_ended", "completed", "active_s", "idle_gaps",
+        "end", "reset_reason", "consolidation"),
+      (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), term("admin.session", s.status),
+        term("admin.phase", s.phase), formatDateTime(s.started_at, { seconds: true }),
         formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
-        `${fmt(s.idle_gap_count)} (${fmt(s.idle_seconds, 1)} s)`, s.end_reason || "–", s.reset_reason || "–",
-        s.consolidation_status || "–"])),
+        `${fmt(s.idle_gap_count)} (${fmt(s.idle_seconds, 1)} s)`, term("admin.end", s.end_reason), s.reset_reason || "–",
+        term("admin.consolidation", s.consolidation_status)])),
       h("h2", t("admin.detail.profiles")),
       h("section.card#profiles", profileHistory(record.profiles || [])),
       h("h2", t("admin.detail.recalls")),
-      table(["time", "task", "query", "memory", "rank", "cosine", "r", "t", "p", "p_final", "g before", "g after", "salience", "recalled"],
+      table(headers("time", "task", "query", "memory", "rank", "cosine", "r", "t", "p", "p_final", "g_before", "g_after",
+        "salience", "recalled"),
         (record.recall_events || []).map((e) => [formatDateTime(e.created_at, { seconds: true }), e.task_id, `#${e.query_message_id}`,
           `#${e.memory_message_id}`, fmt(e.rank), fmt(e.cosine), fmt(e.r), fmt(e.t), fmt(e.p), fmt(e.p_final), fmt(e.g_before),
           fmt(e.g_after), fmt(e.salience), e.recalled ? t("admin.yes") : t("admin.no")]),
         { empty: t("admin.detail.no_recalls") }),
       h("h2", t("admin.detail.questionnaires")),
-      answersByTask.size ? table(["task", "instrument", "answers", "submitted"], answerRows(answersByTask))
+      answersByTask.size ? table(headers("task", "instrument", "answers", "submitted"), answerRows(answersByTask))
         : h("p.muted", t("admin.detail.no_answers")),
       h("h2", t("admin.detail.runs")),
-      table(["id", "task", "trigger", "status", "provider", "started", "finished", "error", "steps"],
-        (record.consolidation_runs || []).map((r) => [fmt(r.id), r.task_id, r.trigger, r.status, r.provider || "–",
+      table(headers("id", "task", "trigger", "status", "provider", "started", "finished", "error", "steps"),
+        (record.consolidation_runs || []).map((r) => [fmt(r.id), r.task_id, r.trigger, term("admin.consolidation", r.status),
+          r.provider || "–",
           formatDateTime(r.started_at, { seconds: true }), formatDateTime(r.finished_at, { seconds: true }), r.error || "–",
           r.steps ? h("details", h("summary", "JSON"), jsonBlock(r.steps)) : "–"]),
         { empty: t("admin.detail.no_runs") }),
@@ -786,10 +874,10 @@ async function showParticipant(id) {
       failuresTable(record.provider_failures || [], t("admin.detail.no_failures")),
       h("h2", t("admin.detail.reminders")),
       remindersTable(p.reminders || []),
-      record.audit?.length ? [h("h2", t("admin.detail.audit")), table(["time", "action", "details"],
+      record.audit?.length ? [h("h2", t("admin.detail.audit")), table(headers("time", "action", "details"),
         record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action, jsonBlock(a.details)]))] : null,
       h("h2", t("admin.detail.forgetting")),
-      h("section.card", forgetting));
+      forgetting);
   }
 
   await reload();
@@ -798,7 +886,7 @@ async function showParticipant(id) {
 // -- failures, plots, export --------------------------------------------------------------------
 
 function failuresTable(failures, empty) {
-  return table(["time", "participant", "provider", "model", "purpose", "error", "status", "message", "fallback"],
+  return table(headers("time", "participant", "provider", "model", "purpose", "error", "status", "message", "fallback"),
     failures.map((f) => [formatDateTime(f.at, { seconds: true }),
       f.user_id ? h("a", { href: `#/participant/${f.user_id}` }, f.participant_code || `#${f.user_id}`) : "–",
       f.provider, f.model || "–", f.purpose || "–", f.error_class || "–", fmt(f.status_code), f.message || "",
@@ -813,22 +901,42 @@ async function showFailures() {
   mount(main,
     h("h1", t("admin.failures.title"), data.total !== undefined ? h("span.updated", `n = ${data.total}`) : null),
     byProvider.length ? [h("h2", t("admin.failures.by_provider")),
-      table(["provider", "replies", "failures", "reply failure rate", "by purpose"],
+      table(headers("provider", "replies", "failures", "failure_rate", "by_purpose"),
         byProvider.map((p) => [p.provider, fmt(p.replies), fmt(p.failures), fmt(p.reply_failure_rate, 4),
           Object.entries(p.failures_by_purpose || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "–"]))] : null,
     h("h2", t("admin.failures.list")),
     failuresTable(data.failures || [], t("admin.failures.none")));
 }
 
+/** A plot's address in the admin's language; the server caches it until its data change (ETag). */
+function plotSrc(name, params = {}) {
+  const query = new URLSearchParams({ ...params, lang: language() });
+  return `/api/admin/plots/${name}.png?${query}`;
+}
+
+/** A plot card that says it is drawing until the image has arrived (a first render takes seconds). */
 function plotFigure(name, src, caption) {
-  const img = h("img", { src, alt: caption, loading: "lazy" });
-  const figure = h("figure.card", { dataset: { plot: name } }, h("figcaption", caption), img);
-  img.addEventListener("error", () => img.replaceWith(h("p.muted", t("admin.plots.unavailable"))));
+  const waiting = h("p.plot-loading", { role: "status" }, h("span.spinner", { "aria-hidden": "true" }),
+    t("admin.plots.loading"));
+  const img = h("img", { src, alt: caption, hidden: true });
+  const figure = h("figure.card", { dataset: { plot: name, state: "loading" }, "aria-busy": "true" },
+    h("figcaption", caption), waiting, img);
+  img.addEventListener("load", () => {
+    waiting.remove();
+    img.hidden = false;
+    figure.dataset.state = "ready";
+    figure.removeAttribute("aria-busy");
+  });
+  img.addEventListener("error", () => {
+    waiting.remove();
+    img.replaceWith(h("p.muted", t("admin.plots.unavailable")));
+    figure.dataset.state = "failed";
+    figure.removeAttribute("aria-busy");
+  });
   return figure;
 }
 
 async function showPlots() {
-  const stamp = Date.now();
   const participants = h("select#plot-participant");
   const curve = h("div#forgetting-curve");
   const showCurve = () => {
@@ -836,14 +944,14 @@ async function showPlots() {
       mount(curve, h("p.muted", t("admin.context.none")));
       return;
     }
-    mount(curve, plotFigure("forgetting_curves",
-      `/api/admin/plots/forgetting_curves.png?user_id=${participants.value}&v=${Date.now()}`, t("admin.plots.forgetting_curves")));
+    mount(curve, plotFigure("forgetting_curves", plotSrc("forgetting_curves", { user_id: participants.value }),
+      t("admin.plots.forgetting_curves")));
   };
   participants.addEventListener("change", showCurve);
   mount(main,
     h("h1", t("admin.plots.title"),
       h("button.secondary.small", { type: "button", onclick: () => showPlots() }, t("admin.plots.reload"))),
-    h("div.plots", PLOTS.map((name) => plotFigure(name, `/api/admin/plots/${name}.png?v=${stamp}`, t(`admin.plots.${name}`)))),
+    h("div.plots", PLOTS.map((name) => plotFigure(name, plotSrc(name), t(`admin.plots.${name}`)))),
     h("h2", t("admin.plots.forgetting_curves")),
     h("div.field", { style: { maxWidth: "20rem" } },
       h("label", { for: "plot-participant" }, t("admin.col.code")), participants),

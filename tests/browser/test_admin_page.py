@@ -37,8 +37,10 @@ def test_admin_monitor_follows_a_bot_and_shows_the_memory_context(new_page, live
                                                                    screenshot):
     page = new_page()
     page.goto("/admin")
-    expect(page).to_have_url(re.compile(r"/\?next=/admin#/login$"))
-    log_in(page, *admin_account)
+    expect(page).to_have_url(re.compile(r"/admin/login\?next=/admin$"))
+    page.fill("#admin-login-username", admin_account[0])
+    page.fill("#admin-login-password", admin_account[1])
+    page.click("#admin-login-submit")
     expect(page).to_have_url(re.compile(r"/admin#?/?$|/admin#/monitor$"))
     expect(page.locator("#participants")).to_be_visible()
     expect(page.locator("#updated")).to_have_text(re.compile(r"\d{2}:\d{2}:\d{2}"))
@@ -58,6 +60,8 @@ def test_admin_monitor_follows_a_bot_and_shows_the_memory_context(new_page, live
     participant.finish_task("T1", started)
     expect(row.locator(".task-cell[data-task=T1]")).to_have_attribute("data-status", "done", timeout=10_000)
     expect(row.locator("td[data-col=messages]")).to_have_text("2")
+    page.click("#column-chooser summary")  # hidden by default so the monitor fits 1280 px; chosen here
+    page.check("#column-questionnaires_done")
     expect(row.locator("td[data-col=questionnaires_done]")).to_have_text("1")
     expect(page.locator("#summary [data-funnel='T1'] .count")).to_have_text(str(done_before + 1))
     assert page.evaluate("window.__sameDocument") is True, "the monitor reloaded the page"

@@ -141,3 +141,40 @@ def test_a_chat_still_running_is_not_counted_as_pending_consolidation(app, make_
     carol.post("/api/tasks/T1/heartbeat")
     row = admin_client.get(f"/api/admin/participants/{_id(carol)}").get_json()["participant"]
     assert row["consolidation_pending"] == 1
+
+
+def test_a_withdrawn_participants_tasks_show_their_real_state_to_the_admin(make_participant, admin_client, clock,
+                                                                            study):
+    """Not "locked": T1 done stays done, T2 stopped mid-chat shows withdrawn in its chat phase, T3 not started."""
+    api = make_participant()
+    walk_task(api, clock, "T1", ["你好，我是小林。"], study=study)
+    clock.advance(days=study.task("T2").unlock_offset_days, seconds=60)
+    assert api.post("/api/tasks/T2/start").status_code == 201
+    user_id = _id(api)
+    assert admin_client.post(f"/api/admin/participants/{user_id}/withdraw", json={"reason": "moved away"}
+                             ).status_code == 200
+    row = next(r for r in admin_client.get("/api/admin/participants").get_json()["participants"] if r["id"] == user_id)
+    assert row["tasks"] == {"T1": "done", "T2": "withdrawn", "T3": "withdrawn", "T4": "withdrawn"}
+    details = {d["id"]: d for d in row["task_details"]}
+    assert details["T2"]["progress"] == "in_progress" and details["T2"]["phase"] == "chat"
+    assert details["T3"]["progress"] == "not_started"
+    record = admin_client.get(f"/api/admin/participants/{user_id}").get_json()
+    assert {d["id"]: d["status"] for d in record["participant"]["task_details"]}["T2"] == "withdrawn"
+    # the participant's own view is unchanged: nothing can be started
+    assert {t["id"]: t["status"] for t in api.get("/api/tasks").get_json()["tasks"]}["T3"] == "locked"
+
+
+def test_the_record_says_which_tasks_can_be_reset_and_why_not(make_participant, admin_client, clock, study):
+    api = make_participant()
+    walk_task(api, clock, "T1", ["你好。"], study=study)
+    clock.advance(days=study.task("T2").unlock_offset_days, seconds=60)
+    assert api.post("/api/tasks/T2/start").status_code == 201
+    record = admin_client.get(f"/api/admin/participants/{_id(api)}").get_json()
+    assert record["reset_options"] == [
+        {"task_id": "T1", "allowed": False, "code": "task_done"},
+        {"task_id": "T2", "allowed": True, "code": None},
+        {"task_id": "T3", "allowed": False, "code": "task_not_started"},
+        {"task_id": "T4", "allowed": False, "code": "task_not_started"},
+    ]
+    refused = admin_client.post(f"/api/admin/participants/{_id(api)}/tasks/T1/reset", json={"reason": "x"})
+    assert (refused.status_code, refused.get_json()["error"]) == (409, "task_done")

@@ -103,3 +103,57 @@ def test_an_attention_item_needs_an_expected_answer_in_range():
     definition["instruments"]["attention_check"]["items"][0]["expected"] = 9
     with pytest.raises(StudyDefinitionError, match="expected must be one of"):
         build_study(definition)
+
+
+SCRIPTED = "我每天早上六点起床，然后去公园跑步半个小时，回来以后再吃早饭。"  # 31 characters
+
+
+@pytest.mark.postgres  # the monitor counts characters with SQL length()
+def test_scripted_typing_is_flagged_in_the_monitor_and_the_export(app, make_participant, admin_client, clock, study):
+    """One keystroke and 0 ms of typing for 31 characters, nothing pasted: a script, not a person."""
+    assert len(SCRIPTED) >= study.typing_checks.min_chars
+    bot = make_participant("scripted")
+    person = make_participant("typist")
+    _do_t1(bot, clock, study, content=SCRIPTED,
+           signals={"typing_ms": 0, "keystrokes": 1, "pasted_chars": 0, "focus_losses": 0}, attention=2)
+    _do_t1(person, clock, study, content=SCRIPTED,
+           signals={"typing_ms": 21_000, "keystrokes": 95, "pasted_chars": 0, "focus_losses": 0}, attention=2)
+    bot_id = bot.get("/api/auth/me").get_json()["user"]["id"]
+    person_id = person.get("/api/auth/me").get_json()["user"]["id"]
+
+    monitor = {r["id"]: r for r in admin_client.get("/api/admin/participants").get_json()["participants"]}
+    assert monitor[bot_id]["implausible_typing_messages"] == 1
+    assert monitor[person_id]["implausible_typing_messages"] == 0
+    flagged = admin_client.get("/api/admin/participants?implausible_typing=1").get_json()["participants"]
+    assert [r["id"] for r in flagged] == [bot_id]
+    record = admin_client.get(f"/api/admin/participants/{bot_id}").get_json()
+    sent = next(m for m in record["messages"] if m["role"] == "user")
+    assert sent["implausible_typing"] == ["too_fast", "too_few_keystrokes"]
+
+    runtime = app.extensions["memory_lab"]
+    archive = zipfile.ZipFile(io.BytesIO(export_runtime(runtime, options=ExportOptions()).data))
+    codes = {r["participant_code"]: r for r in _rows(archive, "participants.csv")}
+    by_user = {row["participant_code"]: row for row in _rows(archive, "messages.csv") if row["role"] == "user"}
+    bot_code = monitor[bot_id]["participant_code"]
+    person_code = monitor[person_id]["participant_code"]
+    assert codes[bot_code]["implausible_typing_messages"] == "1"
+    assert codes[person_code]["implausible_typing_messages"] == "0"
+    assert by_user[bot_code]["implausible_typing"] == "1"
+    assert by_user[bot_code]["implausible_typing_reasons"] == "too_fast;too_few_keystrokes"
+    assert by_user[bot_code]["typed_chars_per_second"] == ""  # 0 ms of typing: no rate, flagged all the same
+    assert (by_user[person_code]["implausible_typing"], by_user[person_code]["typed_chars_per_second"]) == (
+        "0", "1.47619")  # 31 characters in 21 s
+    codebook = {(r["file"], r["column"]): r for r in _rows(archive, "codebook.csv")}
+    rule = codebook[("messages.csv", "implausible_typing")]["description"]
+    checks = study.typing_checks
+    assert f"{checks.max_chars_per_second:g} typed characters per second" in rule
+    assert f"{checks.min_keystrokes_per_char:g} key presses per typed character" in rule
+
+
+def test_typing_thresholds_are_validated_in_the_study_file(study):
+    from services.study import StudyDefinitionError
+
+    with pytest.raises(StudyDefinitionError, match="typing_checks"):
+        study.with_overrides({"typing_checks": {"max_chars_per_second": 0}})
+    with pytest.raises(StudyDefinitionError, match="typing_checks.min_chars"):
+        study.with_overrides({"typing_checks": {"min_chars": "many"}})

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import zipfile
 from datetime import datetime, timedelta
@@ -308,3 +309,47 @@ def test_task_sessions_carry_timing(exported):
         assert row["started_at"] < row["completed_at"]
         assert float(row["chat_wall_seconds"]) > 0
         assert int(row["user_messages"]) == 2
+
+
+PRECISE = re.compile(r"-?\d+(\.\d{1,6})?")
+
+
+def test_numbers_are_written_at_the_stated_precision(exported):
+    """Every number cell is fixed-point with at most 6 decimals (no 0.10800000000000001, no 1e-05),
+    as the codebook states."""
+    archive = exported["zips"][(False, False)]
+    study = exported["study"]
+    from services import codebook
+
+    checked = 0
+    for name in CSV_FILES:
+        numeric = {c.name for c in codebook.columns_for(name, study) if c.type in (codebook.NUMBER, codebook.INTEGER)}
+        for row in _read(archive, name):
+            for column in numeric & set(row):
+                if _is_number(row[column]):  # (questionnaires_long's value also holds choice answers)
+                    assert PRECISE.fullmatch(row[column]), (name, column, row[column])
+                    checked += 1
+    assert checked > 100
+    salience = [r["emotional_salience"] for r in _read(archive, "messages.csv") if r["emotional_salience"]]
+    assert salience and any("." in s for s in salience)
+    notes = archive.read("codebook.md").decode("utf-8")
+    assert "at most 6 decimal places" in notes and "`0.10800000000000001` is written `0.108`" in notes
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def test_number_text_rounds_floats_to_six_decimals():
+    from services.export_service import number_text
+
+    assert number_text(0.1 + 0.008) == "0.108"
+    assert number_text(1e-5) == "0.00001"
+    assert number_text(1e-9) == "0"
+    assert number_text(-1e-9) == "0"
+    assert number_text(900.0) == "900"
+    assert number_text(2 / 3) == "0.666667"

@@ -168,3 +168,43 @@ def test_plot_routes(app, admin_client, make_participant):
     assert admin_client.get("/api/admin/plots/forgetting_curves.png").status_code == 400
     assert admin_client.get("/api/admin/plots/forgetting_curves.png?user_id=999").status_code == 404
     assert admin_client.get("/api/admin/plots/questionnaire_means.png?instrument=nope").status_code == 400
+
+
+def test_chinese_labels_render_with_the_shipped_cjk_font_and_no_missing_glyphs(db_session, study, clock):
+    """The font comes from the pinned mpl-font package, not the host; no glyph falls back to a box."""
+    import warnings
+
+    from matplotlib import font_manager
+
+    path = plots.cjk_font_path()
+    assert path is not None and "site-packages" in str(path) and path.parent.parent.parent.name == "mpl_font"
+    found = font_manager.findfont(font_manager.FontProperties(family=plots.CJK_FONT_FAMILY),
+                                  fallback_to_default=False)
+    assert found == str(path)
+    _participant(db_session, 1, "L1", clock.now())
+    _answer(db_session, db_session.scalar(select(User)), "T1", "pu_1", "perceived_understanding", 6, clock.now())
+    db_session.flush()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pngs = [plots.funnel(db_session, study, language="zh"), plots.group_sizes(db_session, study, language="zh"),
+                plots.questionnaire_means(db_session, study, language="zh"),
+                plots.recall_events(db_session, study, language="zh")]
+    missing = [str(w.message) for w in caught if "missing from font" in str(w.message)]
+    assert missing == []
+    assert all(_image(png).shape[0] > 100 for png in pngs)
+    assert plots.label("funnel", "zh") == "完成漏斗" and plots.label("funnel", "en") == "Completion funnel"
+    assert pngs[0] != plots.funnel(db_session, study, language="en")
+
+
+def test_without_the_cjk_font_chinese_would_be_missing_glyphs(db_session, study):
+    """The check above can fail: DejaVu Sans alone has no glyph for 完成漏斗."""
+    import warnings
+
+    from matplotlib.figure import Figure
+
+    figure = Figure()
+    figure.add_subplot().set_title("完成漏斗", fontfamily="DejaVu Sans")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(io.BytesIO(), format="png")
+    assert any("missing from font" in str(w.message) for w in caught)
