@@ -426,7 +426,8 @@ def test_cached_index_after_a_new_consolidation_scores_like_a_fresh_one(database
 def test_a_warm_recall_checks_its_cached_index_with_the_candidate_rows_in_one_statement(database, study, clock,
                                                                                        monkeypatch):
     """Nothing changed: the cached index is used as it is (not reloaded), and the search costs one statement
-    (candidate rows + freshness state); the write one UPDATE and one INSERT, each for all rows at once."""
+    (candidate rows + freshness state); the write the participant lock (database.participant_lock), then
+    one UPDATE and one INSERT, each for all rows at once."""
     with database.session() as session:
         world = World(session, clock)
         for c in (0.99, 0.98, 0.5, 0.4, 0.3, 0.2):
@@ -458,7 +459,8 @@ def test_a_warm_recall_checks_its_cached_index_with_the_candidate_rows_in_one_st
     assert statements == ["SELECT"] and len(loads) == 1
     statements.clear()
     written = recall(True)
-    assert statements == ["SELECT", "UPDATE", "INSERT"] and len(loads) == 1
+    lock = "UPDATE" if database.url.startswith("sqlite") else "SELECT"  # SQLite's write lock; FOR KEY SHARE
+    assert statements == ["SELECT", lock, "UPDATE", "INSERT"] and len(loads) == 1
     assert [c.message_id for c in written] == [c.message_id for c in searched] and sum(c.recalled for c in written) == 2
     with database.session() as session:
         assert session.scalar(select(func.count(RecallEvent.id))) == 5
