@@ -36,6 +36,13 @@ def close_db_session(_exc: BaseException | None = None) -> None:
         session.close()
 
 
+def release_db_session(response):
+    """After the view: end the request's session now (teardown would), so its connection is free
+    for what still runs before the response leaves (the rate limiter's counters)."""
+    close_db_session()
+    return response
+
+
 def current() -> User:
     """The logged-in user, attached to this request's session."""
     return db_session().get(User, current_user.id)

@@ -47,5 +47,8 @@ class TooLarge(StudyError):
 
 
 class Unavailable(StudyError):
+    """Try again later (the answer carries ``Retry-After``); nothing the client sent was lost."""
+
     status = 503
     code = "unavailable"
+    retry_after_seconds = 2

@@ -41,7 +41,9 @@ class ServingConfig:
     workers: int = 4  # make serve: processes (each with `threads` threads)
     db_pool_size: int = 10  # per process; PostgreSQL's default max_connections is 100
     db_max_overflow: int = 10
+    db_pool_timeout: int = 10  # seconds a request waits for a pooled connection before a 503
     proxy_hops: int = 0  # reverse proxies in front that set X-Forwarded-For/-Proto
+    hosts: int = 1  # machines running `make serve` on the same database (the connection budget)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServingConfig:
@@ -54,6 +56,8 @@ class ServingConfig:
             workers=max(1, _int(env, "WEB_WORKERS", d.workers)),
             db_pool_size=max(1, _int(env, "DB_POOL_SIZE", d.db_pool_size)),
             db_max_overflow=_int(env, "DB_MAX_OVERFLOW", d.db_max_overflow),
+            db_pool_timeout=max(1, _int(env, "DB_POOL_TIMEOUT", d.db_pool_timeout)),
+            hosts=max(1, _int(env, "WEB_HOSTS", d.hosts)),
             proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
         )
 
