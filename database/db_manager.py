@@ -61,6 +61,7 @@ class Database:
         self.busy_timeout = busy_timeout
         self.pool_size = pool_size
         self.max_overflow = max_overflow
+        self._siblings: list[Database] = []
         kwargs: dict = {"future": True}
         if not self.in_memory:
             # every waiting reply is a thread; each holds a connection only while it reads or writes
@@ -90,13 +91,16 @@ class Database:
         """The most connections this engine opens at once."""
         return 1 if self.in_memory else self.pool_size + self.max_overflow
 
-    def sibling(self, pool_size: int) -> Database:
+    def sibling(self, pool_size: int, *, pool_timeout: float = 60.0) -> Database:
         """The same database through a pool of its own (background work, the scheduler lease), so
         a starved request pool never stops it and it never takes the requests' connections. An
         in-memory SQLite database exists once per engine, so it is shared instead."""
         if self.in_memory:
             return self
-        return Database(self.url, busy_timeout=self.busy_timeout, pool_size=pool_size, max_overflow=0)
+        sibling = Database(self.url, busy_timeout=self.busy_timeout, pool_size=pool_size, max_overflow=0,
+                           pool_timeout=pool_timeout)
+        self._siblings.append(sibling)
+        return sibling
 
     def session(self) -> AbstractContextManager[Session]:
         """A session that commits on success and rolls back on any error."""
@@ -118,6 +122,9 @@ class Database:
         return inspect(self.engine).get_table_names()
 
     def dispose(self) -> None:
+        """Close every pooled connection, this database's siblings' too."""
+        for sibling in self._siblings:
+            sibling.dispose()
         self.engine.dispose()
 
 

@@ -248,6 +248,8 @@ class ConsolidationRun(Base):
     trigger: Mapped[str] = mapped_column(String(16))  # task_end | sweep | manual
     status: Mapped[str] = mapped_column(String(16))  # running | succeeded | failed | skipped
     started_at: Mapped[datetime] = mapped_column(DateTime)
+    # the running run's last sign of life: it holds its claim until this is a lease old
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     steps: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     error: Mapped[str | None] = mapped_column(Text)

@@ -316,12 +316,13 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
 
 
 def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
-    with runtime.db.Session() as session:
+    db = runtime.background_db  # background work's own connections, never the requests'
+    with db.Session() as session:
         user_id = session.get(Message, reply_id).user_id
     # One upkeep at a time per participant, across every process: two would race for the memory's
     # next version number. The guard is a database lease (services.leases), not an in-process lock.
     try:
-        with participant_guard(runtime.db, user_id), runtime.db.session() as session:
+        with participant_guard(db, user_id), db.session() as session:
             reply = session.get(Message, reply_id)
             upkeep = Upkeep(llm=runtime.consolidation_llm, clock=runtime.clock, study=runtime.study)
             registry.get(reply.memory_group).after_turn(session, upkeep, reply=reply)
@@ -333,7 +334,7 @@ def catch_up_turn_upkeep(runtime: Runtime, *, grace_seconds: float = 60.0) -> li
     """Run the per-turn upkeep still missing ``grace_seconds`` after its reply (the scheduler's sweep):
     work a dead worker had queued, or given up while the guard stayed busy."""
     before = runtime.clock.now() - timedelta(seconds=grace_seconds)
-    with runtime.db.Session() as session:
+    with runtime.background_db.Session() as session:
         pending = [reply_id for condition in registry.all_conditions() if condition.has_turn_upkeep
                    for reply_id in condition.turns_behind(session, before=before)]
     for reply_id in pending:
@@ -347,7 +348,7 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
 
 
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
-    service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
+    service = ConsolidationService(runtime.background_db, runtime.settings, llm=runtime.consolidation_llm,
                                    embedder=runtime.embedder, clock=runtime.clock)
     service.consolidate_task_session(task_session_id, trigger=trigger)
 

@@ -1,5 +1,5 @@
-"""assignment_counter (slots taken under a row lock) and messages.idempotency_key (a resent message is
-stored once)
+"""assignment_counter (slots taken under a row lock), messages.idempotency_key (a resent message is
+stored once) and consolidation_runs.heartbeat_at (a live run renews its lease)
 
 Revision ID: 0012
 Revises: 0008
@@ -26,6 +26,8 @@ def upgrade() -> None:
     with op.batch_alter_table('messages') as batch:
         batch.add_column(sa.Column('idempotency_key', sa.String(length=128), nullable=True))
         batch.create_unique_constraint('uq_messages_user_idempotency_key', ['user_id', 'idempotency_key'])
+    with op.batch_alter_table('consolidation_runs') as batch:
+        batch.add_column(sa.Column('heartbeat_at', sa.DateTime(), nullable=True))
 
 
 def _after_last_slot() -> int:
@@ -41,6 +43,8 @@ def _after_last_slot() -> int:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('consolidation_runs') as batch:
+        batch.drop_column('heartbeat_at')
     with op.batch_alter_table('messages') as batch:
         batch.drop_constraint('uq_messages_user_idempotency_key', type_='unique')
         batch.drop_column('idempotency_key')
