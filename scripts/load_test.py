@@ -264,7 +264,7 @@ class Bot:
     def register(self) -> bool:
         self.client.call("GET", "/api/auth/csrf")
         started = time.monotonic()
-        status, body = self.client.call("POST", "/api/auth/register", {
+        status, body = self._call_retrying("register", "/api/auth/register", {
             "username": self.username, "password": f"load-{self.username}-pw", "consent": True})
         if status != 201:
             self.results.error(f"register:{status}:{body.get('error')}")
@@ -276,7 +276,7 @@ class Bot:
 
     def chat(self) -> None:
         started = time.monotonic()
-        status, body = self.client.call("POST", "/api/tasks/T1/start")
+        status, body = self._call_retrying("start", "/api/tasks/T1/start")
         with self.results.lock:
             self.results.task_start.append(time.monotonic() - started)
         if status != 201:
@@ -290,6 +290,16 @@ class Bot:
             path = "sse" if (self.index + number) % 2 else "json"
             self.send(number, path)
             time.sleep(self.args.think * self.random.uniform(0.8, 1.2))
+
+    def _call_retrying(self, what: str, path: str, body: Any = None) -> tuple[int, dict]:
+        """POST; a 503 (back-pressure: nothing was saved) is sent again after its Retry-After."""
+        for attempt in range(SEND_ATTEMPTS):
+            status, answer = self.client.call("POST", path, body)
+            if status != 503 or attempt == SEND_ATTEMPTS - 1:
+                return status, answer
+            self.results.retry(f"{what}:503")
+            time.sleep(self.client.retry_after or 2.0)
+        return status, answer
 
     def send(self, number: int, path: str) -> None:
         """One message, sent again with its idempotency key until it is answered (or SEND_ATTEMPTS)."""

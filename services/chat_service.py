@@ -187,10 +187,13 @@ def system_prompt(study: Study, group: str, language: str, context: MemoryContex
 def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
                   study: Study) -> list[dict[str, str]]:
     """The task in progress as ordinary chat history (the same for every condition by default)."""
-    rows = session.scalars(
-        select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
+    # the two columns only: whole rows would decode every earlier reply's stored prompt and context
+    # (JSON that grows with the conversation) for each new reply
+    rows = session.execute(
+        select(Message.role, Message.content).where(Message.task_session_id == ts.id, Message.id < before_id)
+        .order_by(Message.id)
     ).all()
-    history = [{"role": m.role, "content": m.content} for m in rows]
+    history = [{"role": role, "content": content} for role, content in rows]
     if not study.within_task_window_manipulated:
         return history
     # the switch makes the task in progress part of the manipulation: keep the condition's window only
@@ -228,6 +231,8 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
             return stored
         raise Conflict("this message already has a reply", code="already_answered",
                        details={"message_id": message.id}) from exc
+    if not registry.get(prepared.memory_group).has_turn_upkeep:
+        return reply  # no upkeep to queue: no need to read the reply back
     try:
         after_reply(runtime, reply.id)
     except SQLAlchemyError as exc:  # the reply is stored; the sweep catches up its memory upkeep
