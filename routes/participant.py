@@ -126,11 +126,13 @@ def _reply(rt, accepted: chat_service.Accepted):
             return Response([_event("message", user_view), _event("reply", reply_view)],
                             mimetype="text/event-stream", headers={"Cache-Control": "no-cache", **headers})
         return _created(user_view, reply_view, headers)
+    # a keyed message answered by a simultaneous repeat first gets that reply, not a conflict
+    repeat = message.idempotency_key is not None
     if _wants_stream():
-        events = _sse(rt, message.id, user_view, repeat=accepted.repeated)
+        events = _sse(rt, message.id, user_view, repeat=repeat)
         return Response(stream_with_context(events), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-    reply = chat_service.generate_reply(rt, message.id, repeat=accepted.repeated)
+    reply = chat_service.generate_reply(rt, message.id, repeat=repeat)
     return _created(user_view, serialise_message(reply, participant_view=True), headers)
 
 
