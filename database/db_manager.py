@@ -51,16 +51,19 @@ def is_unavailable(exc: BaseException) -> bool:
 
 class Database:
     def __init__(self, url: str, *, busy_timeout: float = 10.0, pool_size: int = 10, max_overflow: int = 10,
-                 pool_timeout: float = POOL_TIMEOUT_SECONDS) -> None:
+                 pool_timeout: float = POOL_TIMEOUT_SECONDS, prepared_statements: bool = True) -> None:
         """``busy_timeout``: seconds a write waits for another writer's lock before it fails
         (the request then answers 503 "not saved, try again" rather than hanging). ``pool_size`` and
         ``max_overflow``: connections kept per process (every waiting reply is a thread; each holds a
         connection only while it reads or writes, never while it waits for the model or for a second
-        connection). ``pool_timeout``: seconds to wait for a free one before a retryable error."""
+        connection). ``pool_timeout``: seconds to wait for a free one before a retryable error.
+        ``prepared_statements=False``: psycopg never prepares statements on the server (pgbouncer
+        before 1.21 in transaction mode hands a client a different server connection per transaction)."""
         self.url = url
         self.busy_timeout = busy_timeout
         self.pool_size = pool_size
         self.max_overflow = max_overflow
+        self.prepared_statements = prepared_statements
         self._siblings: list[Database] = []
         kwargs: dict = {"future": True}
         if not self.in_memory:
@@ -77,6 +80,8 @@ class Database:
                 # the same bound as SQLite's busy timeout: a row or table lock held longer fails the
                 # statement with 55P03, which is_unavailable() turns into a retryable 503, not a hang
                 kwargs["connect_args"] = {"options": f"-c lock_timeout={int(busy_timeout * 1000)}"}
+                if not prepared_statements:
+                    kwargs["connect_args"]["prepare_threshold"] = None
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))
@@ -98,7 +103,7 @@ class Database:
         if self.in_memory:
             return self
         sibling = Database(self.url, busy_timeout=self.busy_timeout, pool_size=pool_size, max_overflow=0,
-                           pool_timeout=pool_timeout)
+                           pool_timeout=pool_timeout, prepared_statements=self.prepared_statements)
         self._siblings.append(sibling)
         return sibling
 

@@ -44,8 +44,9 @@ def release_db_session(response):
 
 
 def current() -> User:
-    """The logged-in user, attached to this request's session."""
-    return db_session().get(User, current_user.id)
+    """The logged-in user, attached to this request's session: the row ``load_user`` read for this
+    request, attached as it is (``load=False``), not read a second time."""
+    return db_session().merge(current_user._get_current_object(), load=False)
 
 
 def _wants_json() -> bool:

@@ -70,7 +70,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
         serving = ServingConfig.from_env()
         db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,
                       pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow,
-                      pool_timeout=serving.db_pool_timeout)
+                      pool_timeout=serving.db_pool_timeout, prepared_statements=serving.db_prepared_statements)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)

@@ -46,6 +46,7 @@ class ServingConfig:
     db_pool_timeout: int = 10  # seconds a request waits for a pooled connection before a 503
     proxy_hops: int = 0  # reverse proxies in front that set X-Forwarded-For/-Proto
     hosts: int = 1  # machines running `make serve` on the same database (the connection budget)
+    db_prepared_statements: bool = True  # off behind pgbouncer < 1.21 in transaction mode
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServingConfig:
@@ -60,6 +61,7 @@ class ServingConfig:
             db_max_overflow=_int(env, "DB_MAX_OVERFLOW", d.db_max_overflow),
             db_pool_timeout=max(1, _int(env, "DB_POOL_TIMEOUT", d.db_pool_timeout)),
             hosts=max(1, _int(env, "WEB_HOSTS", d.hosts)),
+            db_prepared_statements=(env.get("DB_PREPARED_STATEMENTS") or "1").strip().lower() not in ("0", "false"),
             proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
         )
 
