@@ -225,8 +225,11 @@ def _limiter_storage(settings: Settings, runtime: Any) -> dict[str, Any]:
     if settings.rate_limit_storage == "database":
         from database import rate_limit_store
 
+        # a counter the database cannot write now must not turn an answered request into a 500 (the
+        # failure count after the response, the headers): it is logged, and the request's own database
+        # work answers 503 if the database is really down
         return {"RATELIMIT_STORAGE_URI": f"{rate_limit_store.SCHEME}://",
-                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}}
+                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}, "RATELIMIT_SWALLOW_ERRORS": True}
     from services import memory_rate_limits
 
     return {"RATELIMIT_STORAGE_URI": f"{memory_rate_limits.SCHEME}://", "RATELIMIT_STORAGE_OPTIONS": {}}
