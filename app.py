@@ -18,17 +18,17 @@ import click
 from flask import Flask, jsonify, request
 from flask_login import LoginManager
 from flask_wtf.csrf import CSRFError, CSRFProtect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 
 from config import Settings
 from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
 from routes import http_safety
-from routes.access import DbIdConverter, close_db_session, db_session, limiter
+from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
 from services.account_service import session_user
 from services.clock import Clock
-from services.errors import StudyError
+from services.errors import StudyError, Unavailable
 from services.llm.chain import LLMService
 from services.runtime import build_runtime
 from services.serving import rate_limits, warm_up
@@ -70,11 +70,17 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     csrf.init_app(app)
     app.config.update(_limiter_storage(settings, runtime))
     limiter.init_app(app)
+    # after_request hooks run newest first: the request's connection goes back to the pool before the
+    # limiter's hook counts a failure or reads its window for the headers (a second connection)
+    app.after_request(release_db_session)
     login = LoginManager(app)
 
     @login.user_loader
     def load_user(cookie_id: str):
-        return session_user(db_session(), cookie_id)
+        # a short session of its own: the request's session holds no connection while the rate
+        # limiter, which runs next, takes one (with a one-connection pool they would wait on each other)
+        with runtime.db.Session() as session:
+            return session_user(session, cookie_id)
 
     app.teardown_appcontext(close_db_session)
     _register_errors(app)
@@ -113,8 +119,11 @@ def _error(code: str, message: str, status: int, details: dict | None = None):
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(StudyError)
     def study_error(exc: StudyError):
-        db_session().rollback()
-        return _error(exc.code, exc.message, exc.status, exc.details)
+        close_db_session()
+        response, status = _error(exc.code, exc.message, exc.status, exc.details)
+        if isinstance(exc, Unavailable):
+            response.headers["Retry-After"] = str(exc.retry_after_seconds)
+        return response, status
 
     @app.errorhandler(ParticipantErased)
     def participant_erased(_exc: ParticipantErased):
@@ -133,12 +142,12 @@ def _register_errors(app: Flask) -> None:
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
         return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
 
-    @app.errorhandler(DBAPIError)
-    def database_error(exc: DBAPIError):
-        db_session().rollback()
+    @app.errorhandler(SQLAlchemyError)
+    def database_error(exc: SQLAlchemyError):
+        close_db_session()
         if not is_unavailable(exc):
             return unexpected(exc)
-        log.warning("database unavailable on %s %s: %s", request.method, request.path, exc.orig)
+        log.warning("database unavailable on %s %s: %s", request.method, request.path, getattr(exc, "orig", exc))
         response = jsonify(http_safety.unavailable_body())
         response.headers["Retry-After"] = str(http_safety.RETRY_AFTER_SECONDS)
         return response, 503
@@ -224,9 +233,14 @@ def _limiter_storage(settings: Settings, runtime: Any) -> dict[str, Any]:
     if settings.rate_limit_storage == "database":
         from database import rate_limit_store
 
+        # a counter the database cannot write now must not turn an answered request into a 500 (the
+        # failure count after the response, the headers): it is logged, and the request's own database
+        # work answers 503 if the database is really down
         return {"RATELIMIT_STORAGE_URI": f"{rate_limit_store.SCHEME}://",
-                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}}
-    return {"RATELIMIT_STORAGE_URI": "memory://", "RATELIMIT_STORAGE_OPTIONS": {}}
+                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}, "RATELIMIT_SWALLOW_ERRORS": True}
+    from services import memory_rate_limits
+
+    return {"RATELIMIT_STORAGE_URI": f"{memory_rate_limits.SCHEME}://", "RATELIMIT_STORAGE_OPTIONS": {}}
 
 
 def _run_jobs_summary(result: dict[str, Any]) -> str:

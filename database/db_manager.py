@@ -13,39 +13,64 @@ from pathlib import Path
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from database.participant_lock import guard_flushes
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # SQLite's messages, and PostgreSQL's SQLSTATEs, that mean "try again later": lock_not_available,
-# read_only_sql_transaction, cannot_connect_now, too_many_connections.
+# read_only_sql_transaction, admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
+# and class 08 (connection exception: refused, lost, rejected).
 _SQLITE_BUSY = ("database is locked", "database table is locked", "readonly database", "database is busy")
-_POSTGRES_BUSY = {"55P03", "25006", "57P03", "53300"}
+_POSTGRES_BUSY = {"55P03", "25006", "57P01", "57P02", "57P03", "53300"}
+# what a driver says when there is no server to talk to (no SQLSTATE: the connection never opened)
+_UNREACHABLE = ("connection refused", "could not connect", "server closed the connection",
+                "terminating connection", "connection is closed", "connection timeout expired",
+                "the database system is shutting down", "the database system is starting up")
+# seconds a request waits for a pooled connection before it answers 503 (SQLAlchemy's default is 30)
+POOL_TIMEOUT_SECONDS = 10.0
+# connections each process keeps for its background work (scheduler jobs, consolidation, memory
+# upkeep) apart from the requests' pool, plus one for the scheduler lease's renewal
+BACKGROUND_POOL_SIZE = 3
+LEASE_POOL_SIZE = 1
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """True when ``exc`` says the database is locked, read-only or not accepting connections now:
-    the write did not happen, and the same request may succeed a moment later."""
+    """True when ``exc`` says the database is locked, read-only, shutting down, unreachable or out of
+    connections (this process's pool, or the server's): the statement did not take effect, and the same
+    request may succeed a moment later."""
+    if isinstance(exc, PoolTimeout):
+        return True
     if not isinstance(exc, DBAPIError):
         return False
-    if getattr(exc.orig, "sqlstate", None) in _POSTGRES_BUSY:
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    if sqlstate in _POSTGRES_BUSY or sqlstate.startswith("08") or exc.connection_invalidated:
         return True
     message = str(exc.orig).lower()
-    return any(part in message for part in _SQLITE_BUSY)
+    return any(part in message for part in _SQLITE_BUSY + _UNREACHABLE)
 
 
 class Database:
-    def __init__(self, url: str, *, busy_timeout: float = 10.0, pool_size: int = 10, max_overflow: int = 10) -> None:
+    def __init__(self, url: str, *, busy_timeout: float = 10.0, pool_size: int = 10, max_overflow: int = 10,
+                 pool_timeout: float = POOL_TIMEOUT_SECONDS, prepared_statements: bool = True) -> None:
         """``busy_timeout``: seconds a write waits for another writer's lock before it fails
         (the request then answers 503 "not saved, try again" rather than hanging). ``pool_size`` and
         ``max_overflow``: connections kept per process (every waiting reply is a thread; each holds a
-        connection only while it reads or writes)."""
+        connection only while it reads or writes, never while it waits for the model or for a second
+        connection). ``pool_timeout``: seconds to wait for a free one before a retryable error.
+        ``prepared_statements=False``: psycopg never prepares statements on the server (pgbouncer
+        before 1.21 in transaction mode hands a client a different server connection per transaction)."""
         self.url = url
+        self.busy_timeout = busy_timeout
+        self.pool_size = pool_size
+        self.max_overflow = max_overflow
+        self.prepared_statements = prepared_statements
+        self._siblings: list[Database] = []
         kwargs: dict = {"future": True}
-        if url not in ("sqlite://", "sqlite:///:memory:"):
+        if not self.in_memory:
             # every waiting reply is a thread; each holds a connection only while it reads or writes
-            kwargs.update(pool_size=pool_size, max_overflow=max_overflow)
+            kwargs.update(pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout)
         if url.startswith("sqlite"):
             # Threads (waitress, the scheduler) share the file; WAL lets readers and a writer coexist.
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout}
@@ -57,11 +82,33 @@ class Database:
                 # the same bound as SQLite's busy timeout: a row or table lock held longer fails the
                 # statement with 55P03, which is_unavailable() turns into a retryable 503, not a hang
                 kwargs["connect_args"] = {"options": f"-c lock_timeout={int(busy_timeout * 1000)}"}
+                if not prepared_statements:
+                    kwargs["connect_args"]["prepare_threshold"] = None
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
         guard_flushes(self.Session)  # a participant's rows are written only while they are not erased
+
+    @property
+    def in_memory(self) -> bool:
+        return self.url in ("sqlite://", "sqlite:///:memory:")
+
+    @property
+    def connections(self) -> int:
+        """The most connections this engine opens at once."""
+        return 1 if self.in_memory else self.pool_size + self.max_overflow
+
+    def sibling(self, pool_size: int, *, pool_timeout: float = 60.0) -> Database:
+        """The same database through a pool of its own (background work, the scheduler lease), so
+        a starved request pool never stops it and it never takes the requests' connections. An
+        in-memory SQLite database exists once per engine, so it is shared instead."""
+        if self.in_memory:
+            return self
+        sibling = Database(self.url, busy_timeout=self.busy_timeout, pool_size=pool_size, max_overflow=0,
+                           pool_timeout=pool_timeout, prepared_statements=self.prepared_statements)
+        self._siblings.append(sibling)
+        return sibling
 
     def session(self) -> AbstractContextManager[Session]:
         """A session that commits on success and rolls back on any error."""
@@ -83,6 +130,9 @@ class Database:
         return inspect(self.engine).get_table_names()
 
     def dispose(self) -> None:
+        """Close every pooled connection, this database's siblings' too."""
+        for sibling in self._siblings:
+            sibling.dispose()
         self.engine.dispose()
 
 

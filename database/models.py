@@ -128,6 +128,17 @@ class Assignment(Base):
     user: Mapped[User] = relationship(back_populates="assignment")
 
 
+class AssignmentCounter(Base):
+    """The next assignment slot (a running count over every block). Registrations take slots by
+    updating this one row, whose row lock makes simultaneous ones queue for a moment instead of
+    drawing the same slot."""
+
+    __tablename__ = "assignment_counter"
+
+    id: Mapped[int] = mapped_column(primary_key=True)  # always 1
+    next_slot: Mapped[int] = mapped_column(Integer)
+
+
 class AuditLog(Base):
     """Who did what to whom: assignments, admin creation, resets, withdrawals, exports."""
 
@@ -176,7 +187,8 @@ class Message(Base):
     user messages carry the per-message memory fields filled at consolidation."""
 
     __tablename__ = "messages"
-    __table_args__ = (Index("ix_messages_user_created", "user_id", "id"),)
+    __table_args__ = (Index("ix_messages_user_created", "user_id", "id"),
+                      UniqueConstraint("user_id", "idempotency_key", name="uq_messages_user_idempotency_key"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -215,6 +227,8 @@ class Message(Base):
     keystrokes: Mapped[int | None] = mapped_column(Integer)
     pasted_chars: Mapped[int | None] = mapped_column(Integer)
     focus_losses: Mapped[int | None] = mapped_column(Integer)  # since the previous message of the task
+    # the client's key for this message (user messages): a resent message is stored once
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
 
 
 class ProfileVersion(Base):
@@ -250,6 +264,8 @@ class ConsolidationRun(Base):
     trigger: Mapped[str] = mapped_column(String(16))  # task_end | sweep | manual
     status: Mapped[str] = mapped_column(String(16))  # running | succeeded | failed | skipped
     started_at: Mapped[datetime] = mapped_column(DateTime)
+    # the running run's last sign of life: it holds its claim until this is a lease old
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     steps: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     error: Mapped[str | None] = mapped_column(Text)

@@ -20,6 +20,7 @@ an erased participant's rows.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from typing import Any
 
@@ -29,8 +30,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from database.db_manager import is_unavailable
 from database.models import RateLimitCounter, username_key
 
+log = logging.getLogger(__name__)
 SCHEME = "memlab-db"
 MAX_KEY = 255
 SWEEP_SECONDS = 60.0
@@ -108,9 +111,17 @@ class DatabaseRateLimitStorage(Storage):
                 _TABLE.c.expires_at <= (time.time() if now is None else now))).rowcount or 0
 
     def _row(self, key: str) -> tuple[int, float] | None:
-        with self.engine.connect() as connection:
-            row = connection.execute(select(_TABLE.c.count, _TABLE.c.expires_at)
-                                     .where(_TABLE.c.key == stored_key(key))).first()
+        """The key's current window; None (no count known) also when the database cannot answer now:
+        these reads fill the response's X-RateLimit headers, which must not fail a request already served."""
+        try:
+            with self.engine.connect() as connection:
+                row = connection.execute(select(_TABLE.c.count, _TABLE.c.expires_at)
+                                         .where(_TABLE.c.key == stored_key(key))).first()
+        except SQLAlchemyError as exc:
+            if not is_unavailable(exc):
+                raise
+            log.warning("rate-limit window of %s not read, database unavailable: %s", key, exc)
+            return None
         if row is None or row.expires_at <= time.time():
             return None
         return int(row.count), float(row.expires_at)

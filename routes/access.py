@@ -36,9 +36,17 @@ def close_db_session(_exc: BaseException | None = None) -> None:
         session.close()
 
 
+def release_db_session(response):
+    """After the view: end the request's session now (teardown would), so its connection is free
+    for what still runs before the response leaves (the rate limiter's counters)."""
+    close_db_session()
+    return response
+
+
 def current() -> User:
-    """The logged-in user, attached to this request's session."""
-    return db_session().get(User, current_user.id)
+    """The logged-in user, attached to this request's session: the row ``load_user`` read for this
+    request, attached as it is (``load=False``), not read a second time."""
+    return db_session().merge(current_user._get_current_object(), load=False)
 
 
 def _wants_json() -> bool:

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from database.models import Message
 from routes.access import (
+    close_db_session,
     configured_limit,
     current,
     db_session,
@@ -95,10 +96,14 @@ def _wants_stream() -> bool:
 @participant_required
 @limiter.limit(configured_limit("messages"))
 def post_message(task_id: str):
+    """Store the message, then answer it. With an idempotency key (``Idempotency-Key`` header or
+    ``idempotency_key`` field) a repeat answers with the message stored first and its reply."""
     rt = runtime()
     data = json_body()
-    message = chat_service.accept_message(db_session(), rt, current(), task_id, data.get("content"), signals=data)
-    return _reply(rt, message)
+    key = chat_service.idempotency_key(request.headers.get("Idempotency-Key"), data.get("idempotency_key"))
+    accepted = chat_service.accept_or_repeat(db_session(), rt, current(), task_id, data.get("content"),
+                                             key=key, signals=data)
+    return _reply(rt, accepted)
 
 
 @bp.post("/tasks/<task_id>/messages/<id:message_id>/reply")
@@ -110,21 +115,40 @@ def retry_reply(task_id: str, message_id: int):
     user = current()
     task_service(session, rt).running_session(user, task_id, phase="chat")
     message = chat_service.unanswered_message(session, user, task_id, message_id)
-    return _reply(rt, message)
+    return _reply(rt, chat_service.Accepted(message))
 
 
-def _reply(rt, message: Message):
+def _reply(rt, accepted: chat_service.Accepted):
+    # the request's connection goes back to the pool first: none is held while the model answers
+    close_db_session()
+    message = accepted.message
     user_view = serialise_message(message, participant_view=True)
+    headers = {"Idempotent-Replayed": "true"} if accepted.repeated else {}
+    if accepted.reply is not None:
+        reply_view = serialise_message(accepted.reply, participant_view=True)
+        if _wants_stream():
+            return Response([_event("message", user_view), _event("reply", reply_view)],
+                            mimetype="text/event-stream", headers={"Cache-Control": "no-cache", **headers})
+        return _created(user_view, reply_view, headers)
+    # a keyed message answered by a simultaneous repeat first gets that reply, not a conflict
+    repeat = message.idempotency_key is not None
     if _wants_stream():
-        return Response(stream_with_context(_sse(rt, message.id, user_view)), mimetype="text/event-stream",
-                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    reply = chat_service.generate_reply(rt, message.id)
-    return ok({"message": user_view, "reply": serialise_message(reply, participant_view=True)}, 201)
+        events = _sse(rt, message.id, user_view, repeat=repeat)
+        return Response(stream_with_context(events), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+    reply = chat_service.generate_reply(rt, message.id, repeat=repeat)
+    return _created(user_view, serialise_message(reply, participant_view=True), headers)
 
 
-def _sse(rt, message_id: int, user_view: dict) -> Iterator[str]:
+def _created(user_view: dict, reply_view: dict, headers: dict[str, str]):
+    response, status = ok({"message": user_view, "reply": reply_view}, 201)
+    response.headers.update(headers)
+    return response, status
+
+
+def _sse(rt, message_id: int, user_view: dict, *, repeat: bool) -> Iterator[str]:
     yield _event("message", user_view)
-    for event in chat_service.stream_reply(rt, message_id):
+    for event in chat_service.stream_reply(rt, message_id, repeat=repeat):
         if "delta" in event:
             yield _event("delta", {"text": event["delta"]})
         elif "reset" in event:

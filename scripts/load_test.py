@@ -16,7 +16,9 @@ Everything stays on 127.0.0.1 and is bounded: at most 500 participants, 20 messa
   (``--base-url``), configured with LLM_PROVIDERS=openai_compatible pointing at the model.
 * Each bot registers from the same address (all spread over ``--register-over`` seconds), waits
   for the whole class, starts T1 and sends ``--messages`` messages ``--think`` seconds apart
-  (±20 %), alternating the JSON and the SSE paths.
+  (±20 %), alternating the JSON and the SSE paths. Each message carries an ``Idempotency-Key``;
+  a 503 (back-pressure: Retry-After), an SSE ``error`` event or a cut connection sends it again
+  with the same key after Retry-After, up to SEND_ATTEMPTS times (``retried`` in the report).
 * The report: reply latency p50/p95/p99 per path, the platform's overhead (latency minus the
   model's own time) in all and per 10 s of the chat phase, the latency of the class's T1 starts,
   errors by kind, messages acknowledged vs stored and replies received vs
@@ -48,7 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # the project does not include.
 sys.path.insert(0, str(ROOT))
 
-MAX_PARTICIPANTS = 500
+MAX_PARTICIPANTS = 1000
+# a message whose answer was lost or refused for now (a 503 with Retry-After, a cut connection) is sent
+# again with its idempotency key, this many times in all: the server stores it once and answers it once
+SEND_ATTEMPTS = 5
 MAX_MESSAGES = 20
 TEXTS = ["你好，我最近在准备考试，压力有点大。", "我晚上经常睡不好，有什么建议吗？", "我喜欢跑步，但是最近没有时间。",
          "我对海鲜过敏，周末想请朋友吃饭。", "我在考虑换一份工作，你觉得要注意什么？", "谢谢，你说的很有帮助。"]
@@ -135,9 +140,11 @@ class Client:
         self.conn: http.client.HTTPConnection | None = None
         self.cookie: str | None = None
         self.token: str | None = None
+        self.retry_after: float | None = None  # the last answer's Retry-After, seconds
 
-    def _send(self, method: str, path: str, body: Any, accept: str) -> http.client.HTTPResponse:
-        headers = {"Accept": accept, "Content-Type": "application/json"}
+    def _send(self, method: str, path: str, body: Any, accept: str,
+              extra: dict[str, str] | None = None) -> http.client.HTTPResponse:
+        headers = {"Accept": accept, "Content-Type": "application/json", **(extra or {})}
         if self.cookie:
             headers["Cookie"] = self.cookie
         if self.token:
@@ -155,23 +162,28 @@ class Client:
                 self.conn = None
                 if attempt:
                     raise
+        self.retry_after = None
         for name, value in response.getheaders():
             if name.lower() == "set-cookie" and value.startswith("session="):
                 self.cookie = value.split(";", 1)[0]
+            elif name.lower() == "retry-after" and value.isdigit():
+                self.retry_after = float(value)
         return response
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict]:
-        response = self._send(method, path, body, "application/json")
+    def call(self, method: str, path: str, body: Any = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict]:
+        response = self._send(method, path, body, "application/json", headers)
         raw = response.read()
         payload = json.loads(raw) if raw else {}
         if isinstance(payload, dict) and payload.get("csrf_token"):
             self.token = payload["csrf_token"]
         return response.status, payload
 
-    def stream(self, path: str, body: Any) -> tuple[int, list[tuple[str, dict]], float | None]:
+    def stream(self, path: str, body: Any,
+               headers: dict[str, str] | None = None) -> tuple[int, list[tuple[str, dict]], float | None]:
         """POST and read an SSE stream; returns (status, events, seconds to the first delta)."""
         started = time.monotonic()
-        response = self._send("POST", path, body, "text/event-stream")
+        response = self._send("POST", path, body, "text/event-stream", headers)
         if response.status != 201 and response.status != 200:
             response.read()
             return response.status, [], None
@@ -206,6 +218,12 @@ class Results:
     sent: int = 0
     acknowledged: int = 0
     replies: int = 0
+    retried: int = 0  # messages sent again (same idempotency key) after a 503, an error event or a cut
+    retry_causes: Counter = field(default_factory=Counter)  # what each resend answered (not errors: retried)
+
+    def retry(self, cause: str) -> None:
+        with self.lock:
+            self.retry_causes[cause] += 1
 
     def add(self, **counts: int) -> None:
         with self.lock:
@@ -246,7 +264,7 @@ class Bot:
     def register(self) -> bool:
         self.client.call("GET", "/api/auth/csrf")
         started = time.monotonic()
-        status, body = self.client.call("POST", "/api/auth/register", {
+        status, body = self._call_retrying("register", "/api/auth/register", {
             "username": self.username, "password": f"load-{self.username}-pw", "consent": True})
         if status != 201:
             self.results.error(f"register:{status}:{body.get('error')}")
@@ -258,7 +276,7 @@ class Bot:
 
     def chat(self) -> None:
         started = time.monotonic()
-        status, body = self.client.call("POST", "/api/tasks/T1/start")
+        status, body = self._call_retrying("start", "/api/tasks/T1/start")
         with self.results.lock:
             self.results.task_start.append(time.monotonic() - started)
         if status != 201:
@@ -273,30 +291,61 @@ class Bot:
             self.send(number, path)
             time.sleep(self.args.think * self.random.uniform(0.8, 1.2))
 
+    def _call_retrying(self, what: str, path: str, body: Any = None) -> tuple[int, dict]:
+        """POST; a 503 (back-pressure: nothing was saved) is sent again after its Retry-After."""
+        for attempt in range(SEND_ATTEMPTS):
+            status, answer = self.client.call("POST", path, body)
+            if status != 503 or attempt == SEND_ATTEMPTS - 1:
+                return status, answer
+            self.results.retry(f"{what}:503")
+            time.sleep(self.client.retry_after or 2.0)
+        return status, answer
+
     def send(self, number: int, path: str) -> None:
+        """One message, sent again with its idempotency key until it is answered (or SEND_ATTEMPTS)."""
         text = f"{TEXTS[(self.index + number) % len(TEXTS)]}（{number + 1}）"
+        key = {"Idempotency-Key": secrets.token_hex(16)}
         self.results.add(sent=1)
         started = time.monotonic()
-        if path == "json":
-            status, body = self.client.call("POST", "/api/tasks/T1/messages", {"content": text})
-            ok = status == 201 and body.get("reply", {}).get("content")
-            acknowledged = status in (201, 503)  # 503: every provider failed, the message is saved
-        else:
-            status, events, first = self.client.stream("/api/tasks/T1/messages?stream=1", {"content": text})
-            names = [name for name, _ in events]
-            ok = bool(names) and names[-1] == "reply"
-            acknowledged = "message" in names
-            if first is not None:
-                with self.results.lock:
-                    self.results.first_delta.append(first)
+        acknowledged = ok = False
+        for attempt in range(SEND_ATTEMPTS):
+            if attempt:
+                self.results.add(retried=1)
+                time.sleep(self.client.retry_after or 2.0)
+            try:
+                status, ok, stored = self._attempt(path, text, key)
+            except (OSError, http.client.HTTPException) as exc:  # a cut connection: the answer is lost
+                self.client.conn = None
+                self.results.retry(f"{path}:{type(exc).__name__}")
+                continue
+            acknowledged = acknowledged or stored
+            if ok or status not in (200, 201, 503):
+                break
+            self.results.retry(f"{path}:{status}")
         elapsed = time.monotonic() - started
-        self.results.add(acknowledged=int(acknowledged), replies=int(bool(ok)))
+        self.results.add(acknowledged=int(acknowledged), replies=int(ok))
         if ok:
             with self.results.lock:
                 self.results.latency[path].append(elapsed)
                 self.results.timeline.append((started, elapsed))
         else:
-            self.results.error(f"{path}:{status}")
+            self.results.error(f"{path}:unanswered")
+
+    def _attempt(self, path: str, text: str, key: dict[str, str]) -> tuple[int, bool, bool]:
+        """(status, answered, the message is stored)."""
+        if path == "json":
+            status, body = self.client.call("POST", "/api/tasks/T1/messages", {"content": text}, key)
+            stored = status == 201 or bool(status == 503 and body.get("details", {}).get("message_id"))
+            return status, bool(status == 201 and body.get("reply", {}).get("content")), stored
+        status, events, first = self.client.stream("/api/tasks/T1/messages?stream=1", {"content": text}, key)
+        names = [name for name, _ in events]
+        if first is not None:
+            with self.results.lock:
+                self.results.first_delta.append(first)
+        if names and names[-1] == "error":
+            self.client.retry_after = events[-1][1].get("retry_after_seconds")
+            return 503, False, "message" in names
+        return status, bool(names) and names[-1] == "reply", "message" in names
 
 
 # -- the report -------------------------------------------------------------------------------------------
@@ -416,6 +465,8 @@ def report(args, results: Results, model_seconds: list[float], stored: dict[str,
         "registration": {"registered": results.registered, "latency": summary(results.register_seconds)},
         "errors": dict(results.errors), "error_count": sum(results.errors.values()),
         "messages": {"sent": results.sent, "acknowledged": results.acknowledged, "replies_received": results.replies,
+                     "acknowledged_without_reply": results.acknowledged - results.replies,
+                     "retried": results.retried, "retry_causes": dict(results.retry_causes),
                      "stored": stored, "lost": lost},
         "platform_cpu_seconds": cpu, "machine": load, "wall_seconds": round(wall, 1),
         "overhead_by_10s_of_chat": by_window(results.timeline, model_time),

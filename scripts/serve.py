@@ -4,7 +4,10 @@
     WEB_WORKERS=4 WEB_THREADS=256 HOST=127.0.0.1 PORT=8000 make serve
 
 Refuses to start (exit 2, saying why) without a PostgreSQL ``DATABASE_URL`` or without
-``SECRET_KEY`` in the environment: every process and every host must share both. The
+``SECRET_KEY`` in the environment: every process and every host must share both; and when
+its connection budget (WEB_HOSTS x WEB_WORKERS x (DB_POOL_SIZE + DB_MAX_OVERFLOW + 4
+background) + 5, services.serving.connection_budget) exceeds what PostgreSQL allows
+(``SHOW max_connections`` less the superuser reserve, or DB_MAX_CONNECTIONS behind pgbouncer). The
 session cookie is ``Secure`` unless ``SESSION_COOKIE_SECURE=0`` (plain-HTTP lab LAN).
 
 Before any worker starts, this process applies migrations, checks the embedder pin and
@@ -20,11 +23,19 @@ import os
 import sys
 
 import config  # noqa: F401 - loads .env before the environment is checked
-from services.serving import ServingConfig, production_problems, raise_open_file_limit, warm_up
+from services.serving import (
+    ServingConfig,
+    allowed_connections,
+    connection_budget,
+    production_problems,
+    raise_open_file_limit,
+    warm_up,
+)
 
 
-def _prepare() -> None:
-    """Migrate, check the embedder and bootstrap the admin once, in the parent process."""
+def _prepare(serving: ServingConfig) -> str | None:
+    """Migrate, check the connection budget and the embedder and bootstrap the admin once, in the parent
+    process; returns why the workers must not start (None when they may)."""
     from app import bootstrap_admin_once, check_time_scale_on_start, create_app
     from config import Settings
     from services.runtime import check_embedder
@@ -32,12 +43,19 @@ def _prepare() -> None:
     settings = Settings.from_env()
     app = create_app(settings)
     runtime = app.extensions["memory_lab"]
-    runtime.db.upgrade()
-    check_time_scale_on_start(app)  # refuses another PILOT_DAY_SECONDS than the database was run with
-    check_embedder(runtime)
-    bootstrap_admin_once(app)
-    runtime.background.shutdown()
-    runtime.db.dispose()  # no connection may be shared with the forked workers
+    try:
+        budget = connection_budget(serving, allowed_connections(runtime.db.engine))
+        if budget.problem():
+            return budget.problem()
+        print(f"make serve: database connections at most {budget.formula()}, of {budget.allowed} allowed", flush=True)
+        runtime.db.upgrade()
+        check_time_scale_on_start(app)  # refuses another PILOT_DAY_SECONDS than the database was run with
+        check_embedder(runtime)
+        bootstrap_admin_once(app)
+    finally:
+        runtime.background.shutdown()
+        runtime.db.dispose()  # no connection may be shared with the forked workers
+    return None
 
 
 def build_application(serving: ServingConfig, bind: str):
@@ -80,9 +98,12 @@ def main() -> int:
     from services.study import StudyDefinitionError
 
     try:
-        _prepare()
+        refused = _prepare(serving)
     except StudyDefinitionError as exc:  # as make run: a study that cannot run is never served
         print(f"make serve: study definition refused: {exc}", file=sys.stderr)
+        return 2
+    if refused:
+        print(f"make serve: {refused}", file=sys.stderr)
         return 2
     raise_open_file_limit(serving.connection_limit * serving.workers)
     bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"

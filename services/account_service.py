@@ -83,6 +83,8 @@ def register(session: Session, *, username: object, password: object, consent: o
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
     lang = prompt_language(language, study.default_language)
+    # hashed before the first query: the slow hash must not hold a pooled connection
+    password_hash = hash_password(password)
     if find_user(session, username) is not None:
         raise Conflict("this username is taken", code="username_taken")
 
@@ -92,7 +94,7 @@ def register(session: Session, *, username: object, password: object, consent: o
             raise Conflict("this username is taken", code="username_taken") from exc
 
     user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken,
-                    fields={"username": username, "password_hash": hash_password(password), "language": lang})
+                    fields={"username": username, "password_hash": password_hash, "language": lang})
     return user
 
 

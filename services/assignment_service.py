@@ -12,10 +12,10 @@ from __future__ import annotations
 import random
 import secrets
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from database.models import Assignment, AuditLog, User
+from database.models import Assignment, AssignmentCounter, AuditLog, User
 from services.clock import Clock
 from services.study import Study
 
@@ -28,8 +28,11 @@ def permuted_block(conditions: list[str], multiple: int, seed: int | None, block
 
 
 def assign(session: Session, user: User, study: Study, clock: Clock, seed: int | None = None) -> Assignment:
-    """Assign ``user`` to the next slot. The caller commits; a concurrent registration that took
-    the same slot makes the commit fail on the unique constraint, and the caller retries."""
+    """Assign ``user`` to the next slot, in the caller's transaction (the caller commits).
+
+    The slot comes from the one ``assignment_counter`` row, bumped by an UPDATE: its row lock (held
+    until the registration commits) makes a simultaneous registration wait a moment and then take
+    the following slot, on PostgreSQL as on SQLite, so two never draw the same one."""
     existing = session.scalar(select(Assignment).where(Assignment.user_id == user.id))
     if existing:
         return existing
@@ -38,11 +41,11 @@ def assign(session: Session, user: User, study: Study, clock: Clock, seed: int |
     if seed is None:
         seed = study.assignment.seed
     block_size = len(conditions) * multiple
-    taken = session.scalar(select(func.count(Assignment.id))) or 0
-    block_index, slot_index = divmod(taken, block_size)
+    block_index, slot_index = divmod(_take_slot(session), block_size)
     if slot_index == 0:
         block = permuted_block(conditions, multiple, seed, block_index)
     else:
+        # the block's first slot was committed before this one could be taken (the row lock)
         first = session.scalar(
             select(Assignment).where(Assignment.block_index == block_index).order_by(Assignment.slot_index)
         )
@@ -60,6 +63,13 @@ def assign(session: Session, user: User, study: Study, clock: Clock, seed: int |
     ))
     session.flush()
     return assignment
+
+
+def _take_slot(session: Session) -> int:
+    """The next running slot number, counted on under the counter row's lock."""
+    bump = (update(AssignmentCounter).where(AssignmentCounter.id == 1)
+            .values(next_slot=AssignmentCounter.next_slot + 1).returning(AssignmentCounter.next_slot))
+    return session.execute(bump).scalar_one() - 1
 
 
 def group_counts(session: Session) -> dict[str, int]:

@@ -11,13 +11,14 @@ Order matters for a study whose data are irreplaceable:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from database.db_manager import is_unavailable
@@ -41,6 +42,19 @@ from services.timer_service import TaskService
 log = logging.getLogger(__name__)
 ERASED = "this participant's data has been erased"
 
+# a client-generated key naming one message (a UUID fits), so a resent message is stored once
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+@dataclass
+class Accepted:
+    """A message ``accept_or_repeat`` stored now, or found stored under its idempotency key (with
+    its reply once there is one)."""
+
+    message: Message
+    reply: Message | None = None
+    repeated: bool = False
+
 
 @dataclass
 class PreparedReply:
@@ -58,8 +72,54 @@ def task_service(session: Session, runtime: Runtime) -> TaskService:
                        on_chat_ended=lambda task_session_id: on_chat_ended(runtime, task_session_id))
 
 
+def idempotency_key(header: str | None, field: Any) -> str | None:
+    """The message's key from the ``Idempotency-Key`` header or the ``idempotency_key`` field (either;
+    both must agree), or None when the client sent none."""
+    if header is not None and field is not None and header != field:
+        raise BadInput("the Idempotency-Key header and the idempotency_key field differ",
+                       code="invalid_idempotency_key")
+    key = header if header is not None else field
+    if key is None:
+        return None
+    if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
+        raise BadInput("an idempotency key is 1 to 128 letters, digits and . _ : - (a UUID, for example)",
+                       code="invalid_idempotency_key")
+    return key
+
+
+def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: str, content: Any, *,
+                     key: str | None, signals: dict[str, Any] | None = None) -> Accepted:
+    """``accept_message``, once per idempotency ``key``: a repeat (a client retrying after a lost
+    answer, or the same post sent several times at once) gets the message stored first, and its
+    reply when there is one, instead of a second row. The unique (user, key) constraint decides
+    between simultaneous repeats."""
+    if key is None:
+        return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals))
+    stored = _by_key(session, user.id, key)
+    if stored is None:
+        try:
+            return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals, key=key))
+        except IntegrityError:
+            session.rollback()
+            stored = _by_key(session, user.id, key)
+            if stored is None:
+                raise
+    if stored.task_id != task_id or not isinstance(content, str) or stored.content != content.strip():
+        raise Conflict("this idempotency key was used for another message", code="idempotency_key_reused",
+                       details={"message_id": stored.id})
+    return Accepted(stored, _reply_of(session, stored.id), repeated=True)
+
+
+def _by_key(session: Session, user_id: int, key: str) -> Message | None:
+    return session.scalar(select(Message).where(Message.user_id == user_id, Message.idempotency_key == key))
+
+
+def _reply_of(session: Session, message_id: int) -> Message | None:
+    return session.scalar(select(Message).where(Message.reply_to_id == message_id))
+
+
 def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any,
-                   signals: dict[str, Any] | None = None) -> Message:
+                   signals: dict[str, Any] | None = None, key: str | None = None) -> Message:
     """Validate and commit the participant's message. Nothing is stored if it is refused.
 
     ``signals`` holds the optional data-quality fields the page sends (services.quality)."""
@@ -77,7 +137,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
         tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
     message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
-                      content=content.strip(), created_at=runtime.clock.now(), **quality)
+                      content=content.strip(), created_at=runtime.clock.now(), idempotency_key=key, **quality)
     session.add(message)
     user.last_active_at = message.created_at
     session.commit()
@@ -132,10 +192,13 @@ def system_prompt(study: Study, group: str, language: str, context: MemoryContex
 def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
                   study: Study) -> list[dict[str, str]]:
     """The task in progress as ordinary chat history (the same for every condition by default)."""
-    rows = session.scalars(
-        select(Message).where(Message.task_session_id == ts.id, Message.id < before_id).order_by(Message.id)
+    # the two columns only: whole rows would decode every earlier reply's stored prompt and context
+    # (JSON that grows with the conversation) for each new reply
+    rows = session.execute(
+        select(Message.role, Message.content).where(Message.task_session_id == ts.id, Message.id < before_id)
+        .order_by(Message.id)
     ).all()
-    history = [{"role": m.role, "content": m.content} for m in rows]
+    history = [{"role": role, "content": content} for role, content in rows]
     if not study.within_task_window_manipulated:
         return history
     # the switch makes the task in progress part of the manipulation: keep the condition's window only
@@ -146,7 +209,10 @@ def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: s
     return history[turn_starts[-turns]:] if len(turn_starts) > turns else history
 
 
-def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult) -> Message:
+def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult, *,
+                 repeat: bool = False) -> Message:
+    """Store the reply; when a simultaneous request stored one first, a ``repeat`` (the same message
+    sent again under its idempotency key) answers with that one, anything else is a conflict."""
     message = prepared.user_message
     for write in prepared.context.deferred:
         write.write(session)
@@ -165,21 +231,34 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
         session.commit()
     except IntegrityError as exc:  # the unique reply_to_id: a simultaneous retry stored its reply first
         session.rollback()
+        stored = _reply_of(session, message.id) if repeat else None
+        if stored is not None:
+            return stored
         raise Conflict("this message already has a reply", code="already_answered",
                        details={"message_id": message.id}) from exc
-    after_reply(runtime, reply.id)
+    if not registry.get(prepared.memory_group).has_turn_upkeep:
+        return reply  # no upkeep to queue: no need to read the reply back
+    try:
+        after_reply(runtime, reply.id)
+    except SQLAlchemyError as exc:  # the reply is stored; the sweep catches up its memory upkeep
+        if not is_unavailable(exc):
+            raise
+        log.warning("memory upkeep after reply %s not queued, database unavailable: %s", reply.id, exc)
     return reply
 
 
-def _reply_not_stored(exc: DBAPIError, message_id: int) -> Unavailable:
-    """The database was busy while the reply was built or stored: the message itself is saved."""
-    log.warning("reply to message %s not stored, database unavailable: %s", message_id, exc.orig)
+def _reply_not_stored(exc: SQLAlchemyError, message_id: int) -> Unavailable:
+    """The database was busy, shut down, unreachable or out of connections while the reply was built
+    or stored: the message itself is saved."""
+    log.warning("reply to message %s not stored, database unavailable: %s", message_id, getattr(exc, "orig", exc))
     return Unavailable("the database is busy, so the reply was not stored; your message is saved, "
                        "please ask again", code="reply_not_saved", details={"message_id": message_id})
 
 
-def generate_reply(runtime: Runtime, user_message_id: int) -> Message:
-    """Build context and prompt, ask the provider chain, store the reply. 503 if every provider fails."""
+def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False) -> Message:
+    """Build context and prompt, ask the provider chain, store the reply. 503 if every provider fails
+    or the database cannot be reached. No connection is held while the model answers (``_prepare``
+    commits first)."""
     with runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
@@ -190,22 +269,31 @@ def generate_reply(runtime: Runtime, user_message_id: int) -> Message:
                 raise Unavailable("the assistant cannot answer right now; your message is saved",
                                   code="provider_unavailable",
                                   details={"message_id": user_message_id, "attempts": len(exc.attempts)}) from exc
-            return _store_reply(session, runtime, prepared, result)
-        except DBAPIError as exc:
-            session.rollback()
+            return _store_reply(session, runtime, prepared, result, repeat=repeat)
+        except SQLAlchemyError as exc:
+            _forget(session)
             if is_unavailable(exc):
                 raise _reply_not_stored(exc, user_message_id) from exc
             raise
 
 
-def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, Any]]:
-    """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``."""
+def _forget(session: Session) -> None:
+    """Roll back what the reply's session began; a connection that is already gone has nothing to undo."""
+    try:
+        session.rollback()
+    except SQLAlchemyError:
+        log.warning("rollback after a database error failed; the connection is discarded", exc_info=True)
+
+
+def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False) -> Iterator[dict[str, Any]]:
+    """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``: every
+    stream ends with one of them, also when the database fails half-way."""
     with runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
             for event in runtime.llm.stream(prepared.request):
                 if "result" in event:
-                    reply = _store_reply(session, runtime, prepared, event["result"])
+                    reply = _store_reply(session, runtime, prepared, event["result"], repeat=repeat)
                     yield {"reply": serialise_message(reply, participant_view=True)}
                 else:
                     yield event
@@ -217,14 +305,18 @@ def stream_reply(runtime: Runtime, user_message_id: int) -> Iterator[dict[str, A
         except Conflict as exc:
             yield {"error": {"error": exc.code, "message": exc.message, "message_id": user_message_id}}
         except (Gone, ParticipantErased):
-            session.rollback()
+            _forget(session)
             yield {"error": {"error": "participant_erased", "message": ERASED, "message_id": user_message_id}}
-        except DBAPIError as exc:
-            session.rollback()
+        except SQLAlchemyError as exc:
+            _forget(session)
             if not is_unavailable(exc):
-                raise
+                log.exception("reply to message %s failed", user_message_id)
+                yield {"error": {"error": "internal_error", "message_id": user_message_id,
+                                 "message": "something went wrong on the server; your message is saved"}}
+                return
             error = _reply_not_stored(exc, user_message_id)
-            yield {"error": {"error": error.code, "message": error.message, "message_id": user_message_id}}
+            yield {"error": {"error": error.code, "message": error.message, "message_id": user_message_id,
+                             "retry_after_seconds": Unavailable.retry_after_seconds}}
 
 
 def after_reply(runtime: Runtime, reply_id: int) -> None:
@@ -237,7 +329,8 @@ def after_reply(runtime: Runtime, reply_id: int) -> None:
 
 
 def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
-    with runtime.db.Session() as session:
+    db = runtime.background_db  # background work's own connections, never the requests'
+    with db.Session() as session:
         reply = session.get(Message, reply_id)
         if reply is None:  # the participant was erased since
             return
@@ -245,7 +338,7 @@ def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
     # One upkeep at a time per participant, across every process: two would race for the memory's
     # next version number. The guard is a database lease (services.leases), not an in-process lock.
     try:
-        with participant_guard(runtime.db, user_id), runtime.db.session() as session:
+        with participant_guard(db, user_id), db.session() as session:
             reply = session.get(Message, reply_id)
             if reply is None:
                 return
@@ -261,7 +354,7 @@ def catch_up_turn_upkeep(runtime: Runtime, *, grace_seconds: float = 60.0) -> li
     """Run the per-turn upkeep still missing ``grace_seconds`` after its reply (the scheduler's sweep):
     work a dead worker had queued, or given up while the guard stayed busy."""
     before = runtime.clock.now() - timedelta(seconds=grace_seconds)
-    with runtime.db.Session() as session:
+    with runtime.background_db.Session() as session:
         pending = [reply_id for condition in registry.all_conditions() if condition.has_turn_upkeep
                    for reply_id in condition.turns_behind(session, before=before)]
     for reply_id in pending:
@@ -275,7 +368,7 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
 
 
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
-    service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
+    service = ConsolidationService(runtime.background_db, runtime.settings, llm=runtime.consolidation_llm,
                                    embedder=runtime.embedder, clock=runtime.clock)
     service.consolidate_task_session(task_session_id, trigger=trigger)
 

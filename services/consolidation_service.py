@@ -43,9 +43,10 @@ salience. It is recorded for analysis; recall does not use it.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -129,7 +130,8 @@ class ConsolidationService:
 
     def __init__(self, db: Database | Callable[[], Session], settings: Settings, *, llm: LLMService | None = None,
                  embedder: EmbeddingProvider | None = None, clock: Clock | None = None,
-                 step_hook: StepHook | None = None, lease_seconds: float = 900.0) -> None:
+                 step_hook: StepHook | None = None, lease_seconds: float = 900.0,
+                 heartbeat_seconds: float | None = None) -> None:
         self.settings = settings
         self.study: Study = settings.study
         self.clock = clock or Clock()
@@ -139,6 +141,8 @@ class ConsolidationService:
         self._embedder = embedder
         self.step_hook = step_hook
         self.lease = timedelta(seconds=lease_seconds)
+        # a live run renews its lease this often (real seconds), so only a dead one ever expires
+        self.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else lease_seconds / 4
 
     # -- wiring ----------------------------------------------------------------
 
@@ -221,9 +225,10 @@ class ConsolidationService:
         summary.run_id = run_id
         plan = _Plan()
         try:
-            self._step("claimed")
-            self._compute(task_session_id, plan)
-            self._write(task_session_id, run_id, plan, summary)
+            with self._heartbeat(run_id):
+                self._step("claimed")
+                self._compute(task_session_id, plan)
+                self._write(task_session_id, run_id, plan, summary)
         except Exception as exc:  # any failure: nothing of the run is written; record it and move on
             log.warning("consolidation of task session %s failed: %s", task_session_id, exc)
             self._record_failure(task_session_id, run_id, plan, exc)
@@ -269,6 +274,11 @@ class ConsolidationService:
             ).rowcount
             if claimed != 1:
                 return None
+            # PostgreSQL re-checks a blocked UPDATE's WHERE on the row another claim just committed, but
+            # its EXISTS still sees the snapshot from before that claim's run row: look again, now.
+            if session.scalar(select(self._live_run(task_session_id))):
+                session.rollback()
+                return None
             for stale in session.scalars(select(ConsolidationRun).where(
                     ConsolidationRun.task_session_id == task_session_id, ConsolidationRun.status == "running")):
                 stale.status, stale.finished_at = "failed", now
@@ -281,10 +291,35 @@ class ConsolidationService:
             return run.id
 
     def _live_run(self, task_session_id):
-        """EXISTS a running run for the session whose lease has not expired (a killed run's lease does)."""
+        """EXISTS a running run for the session whose lease has not expired: a live run renews it
+        (``_heartbeat``), a killed run's lapses ``lease_seconds`` after its last sign of life."""
+        last_alive = func.coalesce(ConsolidationRun.heartbeat_at, ConsolidationRun.started_at)
         return exists().where(ConsolidationRun.task_session_id == task_session_id,
-                              ConsolidationRun.status == "running",
-                              ConsolidationRun.started_at > self.clock.now() - self.lease)
+                              ConsolidationRun.status == "running", last_alive > self.clock.now() - self.lease)
+
+    @contextmanager
+    def _heartbeat(self, run_id: int) -> Iterator[None]:
+        """While the block runs, renew the run's lease every ``heartbeat_seconds`` from a thread of its
+        own, so a run slower than its lease (a slow model) is never taken for dead and done twice."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_seconds):
+                try:
+                    with self._session() as session:
+                        session.execute(update(ConsolidationRun).where(
+                            ConsolidationRun.id == run_id, ConsolidationRun.status == "running")
+                            .values(heartbeat_at=self.clock.now()).execution_options(synchronize_session=False))
+                except Exception:  # the next beat tries again; the lease has room for missed ones
+                    log.warning("consolidation run %s: heartbeat not written", run_id, exc_info=True)
+
+        thread = threading.Thread(target=beat, name=f"consolidation-heartbeat-{run_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     # -- computing (no transaction open) -------------------------------------------------
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from config import Settings
-from database.db_manager import Database
+from database.db_manager import BACKGROUND_POOL_SIZE, Database
 from services.background import BackgroundRunner
 from services.clock import Clock
 from services.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
@@ -29,6 +29,9 @@ class Runtime:
     llm: LLMService | None = None
     consolidation_llm: LLMService | None = None  # CONSOLIDATION_PROVIDERS, else the reply chain
     record_failure: Callable[[dict[str, Any]], None] | None = None
+    # background work's own pool (scheduler jobs, consolidation, memory upkeep): a request pool
+    # starved by a class never stops it, and it never takes the requests' connections
+    jobs_db: Database | None = None
     _embedder: EmbeddingProvider | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -48,6 +51,15 @@ class Runtime:
     def embedder(self, value: EmbeddingProvider) -> None:
         self._embedder = value
 
+    @property
+    def background_db(self) -> Database:
+        return self.jobs_db or self.db
+
+    def for_jobs(self) -> Runtime:
+        """This runtime with ``db`` on the background pool (the same providers and embedder), for
+        the scheduler's jobs."""
+        return replace(self, db=self.background_db, _embedder=self.embedder, _lock=threading.Lock())
+
 
 def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Database | None = None,
                   llm: LLMService | None = None) -> Runtime:
@@ -57,11 +69,12 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
 
         serving = ServingConfig.from_env()
         db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,
-                      pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow)
+                      pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow,
+                      pool_timeout=serving.db_pool_timeout, prepared_statements=serving.db_prepared_statements)
     clock = clock or Clock()
     # one recorder per app: failed provider calls land in provider_failures, where admins see them
     recorder = make_failure_recorder(db, clock)
-    runtime = Runtime(settings=settings, db=db, clock=clock,
+    runtime = Runtime(settings=settings, db=db, clock=clock, jobs_db=db.sibling(BACKGROUND_POOL_SIZE),
                       background=BackgroundRunner(inline=settings.consolidate_inline), record_failure=recorder)
     runtime.llm = llm or build_llm_service(settings, on_failure=recorder)
     runtime.consolidation_llm = (

@@ -44,6 +44,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from config import Settings
+from database.db_manager import LEASE_POOL_SIZE
 from database.models import AuditLog, Reminder, User
 from services import admin_service, panel_service
 from services.chat_service import catch_up_turn_upkeep
@@ -500,14 +501,20 @@ def start_scheduler(app, *, start: bool = True):
     Every server process may start one; the ``scheduler`` lease in the database makes
     exactly one of them run the jobs (services.leases.SchedulerLeadership), and another
     takes over within a lease period when that process dies."""
+    from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    runtime: Runtime = app.extensions["memory_lab"]
+    # The jobs run on the background pool; the lease is renewed on a connection and a thread of its
+    # own, so neither a class starving the requests' pool nor a long job can make it skip a renewal.
+    runtime: Runtime = app.extensions["memory_lab"].for_jobs()
     intervals = job_intervals(runtime.settings)
-    leadership = SchedulerLeadership(runtime.db, ttl_seconds=lease_seconds(intervals))
+    leadership = SchedulerLeadership(runtime.db.sibling(LEASE_POOL_SIZE, pool_timeout=5.0),
+                                     ttl_seconds=lease_seconds(intervals))
     scheduler = BackgroundScheduler(timezone="UTC", job_defaults={
-        "coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
-    scheduler.add_job(leadership.renew, "interval", id="scheduler_lease", seconds=leadership.renew_seconds)
+        "coalesce": True, "max_instances": 1, "misfire_grace_time": 300},
+        executors={"default": ThreadPoolExecutor(4), "lease": ThreadPoolExecutor(1)})
+    scheduler.add_job(leadership.renew, "interval", id="scheduler_lease", seconds=leadership.renew_seconds,
+                      executor="lease", misfire_grace_time=None)
     jobs: list[tuple[str, Callable[..., Any], list[Any]]] = [
         ("consolidation_sweep", sweep_consolidation, [runtime]), ("mark_overdue", mark_overdue, [runtime])]
     reminders = ReminderConfig.from_env()

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from database.db_manager import BACKGROUND_POOL_SIZE, LEASE_POOL_SIZE
+
 log = logging.getLogger(__name__)
 
 
@@ -39,9 +41,12 @@ class ServingConfig:
     connection_limit: int = 2000  # open connections per process, idle ones included
     idle_timeout: int = 30  # seconds an idle keep-alive connection stays open
     workers: int = 4  # make serve: processes (each with `threads` threads)
-    db_pool_size: int = 10  # per process; PostgreSQL's default max_connections is 100
-    db_max_overflow: int = 10
+    db_pool_size: int = 10  # per process; PostgreSQL's default max_connections is 100 (connection_budget)
+    db_max_overflow: int = 5
+    db_pool_timeout: int = 10  # seconds a request waits for a pooled connection before a 503
     proxy_hops: int = 0  # reverse proxies in front that set X-Forwarded-For/-Proto
+    hosts: int = 1  # machines running `make serve` on the same database (the connection budget)
+    db_prepared_statements: bool = True  # off behind pgbouncer < 1.21 in transaction mode
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServingConfig:
@@ -54,6 +59,9 @@ class ServingConfig:
             workers=max(1, _int(env, "WEB_WORKERS", d.workers)),
             db_pool_size=max(1, _int(env, "DB_POOL_SIZE", d.db_pool_size)),
             db_max_overflow=_int(env, "DB_MAX_OVERFLOW", d.db_max_overflow),
+            db_pool_timeout=max(1, _int(env, "DB_POOL_TIMEOUT", d.db_pool_timeout)),
+            hosts=max(1, _int(env, "WEB_HOSTS", d.hosts)),
+            db_prepared_statements=(env.get("DB_PREPARED_STATEMENTS") or "1").strip().lower() not in ("0", "false"),
             proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
         )
 
@@ -92,6 +100,61 @@ class ServingConfig:
             # gunicorn's admin socket is a file in $HOME shared by every server on the host; unused here
             "control_socket_disable": True,
         }
+
+
+# connections outside the workers' pools: migrations and the first admin in `make serve`'s parent (closed
+# before the workers start, but a second `make serve` or a deploy may overlap), backups, psql, flask CLI
+BUDGET_MARGIN = 5
+
+
+@dataclass(frozen=True)
+class ConnectionBudget:
+    """How many PostgreSQL connections `make serve` may open at most, against what the server allows."""
+
+    hosts: int
+    workers: int
+    per_worker: int  # the request pool (DB_POOL_SIZE + DB_MAX_OVERFLOW) and the background pools
+    needed: int
+    allowed: int | None = None  # max_connections - superuser_reserved_connections, or DB_MAX_CONNECTIONS
+
+    def formula(self) -> str:
+        return (f"WEB_HOSTS {self.hosts} x WEB_WORKERS {self.workers} x {self.per_worker} per worker "
+                f"(DB_POOL_SIZE + DB_MAX_OVERFLOW + {BACKGROUND_CONNECTIONS} background) + {BUDGET_MARGIN} spare "
+                f"= {self.needed}")
+
+    def problem(self) -> str | None:
+        """Why the budget does not fit (what to change), or None when it does."""
+        if self.allowed is None or self.needed <= self.allowed:
+            return None
+        return (f"make serve could open {self.formula()} database connections, but the server allows "
+                f"{self.allowed}. Lower WEB_WORKERS, DB_POOL_SIZE or DB_MAX_OVERFLOW (connections are held only "
+                f"while a request reads or writes, so a pool of 10 + 5 serves hundreds of waiting replies), raise "
+                f"max_connections in postgresql.conf (and restart PostgreSQL), or put pgbouncer between the hosts "
+                f"and PostgreSQL and set DB_MAX_CONNECTIONS to its max_client_conn (README, \"Several hosts\")")
+
+
+# per worker, apart from the requests' pool: background work's pool and the scheduler lease's connection
+BACKGROUND_CONNECTIONS = BACKGROUND_POOL_SIZE + LEASE_POOL_SIZE
+
+
+def connection_budget(serving: ServingConfig, allowed: int | None = None) -> ConnectionBudget:
+    per_worker = serving.db_pool_size + serving.db_max_overflow + BACKGROUND_CONNECTIONS
+    return ConnectionBudget(hosts=serving.hosts, workers=serving.workers, per_worker=per_worker,
+                            needed=serving.hosts * serving.workers * per_worker + BUDGET_MARGIN, allowed=allowed)
+
+
+def allowed_connections(engine: Any, environ: Mapping[str, str] | None = None) -> int:
+    """What this deployment may use: DB_MAX_CONNECTIONS when set (a pooler's max_client_conn), else the
+    server's max_connections less the connections it keeps for superusers."""
+    from sqlalchemy import text
+
+    env = os.environ if environ is None else environ
+    if (env.get("DB_MAX_CONNECTIONS") or "").strip():
+        return _int(env, "DB_MAX_CONNECTIONS", 0)
+    with engine.connect() as connection:
+        total = int(connection.execute(text("SHOW max_connections")).scalar_one())
+        reserved = int(connection.execute(text("SHOW superuser_reserved_connections")).scalar_one())
+    return total - reserved
 
 
 def raise_open_file_limit(connections: int) -> None:

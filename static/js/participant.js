@@ -676,6 +676,14 @@ function showChat(task) {
     return gotReply;
   }
 
+  let pendingSend = null;
+
+  function idempotencyKey() {
+    if (window.crypto?.randomUUID) return window.crypto.randomUUID();
+    const bytes = window.crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
   async function send() {
     if (sending || ended) return;
     composerError.textContent = "";
@@ -693,9 +701,14 @@ function showChat(task) {
     sending = true;
     sendButton.disabled = true;
     sendButton.textContent = t("task.sending");
+    // One idempotency key per message, reused when the same text is sent again (a retry after a
+    // lost answer), so the server stores it once.
+    if (!pendingSend || pendingSend.content !== content) pendingSend = { content, key: idempotencyKey() };
+    const idempotency_key = pendingSend.key;
     try {
-      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content, ...qualitySignals() }, (stored) => {
+      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content, idempotency_key, ...qualitySignals() }, (stored) => {
         // Only now is the text safe on the server: clear the box and the saved draft.
+        pendingSend = null;
         resetQuality();
         if (input.value === content) input.value = "";
         sessionStorage.removeItem(draftKey(task.id));
