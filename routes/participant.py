@@ -57,7 +57,7 @@ def task_detail(task_id: str):
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
     status["messages"] = messages
     if status["status"] == "done":
-        status["completion"] = completion_for(runtime().study, task_id, user)
+        status["completion"] = completion_for(runtime().study, task_id, user, incomplete=status["incomplete"])
     return ok({"task": status})
 
 
@@ -170,7 +170,7 @@ def post_questionnaire(task_id: str):
     tasks.complete(ts)
     tasks.commit()
     return ok({"stored": stored, "task": tasks.status_of(user, task_id),
-               "completion": completion_for(rt.study, task_id, user)}, 201)
+               "completion": completion_for(rt.study, task_id, user, incomplete=ts.outcome == "incomplete")}, 201)
 
 
 def _now_iso() -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from database.models import AuditLog, Base, Message, ProviderFailure, User
+from database.models import AuditLog, Base, Message, ProviderFailure, User, username_key
 from services.clock import utc_iso
 from services.errors import BadInput, Conflict, NotFound
 from services.memory.hybrid import ForgettingCurveSearch
@@ -52,7 +52,7 @@ def erase_participant(session: Session, user_id: int, *, admin: User, confirm: A
     if user.status == "erased":
         raise Conflict("this participant has already been erased", code="already_erased")
     deleted = _delete_rows(session, user.id)
-    user.username = f"erased-{user.participant_code}"
+    user.username = _erased_name(session, user)
     user.password_hash = ERASED_PASSWORD
     user.external_id = None
     user.withdrawn_reason = None
@@ -69,6 +69,14 @@ def erase_participant(session: Session, user_id: int, *, admin: User, confirm: A
     # (ForgettingCurveSearch.cache_idle_seconds), and a recall for an erased participant cannot happen
     ForgettingCurveSearch.invalidate(user.id)
     return tombstone(user)
+
+
+def _erased_name(session: Session, user: User) -> str:
+    """``erased-<code>``; should an older account hold that name (registered before the prefix was
+    reserved), ``erased:<code>``, which no registration can take (':' is not allowed in a username)."""
+    name = f"erased-{user.participant_code}"
+    taken = session.scalar(select(User.id).where(User.username_key == username_key(name), User.id != user.id))
+    return name if taken is None else f"erased:{user.participant_code}"
 
 
 def _delete_rows(session: Session, user_id: int) -> dict[str, int]:

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from database.models import AuditLog, TaskSession, User
+from database.models import AuditLog, Message, TaskSession, User
 from services.clock import Clock, utc_iso
 from services.errors import Conflict, Forbidden, NotFound
 from services.study import Study, Task
@@ -92,7 +92,8 @@ class TaskService:
                 "overdue": False,
             }
             if ts and ts.status == "done":
-                entry.update(status="done", completed_at=utc_iso(ts.completed_at))
+                entry.update(status="done", completed_at=utc_iso(ts.completed_at),
+                             incomplete=ts.outcome == "incomplete")
             elif ts and ts.status == "in_progress":
                 entry.update(status="in_progress", phase=ts.phase, started_at=utc_iso(ts.started_at),
                              timer=self.timer(ts, now))
@@ -205,9 +206,22 @@ class TaskService:
         self._end_chat(ts, "finished", self.clock.now())
 
     def complete(self, ts: TaskSession) -> None:
+        """The questionnaire is in: the task is done, and ``complete`` or ``incomplete`` by its engagement."""
         ts.status = "done"
         ts.phase = "closed"
         ts.completed_at = self.clock.now()
+        ts.outcome = "complete" if self.engaged(ts) else "incomplete"
+
+    def min_messages(self, task_id: str) -> int:
+        own = self.task_definition(task_id).min_participant_messages
+        return self.timing.min_participant_messages if own is None else own
+
+    def engaged(self, ts: TaskSession) -> bool:
+        """The study's minimum engagement: enough participant messages and enough active chat time.
+        Heartbeats add active time only, so a page left open never reaches it alone."""
+        sent = self.session.scalar(select(func.count(Message.id)).where(Message.task_session_id == ts.id,
+                                                                         Message.role == "user")) or 0
+        return sent >= self.min_messages(ts.task_id) and ts.active_seconds >= self.timing.min_active_seconds
 
     def expire_if_abandoned(self, ts: TaskSession) -> bool:
         """Close the chat of an attempt open longer than the maximum wall time."""

@@ -15,7 +15,7 @@ const TASK_LIST_POLL_MS = 60_000;
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
-const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null };
+const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null, panelProblem: null };
 
 // -- small helpers ------------------------------------------------------------------------------
 
@@ -133,6 +133,7 @@ async function route() {
   const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
   if (!state.user) {
     if (name === "login") showLogin();
+    else if (state.panelProblem) showPanelProblem(state.panelProblem);
     else if (state.panelId) showPanelConsent();
     else if (name === "register" && state.consentGiven) showRegister();
     else showConsent();
@@ -155,7 +156,17 @@ function signedIn(user) {
     return;
   }
   if (user.language && user.language !== language()) setLanguage(user.language);
+  reportTimeZone();
   go("#/tasks");
+}
+
+// Reminders give times in the participant's own time zone: the page tells the server which one it is.
+function reportTimeZone() {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  if (!zone || !state.user || state.user.role !== "participant" || state.user.time_zone === zone) return;
+  api.post("/api/me/time-zone", { time_zone: zone })
+    .then((data) => { if (state.user) state.user.time_zone = data.time_zone; })
+    .catch(() => {});  // not knowing it only means reminders say UTC
 }
 
 // -- consent, register, log in ------------------------------------------------------------------
@@ -192,6 +203,56 @@ function panelIdFromUrl() {
   return new URLSearchParams(location.search).get(name);
 }
 
+// The panel's session parameters on the entry link (Prolific: STUDY_ID, SESSION_ID), stored with each entry.
+function panelSession() {
+  const params = new URLSearchParams(location.search);
+  const found = {};
+  for (const name of state.study?.panel?.session_parameters || []) {
+    if (params.get(name)) found[name] = params.get(name);
+  }
+  return found;
+}
+
+function panelEntry(consent) {
+  return api.post("/api/auth/panel", { external_id: state.panelId, consent, language: language(), session: panelSession() });
+}
+
+// A panel link opened again: a returning participant (this browser entered as them before) goes straight
+// to their tasks in their account's language, without the consent again. A new id gets the consent page.
+async function resumePanel() {
+  try {
+    const data = await panelEntry(undefined);
+    state.panelId = null;
+    signedIn(data.user);
+  } catch (err) {
+    if (err.code === "consent_required") return false;
+    state.panelProblem = err;
+    await route();
+  }
+  return true;
+}
+
+const PANEL_PROBLEMS = {
+  panel_reentry_refused: ["panel.refused_title", ["panel.refused_body", "panel.refused_how"]],
+  panel_id_not_expected: ["panel.title", ["panel.not_expected"]],
+  study_full: ["panel.full_title", ["panel.full_body"]],
+  panel_id_case_conflict: ["panel.title", ["panel.case_conflict"]],
+  invalid_panel_id: ["panel.title", ["panel.invalid"]],
+};
+
+function showPanelProblem(err) {
+  const known = PANEL_PROBLEMS[err.code];
+  const title = t(known ? known[0] : "panel.title");
+  const details = err.details || {};
+  render(title,
+    h("section.card.narrow#panel-problem", { "data-code": err.code || "" },
+      h("h1", title),
+      ...(known ? known[1].map((key) => h("p", t(key))) : [h("p.notice.error", { role: "alert" }, errorText(err))]),
+      details.completion_code ? h("p.completion", t("panel.full_code"), " ", h("strong#full-code", details.completion_code)) : null,
+      details.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: details.redirect_url }, t("done.redirect"))) : null,
+      h("p#panel-contact", t("panel.contact"), " ", localised(state.study?.contact))));
+}
+
 function showPanelConsent() {
   const consent = state.study?.consent || {};
   const agree = h("input#consent-agree", { type: "checkbox" });
@@ -206,10 +267,15 @@ function showPanelConsent() {
     }
     submit.disabled = true;
     try {
-      const data = await api.post("/api/auth/panel", { external_id: state.panelId, consent: true, language: language() });
+      const data = await panelEntry(true);
       state.panelId = null;
       signedIn(data.user);
     } catch (err) {
+      if (PANEL_PROBLEMS[err.code] && err.code !== "invalid_panel_id") {
+        state.panelProblem = err;
+        route();
+        return;
+      }
       error.textContent = err.code === "invalid_panel_id" ? t("panel.invalid") : errorText(err);
     } finally {
       submit.disabled = false;
@@ -887,6 +953,7 @@ async function showQuestionnaire(task) {
 function completionBlock(completion) {
   if (!completion) return null;
   return [
+    completion.incomplete ? h("p.notice.info#incomplete-notice", t("done.incomplete")) : null,
     completion.completion_code ? h("p.completion", t("done.code"), " ", h("strong#completion-code", completion.completion_code)) : null,
     completion.completion_code ? h("p.hint", t("done.code_hint")) : null,
     completion.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: completion.redirect_url }, t("done.redirect"))) : null,
@@ -985,12 +1052,14 @@ async function boot() {
     return;
   }
   const panelId = panelIdFromUrl();
-  if (panelId !== null && state.user?.external_id !== panelId) {
-    // a panel link for someone else than who is logged in here: enter as that panel participant
+  if (panelId !== null) {
+    // a panel link: the server decides whether this browser may enter as that participant
     state.user = null;
     state.panelId = panelId;
+    if (await resumePanel()) return;
   }
   if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
+  reportTimeZone();
   if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {
     location.hash = "#/login";  // sent here from a page that needs a log-in (e.g. /admin)
     return;
