@@ -78,7 +78,7 @@ def test_the_entry_page_reads_the_study_files_parameter(app, client):
 
 def test_completion_code_and_redirect_after_the_questionnaire(app, clock, study):
     api, _ = _panel(app)
-    result = walk_task(api, clock, "T1", ["你好，我是来自 Prolific 的参与者。", "我喜欢爬山。", "周末见。"], study=study)
+    result = walk_task(api, clock, "T1", ["你好，我来自 Prolific。", "我喜欢爬山。", "周末见。"], study=study)
     assert result["completion"] == {
         "completion_code": "C1WAVE1", "redirect_url": "https://app.prolific.com/submissions/complete?cc=C1WAVE1",
         "incomplete": False}
