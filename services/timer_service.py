@@ -90,6 +90,7 @@ class TaskService:
                 "instructions": localised(task.instructions, user.language),
                 "available_at": utc_iso(available_at),
                 "overdue": False,
+                "min_messages": self.min_messages(task.id),  # the minimum engagement, with min_active_seconds
             }
             if ts and ts.status == "done":
                 entry.update(status="done", completed_at=utc_iso(ts.completed_at),

@@ -517,8 +517,10 @@ function showChat(task) {
   const timeLabel = h("span.visually-hidden#time-left-label");
   const finishButton = h("button#finish", { type: "button", disabled: true }, t("task.finish"));
   const finishHint = h("p.hint.finish-hint");
+  const belowMinimum = h("p.notice.info#finish-below-minimum", { hidden: true });
   const confirmBox = h("div.confirm-finish", { hidden: true },
     h("p", t("task.finish_confirm")),
+    belowMinimum,
     h("div.actions",
       h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish")),
       h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
@@ -853,6 +855,10 @@ function showChat(task) {
   }
 
   finishButton.addEventListener("click", () => {
+    // below the study's minimum of messages the task ends incomplete: say so before it happens
+    const sent = log.querySelectorAll(".msg.user").length;
+    belowMinimum.hidden = sent >= (task.min_messages ?? 0);
+    belowMinimum.textContent = t("task.finish_below_minimum", { count: sent, min: task.min_messages });
     confirmBox.hidden = false;
     confirmBox.querySelector("#finish-confirm").focus();
   });
