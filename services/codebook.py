@@ -302,7 +302,8 @@ def columns_for(file: str, study: Study) -> list[Column]:
                     for t in task_ids]
     elif file == "panel_entries.csv":
         columns += [_c(f"param_{name}", STRING, f"The panel's {name} parameter on the entry link (study file: "
-                                                "panel.session_parameters); empty if the link had none.")
+                                                "panel.session_parameters); empty if the link had none.",
+                       pii=True)
                     for name in study.panel.session_parameters]
     elif file == "questionnaires_wide.csv":
         for task in study.tasks:

@@ -22,6 +22,7 @@ def test_the_erased_prefix_cannot_be_registered(client, name):
     assert "reserved" in response.get_json()["message"]
 
 
+@pytest.mark.postgres
 def test_erasure_succeeds_when_an_older_account_holds_the_erased_name(app, make_participant, admin_client):
     victim = make_participant("victim01")
     me = victim.get("/api/auth/me").get_json()["user"]
@@ -71,6 +72,7 @@ def test_wrong_guesses_from_other_addresses_never_lock_the_owner_out(limited_app
     assert _login(limited_app, ADMIN_PASSWORD, OWNER["REMOTE_ADDR"]).status_code == 200
 
 
+@pytest.mark.postgres
 def test_past_the_per_account_ceiling_only_the_owners_known_address_gets_in(limited_app):
     assert _login(limited_app, ADMIN_PASSWORD, OWNER["REMOTE_ADDR"]).status_code == 200  # the owner's address
     for n in range(25):  # a botnet: many addresses, each under its own (name, address) limit

@@ -48,6 +48,7 @@ def _runtime(app):
 # -- item 1: a known id needs its own browser or the personal link --------------------------------------
 
 
+@pytest.mark.postgres
 def test_a_second_browser_with_a_known_id_is_refused_reads_nothing_and_is_audited(app, admin_client, clock, study):
     victim = _browser(app)
     assert _enter(victim).status_code == 201
@@ -115,6 +116,7 @@ def test_the_personal_link_lets_a_new_browser_in_and_binds_it(app, admin_client,
     assert _enter(laptop).status_code == 200
 
 
+@pytest.mark.postgres
 def test_session_parameters_are_stored_for_every_entry_and_exported(app, clock):
     browser = _browser(app)
     assert _enter(browser, session={"STUDY_ID": "study-a", "SESSION_ID": "sess-1", "OTHER": "ignored"}
@@ -227,6 +229,7 @@ def test_an_engaged_task_is_complete_and_pay_incomplete_pays_the_rest(app, admin
 # -- item 6: ids differing only in case --------------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_panel_ids_are_case_insensitive_by_default(app):
     browser = _browser(app)
     assert _enter(browser, "AbCdEf123").status_code == 201
@@ -248,6 +251,7 @@ def test_case_sensitive_ids_that_collide_get_a_message_saying_so(app):
 # -- item 7: return links do not pile up -----------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_revisiting_the_done_page_and_calendar_leaves_one_live_link_each(app, admin_client, clock, study):
     browser = _browser(app)
     assert _enter(browser).status_code == 201
