@@ -39,14 +39,14 @@ def study_facts():
         "name": study.name,
         "default_language": study.default_language,
         "languages": list(LANGUAGES),
-        "consent": {"version": study.consent.version, "text": dict(study.consent.text)},
+        "consent": {"version": study.consent.version, "text": dict(study.consent.text),
+                    "contact": dict(study.consent.contact) if study.consent.contact else None},
         "tasks": [{"id": t.id, "title": dict(t.title), "unlock_offset_days": t.unlock_offset_days}
                   for t in study.tasks],
         "limits": {"max_message_chars": study.limits.max_message_chars},
         "pilot_mode": runtime().settings.pilot_mode,
         "panel": {"id_parameter": study.panel.id_parameter,
                   "session_parameters": list(study.panel.session_parameters)},
-        "contact": dict(study.contact),
         "contacts_enabled": bool(runtime().settings.contact_encryption_key),
     })
 

@@ -50,6 +50,7 @@ Text = Mapping[str, str]  # one wording per study language
 class Consent:
     version: str
     text: Text
+    contact: Text | None = None  # the lab's contact details, shown with the consent text and on its copy
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,6 @@ class Study:
     limits: Limits
     memory: MemorySettings
     instruments: Mapping[str, Instrument]
-    contact: Text  # how participants reach the lab (shown when a panel link cannot let them in)
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
 
     def task(self, task_id: str) -> Task:
@@ -255,7 +255,6 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         memory=_memory(raw["memory"]),
         instruments=_frozen({name: _instrument(name, i) for name, i in _mapping("instruments",
                                                                                 raw["instruments"]).items()}),
-        contact=_text("contact", raw["contact"]),
         definition=freeze(definition),
     )
     _check_consistency(study)
@@ -447,8 +446,10 @@ def _dataclass(path: str, raw: Any, cls: type) -> Any:
 
 
 def _consent(raw: Any) -> Consent:
-    data = _section("consent", raw, ["version", "text"])
-    return Consent(version=_typed("consent.version", data["version"], str), text=_text("consent.text", data["text"]))
+    data = _section("consent", raw, ["version", "text", "contact"], optional=("contact",))
+    contact = data.get("contact")
+    return Consent(version=_typed("consent.version", data["version"], str), text=_text("consent.text", data["text"]),
+                   contact=None if contact is None else _text("consent.contact", contact))
 
 
 def _task(index: int, raw: Any) -> Task:

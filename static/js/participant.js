@@ -250,7 +250,7 @@ function showPanelProblem(err) {
       ...(known ? known[1].map((key) => h("p", t(key))) : [h("p.notice.error", { role: "alert" }, errorText(err))]),
       details.completion_code ? h("p.completion", t("panel.full_code"), " ", h("strong#full-code", details.completion_code)) : null,
       details.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: details.redirect_url }, t("done.redirect"))) : null,
-      h("p#panel-contact", t("panel.contact"), " ", localised(state.study?.contact))));
+      state.study?.consent?.contact ? h("p#panel-contact", t("panel.contact"), " ", localised(state.study.consent.contact)) : null));
 }
 
 function showPanelConsent() {
