@@ -18,9 +18,10 @@ A return link logs its holder in and opens their next task. Its token comes
 from ``secrets.token_urlsafe`` and only its SHA-256 is stored, so the database
 alone cannot be used to log in. A link expires when the study ends for that
 participant (the last task's unlock plus ``return_link_grace_days``) and an
-admin can revoke every link of a participant and issue a new one. Issuing a link
-for a purpose (the done page, the calendar file, a reminder) revokes the earlier
-live link of that purpose, so revisiting a page never piles up live links.
+admin can revoke every link of a participant and issue a new one. A link for
+the done page or the calendar file revokes the earlier live link of that
+purpose, so revisiting a page never piles up live links (reminders are sent once
+per task and kind, so theirs are bounded already).
 """
 from __future__ import annotations
 
