@@ -339,6 +339,8 @@ def _serve() -> int:
         app = create_app()
     except StudyDefinitionError as exc:  # refuse to serve a study that cannot run, before anything starts
         raise SystemExit(f"study definition refused: {exc}") from exc
+    except ValueError as exc:  # a setting that cannot work, e.g. reminders without PUBLIC_BASE_URL
+        raise SystemExit(f"configuration refused: {exc}") from exc
     check_time_scale_on_start(app)
     runtime = app.extensions["memory_lab"]
     warm_up(runtime)  # the embedder (and its pin check) and jieba, before the first participant

@@ -54,6 +54,16 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
+def _check_reminder_links(env: Any, public_base_url: str | None) -> None:
+    """Reminders without a base URL could carry no personal link, and panel participants have no password
+    to log in with: refuse to start rather than send reminders nobody can act on."""
+    if _env_bool("REMINDERS_ENABLED", False) and not (public_base_url or env.get("REMINDER_BASE_URL")):
+        raise ValueError("REMINDERS_ENABLED=1 needs PUBLIC_BASE_URL (the address participants reach the study at, "
+                         "e.g. https://study.example.org): every reminder carries a personal link built from it, "
+                         "and panel participants have no password to log in with otherwise. Set PUBLIC_BASE_URL "
+                         "or turn reminders off (REMINDERS_ENABLED=0).")
+
+
 # ---------------------------------------------------------------------------
 # Deployment settings
 # ---------------------------------------------------------------------------
@@ -100,6 +110,8 @@ class Settings:
     contact_encryption_key: str | None = None
     # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
     db_busy_timeout_seconds: float = 10.0
+    # the lab's CSV of expected panel ids (exported from the panel); unset: any well-formed id may enter
+    panel_allowlist_path: str | None = None
     run_migrations_on_start: bool = True
     # ALLOW_TIME_SCALE_CHANGE=1: start although the database was run under another PILOT_DAY_SECONDS
     # (services.time_scale records the change in the audit log); refused otherwise
@@ -160,8 +172,13 @@ class Settings:
             contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
             db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
             allow_time_scale_change=_env_bool("ALLOW_TIME_SCALE_CHANGE", False),
+            panel_allowlist_path=os.environ.get("PANEL_ALLOWLIST") or None,
         )
         values.update(overrides)
+        _check_reminder_links(os.environ, values["public_base_url"])
+        if values["panel_allowlist_path"] and not Path(values["panel_allowlist_path"]).is_file():
+            raise ValueError(f"PANEL_ALLOWLIST={values['panel_allowlist_path']} is not a readable file (the "
+                             "lab's CSV of expected panel ids)")
         if values["day_seconds"] is None or values["day_seconds"] <= 0:
             raise ValueError("PILOT_DAY_SECONDS must be a positive number of seconds")
         if values["rate_limit_storage"] not in ("memory", "database"):

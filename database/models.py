@@ -69,6 +69,8 @@ class User(Base):
     # erasure leaves this row as the tombstone (code, enrolment, erasure time and reason)
     erased_at: Mapped[datetime | None] = mapped_column(DateTime)
     erasure_reason: Mapped[str | None] = mapped_column(Text)
+    # the IANA time zone the participant's page reported (reminders give times in it); None: not known yet
+    time_zone: Mapped[str | None] = mapped_column(String(64))
 
     assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
 
@@ -180,6 +182,9 @@ class TaskSession(Base):
     end_reason: Mapped[str | None] = mapped_column(String(32))  # finished | time_up | abandoned | reset
     reset_reason: Mapped[str | None] = mapped_column(Text)
     consolidation_status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|running|done|failed|n/a
+    # set when the questionnaire is in: complete, or incomplete (below the study's minimum engagement:
+    # no completion code, and paid only when payments.pay_incomplete says so)
+    outcome: Mapped[str | None] = mapped_column(String(16))
 
 
 class Message(Base):
@@ -342,6 +347,49 @@ class ReturnLink(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class PanelEntry(Base):
+    """One arrival through the panel's link: who (when known), what happened, and the panel's session
+    parameters the study file names (Prolific's STUDY_ID and SESSION_ID), for the lab's books."""
+
+    __tablename__ = "panel_entries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    # created | returned | refused (a known id from an unknown browser) | full | not_allowed
+    outcome: Mapped[str] = mapped_column(String(16), index=True)
+    via: Mapped[str | None] = mapped_column(String(16))  # new | device | session (how a return was recognised)
+    session_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class PanelDevice(Base):
+    """A browser that entered as a participant: the SHA-256 of its long-lived device cookie's token.
+
+    One browser keeps one token; it may have entered as several participants (one row each)."""
+
+    __tablename__ = "panel_devices"
+    __table_args__ = (UniqueConstraint("user_id", "token_hash", name="uq_panel_device"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class LoginAddress(Base):
+    """An address an account has logged in from with its password (a keyed hash, never the address):
+    other people's wrong guesses at the name never lock the owner out from there."""
+
+    __tablename__ = "login_addresses"
+    __table_args__ = (UniqueConstraint("user_id", "address_hash", name="uq_login_address"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    address_hash: Mapped[str] = mapped_column(String(64))
+    last_success_at: Mapped[datetime] = mapped_column(DateTime)
 
 
 class ContactDetail(Base):

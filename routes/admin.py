@@ -28,6 +28,7 @@ def participants():
                                       failed_checks=args.get("failed_checks"),
                                       implausible_typing=args.get("implausible_typing"))
     return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
+               "integrity": admin_service.integrity_summary(db_session(), rows, rt.study, rt.clock.now()),
                "generated_at": _now_iso()})
 
 
@@ -100,7 +101,8 @@ def reissue_return_link(user_id: int):
     link = panel_service.reissue_link(session, user, task_service(session, rt), admin=current())
     session.commit()
     return ok({"url": link.url(rt.settings.public_base_url or request.url_root),
-               "expires_at": utc_iso(link.expires_at)})
+               "expires_at": utc_iso(link.expires_at),
+               "return_links": panel_service.link_summary(session, user.id, rt.clock.now())})
 
 
 @bp.post("/participants/<id:user_id>/return-link/revoke")
@@ -108,6 +110,7 @@ def reissue_return_link(user_id: int):
 def revoke_return_links(user_id: int):
     session = db_session()
     user = admin_service.get_participant(session, user_id)
-    revoked = panel_service.revoke_all(session, user, admin=current(), now=runtime().clock.now())
+    now = runtime().clock.now()
+    revoked = panel_service.revoke_all(session, user, admin=current(), now=now)
     session.commit()
-    return ok({"revoked": revoked})
+    return ok({"revoked": revoked, "return_links": panel_service.link_summary(session, user.id, now)})

@@ -24,15 +24,33 @@ from services.languages import LANGUAGES
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
 
-def limit_key() -> str:
-    """Login attempts are limited per account, named as the login compares names (padding and case
-    do not make a new name), from any address. The body is checked before it is counted: text the
-    database cannot store is a 400 here, not a counter key."""
+def _posted_name() -> object:
+    """The posted login name; the body is checked first, so text the database cannot store is a 400
+    here, never a counter key."""
     data = request.get_json(silent=True)
-    if isinstance(data, dict):
-        check_json_text(data)
-    name = data.get("username") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    check_json_text(data)
+    return data.get("username")
+
+
+def name_key() -> str:
+    """The account a login names, as the login compares names (padding, case and width do not make a new
+    name), as a digest (``login_subject``): the counters keep no names, and erasure finds them by it."""
+    name = _posted_name()
     return login_subject(name[:256]) if isinstance(name, str) else "login:"
+
+
+def limit_key() -> str:
+    """Login attempts are limited per (account, address): one address guessing at one account."""
+    return f"{name_key()}/{request.remote_addr}"
+
+
+def owner_address() -> bool:
+    """The account has logged in from this address before: other people's guesses at the name (the
+    per-account ceiling) never lock its owner out from here."""
+    return account_service.is_owner_address(db_session(), _posted_name(), request.remote_addr,
+                                            runtime().settings.secret_key)
 
 
 def failed_login(response) -> bool:
@@ -42,7 +60,8 @@ def failed_login(response) -> bool:
 def user_view(user) -> dict:
     """What a user may see about themselves. The memory group is never included."""
     return {"id": user.id, "username": user.username, "role": user.role, "language": user.language,
-            "participant_code": user.participant_code, "status": user.status, "external_id": user.external_id}
+            "participant_code": user.participant_code, "status": user.status, "external_id": user.external_id,
+            "time_zone": user.time_zone}
 
 
 @bp.get("/csrf")
@@ -66,14 +85,20 @@ def register():
 
 
 @bp.post("/login")
-@limiter.limit("10 per minute", key_func=limit_key)
+@limiter.limit(configured_limit("login_per_account_address"), key_func=limit_key)
+# A far higher ceiling of failures per account from every address together (a guessing botnet), which
+# does not apply where the account has logged in before.
+@limiter.limit(configured_limit("login_failures_per_account"), key_func=lambda: f"{name_key()}/any-address",
+               deduct_when=failed_login, exempt_when=owner_address)
 # Only failures count per address: a class behind one address logs in freely, but one address cannot
 # try many usernames (password spraying).
 @limiter.limit("30 per minute", key_func=lambda: f"login-failures:{request.remote_addr}",
                deduct_when=failed_login)
 def login():
     data = json_body()
-    user = account_service.authenticate(db_session(), data.get("username"), data.get("password"))
+    rt = runtime()
+    user = account_service.log_in(db_session(), data.get("username"), data.get("password"),
+                                  address=request.remote_addr, secret=rt.settings.secret_key, now=rt.clock.now())
     login_user(user)
     return ok({"user": user_view(user), "csrf_token": generate_csrf()})
 

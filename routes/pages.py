@@ -52,7 +52,8 @@ def study_facts():
                   for t in study.tasks],
         "limits": {"max_message_chars": study.limits.max_message_chars},
         "pilot_mode": runtime().settings.pilot_mode,
-        "panel": {"id_parameter": study.panel.id_parameter},
+        "panel": {"id_parameter": study.panel.id_parameter,
+                  "session_parameters": list(study.panel.session_parameters)},
         "contacts_enabled": bool(runtime().settings.contact_encryption_key),
     })
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 from html import escape
 
 from flask import Blueprint, Response, current_app, redirect, request, send_from_directory
-from flask_login import login_user
+from flask_login import current_user, login_user
 from flask_wtf.csrf import generate_csrf
 
-from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
+from routes.access import (
+    configured_limit,
+    current,
+    db_session,
+    json_body,
+    limiter,
+    ok,
+    participant_required,
+    runtime,
+)
 from routes.auth import user_view
-from services import contacts, panel_service
+from services import account_service, contacts, panel_service
 from services.chat_service import task_service
 from services.clock import parse_utc_iso, utc_iso
 from services.errors import BadInput, NotFound
@@ -49,17 +58,43 @@ def enter():
     return send_from_directory(current_app.static_folder, "index.html")
 
 
+def _entrant() -> panel_service.Entrant:
+    logged_in = current_user.id if current_user.is_authenticated and current_user.role == "participant" else None
+    rt = runtime()
+    return panel_service.Entrant(device_token=request.cookies.get(panel_service.DEVICE_COOKIE),
+                                 session_user_id=logged_in,
+                                 allowlist=panel_service.load_allowlist(rt.settings.panel_allowlist_path, rt.study))
+
+
+def _returning_visit() -> bool:
+    """A participant coming back from their own browser is not counted against the entry cap."""
+    data = request.get_json(silent=True)
+    raw = data.get("external_id") if isinstance(data, dict) else None
+    return panel_service.is_returning(db_session(), runtime().study, raw, _entrant())
+
+
+def _set_device_cookie(response: Response, token: str) -> Response:
+    response.set_cookie(panel_service.DEVICE_COOKIE, token, max_age=panel_service.DEVICE_COOKIE_DAYS * 86400,
+                        httponly=True, samesite="Lax", secure=runtime().settings.cookie_secure, path="/")
+    return response
+
+
 @bp.post("/api/auth/panel")
-@limiter.limit("60 per minute", key_func=lambda: f"panel:{request.remote_addr}")
+@limiter.limit(configured_limit("panel_entries"), key_func=lambda: f"panel:{request.remote_addr}",
+               exempt_when=_returning_visit)
 def panel_login():
-    """Consent with a panel id: creates the account on the first visit, logs in on every visit."""
+    """Enter with a panel id: a new id after consent; a known one only from the browser that entered as it
+    before (device cookie) or its login session, without a new consent. Others get 403 panel_reentry_refused."""
     data = json_body()
     rt = runtime()
-    user, created = panel_service.enter_panel(
+    entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
-        language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed)
-    login_user(user)
-    return ok({"user": user_view(user), "created": created, "csrf_token": generate_csrf()}, 201 if created else 200)
+        language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,
+        clock=rt.clock, seed=rt.settings.assignment_seed)
+    login_user(entered.user)
+    response, status = ok({"user": user_view(entered.user), "created": entered.created,
+                           "csrf_token": generate_csrf()}, 201 if entered.created else 200)
+    return _set_device_cookie(response, entered.device_token), status
 
 
 @bp.get("/r/<token>")
@@ -69,6 +104,8 @@ def return_link(token: str):
     rt = runtime()
     try:
         user = panel_service.redeem(session, token, rt.clock.now())
+        device = panel_service.remember_device(session, user.id, request.cookies.get(panel_service.DEVICE_COOKIE),
+                                               rt.clock.now())
     except NotFound:
         return _message_page(404, "链接已失效 · Link no longer valid",
                              "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
@@ -76,7 +113,7 @@ def return_link(token: str):
                              "username and password, or contact the research team.")
     session.commit()
     login_user(user)
-    return redirect(panel_service.landing_path(task_service(session, rt), user))
+    return _set_device_cookie(redirect(panel_service.landing_path(task_service(session, rt), user)), device)
 
 
 @bp.get("/api/me/return-link")
@@ -110,6 +147,17 @@ def next_task_calendar():
     session.commit()
     return Response(body, mimetype="text/calendar", headers={
         "Content-Disposition": f'attachment; filename="{task["id"]}.ics"', "Cache-Control": "no-store"})
+
+
+@bp.post("/api/me/time-zone")
+@participant_required
+def set_time_zone():
+    """The participant's page reports its time zone ({"time_zone": "Europe/London"}); reminders use it."""
+    session = db_session()
+    user = current()
+    account_service.set_time_zone(user, json_body().get("time_zone"))
+    session.commit()
+    return ok({"time_zone": user.time_zone})
 
 
 @bp.post("/api/me/contact")

@@ -61,7 +61,7 @@ def task_detail(task_id: str):
     status["messages"] = messages
     status["participant_status"] = user.status  # "withdrawn": the page says so instead of "not yet"
     if status["status"] == "done":
-        status["completion"] = completion_for(runtime().study, task_id, user)
+        status["completion"] = completion_for(runtime().study, task_id, user, incomplete=status["incomplete"])
     return ok({"task": status})
 
 
@@ -198,7 +198,7 @@ def post_questionnaire(task_id: str):
     tasks.complete(ts)
     tasks.commit()
     return ok({"stored": stored, "task": tasks.status_of(user, task_id),
-               "completion": completion_for(rt.study, task_id, user)}, 201)
+               "completion": completion_for(rt.study, task_id, user, incomplete=ts.outcome == "incomplete")}, 201)
 
 
 def _now_iso() -> str:

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     except StudyDefinitionError as exc:
         print(f"study definition refused: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # a setting that cannot work, e.g. reminders without PUBLIC_BASE_URL
+        print(f"configuration refused: {exc}", file=sys.stderr)
+        return 2
     db = Database(settings.database_url)
     if not args.current:
         db.upgrade(args.revision)

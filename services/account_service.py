@@ -7,10 +7,14 @@ carries, so every session from before stops working.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import secrets
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -18,9 +22,9 @@ from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 from zxcvbn import zxcvbn
 
-from database.models import AuditLog, User, username_key
+from database.models import AuditLog, LoginAddress, User, username_key
 from services.assignment_service import assign
-from services.clock import Clock
+from services.clock import Clock, utc_iso
 from services.consent import record_consent
 from services.errors import BadInput, Conflict, Unauthorised
 from services.input_checks import MAX_DB_ID, check_text
@@ -28,6 +32,10 @@ from services.languages import prompt_language
 from services.study import Study
 
 USERNAME = re.compile(r"^[\w.\-]{3,32}$")
+# erasure renames an account to erased-<code>; nobody may register such a name first
+RESERVED_PREFIX = "erased-"
+LOGIN_FAILED_ACTION = "login_failed"
+TIME_ZONE = re.compile(r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,2}$")
 MIN_PASSWORD = 8
 MAX_PASSWORD = 256  # a longer one would only cost hashing time (scrypt reads all of it)
 # zxcvbn scores 0-4; 0 and 1 mean "guessed within about a million tries" (12345678, password, qwertyuiop)
@@ -46,6 +54,9 @@ def _check_credentials_shape(username: object, password: object) -> tuple[str, s
     check_text(password, "password")
     if not isinstance(username, str) or not USERNAME.fullmatch(username.strip()):
         raise BadInput("username must be 3-32 letters, digits, '.', '-' or '_'", code="invalid_username")
+    if username_key(username).startswith(RESERVED_PREFIX):
+        raise BadInput(f"usernames starting with '{RESERVED_PREFIX}' are reserved; please choose another",
+                       code="reserved_username")
     if not isinstance(password, str) or len(password) < MIN_PASSWORD:
         raise BadInput(f"password must have at least {MIN_PASSWORD} characters", code="invalid_password")
     check_password_strength(password, username.strip())
@@ -143,6 +154,78 @@ def authenticate(session: Session, username: object, password: object) -> User:
     if not check_password_hash(user.password_hash, password):
         raise Unauthorised("wrong username or password", code="invalid_credentials")
     return user
+
+
+def address_hash(address: str | None, secret: str) -> str:
+    """A keyed hash of a network address: comparable, but the address itself is never stored."""
+    return hmac.new(secret.encode("utf-8"), (address or "").encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def log_in(session: Session, username: object, password: object, *, address: str | None, secret: str,
+           now: datetime) -> User:
+    """``authenticate``, remembering the address of a success (the owner's own address is never locked out
+    by others' guesses) and auditing a failure against an existing account (the monitor shows repeats).
+    Commits."""
+    try:
+        user = authenticate(session, username, password)
+    except Unauthorised:
+        target = find_user(session, username) if isinstance(username, str) and len(username) <= 256 else None
+        if target is not None:
+            session.add(AuditLog(at=now, action=LOGIN_FAILED_ACTION, target_user_id=target.id,
+                                 details={"address": address_hash(address, secret)[:12]}))
+            session.commit()
+        raise
+    digest = address_hash(address, secret)
+    row = session.scalar(select(LoginAddress).where(LoginAddress.user_id == user.id,
+                                                    LoginAddress.address_hash == digest))
+    if row is None:
+        session.add(LoginAddress(user_id=user.id, address_hash=digest, last_success_at=now))
+    else:
+        row.last_success_at = now
+    session.commit()
+    return user
+
+
+def is_owner_address(session: Session, username: object, address: str | None, secret: str) -> bool:
+    """Whether the account ``username`` names has logged in from ``address`` before."""
+    if not isinstance(username, str) or len(username) > 256:
+        return False
+    user = find_user(session, username)
+    return user is not None and session.scalar(select(LoginAddress.id).where(
+        LoginAddress.user_id == user.id, LoginAddress.address_hash == address_hash(address, secret))) is not None
+
+
+def failed_logins(session: Session, since: datetime, *, at_least: int = 3) -> list[dict[str, Any]]:
+    """Accounts with at least ``at_least`` failed logins since ``since``: who, how many, from how many
+    addresses, the latest (for the admin monitor)."""
+    counts: dict[int, list[AuditLog]] = {}
+    for row in session.scalars(select(AuditLog).where(AuditLog.action == LOGIN_FAILED_ACTION, AuditLog.at >= since)
+                               .order_by(AuditLog.id)):
+        counts.setdefault(row.target_user_id, []).append(row)
+    found = []
+    for user_id, rows in counts.items():
+        if len(rows) < at_least:
+            continue
+        user = session.get(User, user_id)
+        found.append({"user_id": user_id, "username": user.username if user else None,
+                      "role": user.role if user else None, "failures": len(rows),
+                      "addresses": len({(r.details or {}).get("address") for r in rows}),
+                      "last_at": utc_iso(rows[-1].at)})
+    return sorted(found, key=lambda f: -f["failures"])
+
+
+FAILED_LOGIN_WINDOW = timedelta(hours=24)
+
+
+def set_time_zone(user: User, raw: object) -> None:
+    """Store the IANA time zone the participant's page reported (reminders give times in it)."""
+    if not isinstance(raw, str) or len(raw) > 64 or not TIME_ZONE.fullmatch(raw):
+        raise BadInput("time_zone must be an IANA time zone such as Asia/Shanghai", code="invalid_time_zone")
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadInput(f"unknown time zone {raw!r}", code="invalid_time_zone") from None
+    user.time_zone = raw
 
 
 def create_admin(session: Session, username: str, password: str, clock: Clock) -> User:

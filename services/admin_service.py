@@ -13,6 +13,7 @@ from database.models import (
     AuditLog,
     ConsolidationRun,
     Message,
+    PanelEntry,
     ProfileVersion,
     ProviderFailure,
     QuestionnaireResponse,
@@ -21,6 +22,7 @@ from database.models import (
     TaskSession,
     User,
 )
+from services.account_service import FAILED_LOGIN_WINDOW, failed_logins
 from services.chat_service import serialise_message
 from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
@@ -197,6 +199,21 @@ def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
         "funnel_by_group": funnel_by_group,
         "statuses": dict(statuses),
         "overdue": sum(1 for r in rows if r["overdue"]),
+    }
+
+
+def integrity_summary(session: Session, rows: list[dict[str, Any]], study: Study, now: datetime) -> dict[str, Any]:
+    """What the monitor shows about who gets in: panel arrivals by outcome (refused re-entries of a known id
+    from another browser, a full study, ids not on the allowlist), accounts that consented but never
+    started the first task, and accounts with repeated failed logins in the last 24 hours."""
+    first = study.task_ids[0]
+    entries = dict(session.execute(select(PanelEntry.outcome, func.count()).group_by(PanelEntry.outcome)).all())
+    return {
+        "panel_entries": {outcome: entries.get(outcome, 0)
+                          for outcome in ("created", "returned", "refused", "full", "not_allowed")},
+        "consented_never_started": sum(1 for r in rows if r["status"] != "erased"
+                                       and r["tasks"].get(first) in ("available", "locked")),
+        "login_failures": failed_logins(session, now - FAILED_LOGIN_WINDOW),
     }
 
 

@@ -98,6 +98,20 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
                                            "failed or n/a."),
         _c("user_messages", INTEGER, "Messages the participant sent in this attempt."),
         _c("assistant_replies", INTEGER, "Replies stored in this attempt."),
+        _c("outcome", STRING, "For a done task: complete, or incomplete (fewer participant messages or less "
+                              "active time than the study's minimum engagement: no completion code, paid only "
+                              "with payments.pay_incomplete)."),
+    ],
+    "panel_entries.csv": [
+        _c("panel_entry_id", INTEGER, "Id of this arrival through the panel's link (increasing in time)."),
+        CODE, GROUP,
+        _c("at", DATETIME, "Time of the arrival."),
+        _c("outcome", STRING, "created (new account), returned (a known participant from a browser that entered "
+                              "as them before), refused (a known id from another browser), full (the enrolment "
+                              "cap was reached) or not_allowed (an id not on the allowlist). No code for full and "
+                              "not_allowed, which have no account."),
+        _c("via", STRING, "How a return was recognised: device (the browser's device cookie) or session (still "
+                          "logged in); new for a created account."),
     ],
     "messages.csv": [
         _c("message_id", INTEGER, "Message id (increasing in time)."),
@@ -293,6 +307,11 @@ def columns_for(file: str, study: Study) -> list[Column]:
                           f"Messages flagged implausible_typing in messages.csv ({_typing_rule(study)})."))
     elif file == "messages.csv":
         columns += typing_columns(study)
+    elif file == "panel_entries.csv":
+        columns += [_c(f"param_{name}", STRING, f"The panel's {name} parameter on the entry link (study file: "
+                                                "panel.session_parameters); empty if the link had none.",
+                       pii=True)
+                    for name in study.panel.session_parameters]
     elif file == "questionnaires_wide.csv":
         for task in study.tasks:
             for instrument, item in task_items(study, task):

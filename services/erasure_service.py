@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from database import rate_limit_store
 from database.db_manager import Database
-from database.models import AuditLog, Base, Message, ProviderFailure, User
+from database.models import AuditLog, Base, Message, ProviderFailure, User, username_key
 from database.participant_lock import TOMBSTONE_TABLES, lock_for_erasure
 from services.clock import utc_iso
 from services.errors import BadInput, Conflict, NotFound, Unavailable
@@ -121,7 +121,7 @@ def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: d
         raise Conflict("this participant has already been erased", code="already_erased")
     username = user.username
     deleted = _delete_rows(session, user.id)
-    user.username = f"erased-{user.participant_code}"
+    user.username = _erased_name(session, user)
     user.password_hash = ERASED_PASSWORD
     user.external_id = None
     user.withdrawn_reason = None
@@ -136,6 +136,14 @@ def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: d
     session.flush()
     return _Erased(user_id=user.id, username=username, tables=tuple(deleted) + ("users", "provider_failures"),
                    tombstone=tombstone(user))
+
+
+def _erased_name(session: Session, user: User) -> str:
+    """``erased-<code>``; should an older account hold that name (registered before the prefix was
+    reserved), ``erased:<code>``, which no registration can take (':' is not allowed in a username)."""
+    name = f"erased-{user.participant_code}"
+    taken = session.scalar(select(User.id).where(User.username_key == username_key(name), User.id != user.id))
+    return name if taken is None else f"erased:{user.participant_code}"
 
 
 def _delete_rows(session: Session, user_id: int) -> dict[str, int]:

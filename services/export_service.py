@@ -45,6 +45,7 @@ from database.models import (
     AuditLog,
     ConsolidationRun,
     Message,
+    PanelEntry,
     ProfileVersion,
     QuestionnaireResponse,
     RecallEvent,
@@ -57,7 +58,8 @@ from services.quality import attention_items, attention_passed, typing_flags, ty
 from services.study import Study
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
-             "questionnaires_wide.csv", "profiles.csv", "recall_events.csv", "consolidation_runs.csv")
+             "questionnaires_wide.csv", "profiles.csv", "recall_events.csv", "consolidation_runs.csv",
+             "panel_entries.csv")
 REPLY_CONTEXTS = "reply_contexts.jsonl"
 # Keys a STUDY_CONFIG file should never hold, dropped from study_config.json all the same.
 SECRET_KEY_PATTERN = re.compile(r"api[_-]?key|secret|password|passwd|credential|access[_-]?token", re.IGNORECASE)
@@ -162,6 +164,7 @@ class _Data:
         self.recalls = [e for e in session.scalars(select(RecallEvent).order_by(RecallEvent.user_id,
                                                                                  RecallEvent.id))
                         if e.user_id in self.user_ids]
+        self.panel_entries = session.scalars(select(PanelEntry).order_by(PanelEntry.id)).all()
         self.runs = [r for r in session.scalars(select(ConsolidationRun).order_by(ConsolidationRun.user_id,
                                                                                    ConsolidationRun.id))
                      if r.user_id in self.user_ids]
@@ -235,7 +238,19 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
             "user_messages": counts[(s.id, "user")], "assistant_replies": counts[(s.id, "assistant")],
+            "outcome": s.outcome,
         })
+    return rows
+
+
+def _panel_entries(data: _Data, study: Study) -> list[dict[str, Any]]:
+    """Every arrival through the panel's link, with the panel's session parameters (e.g. SESSION_ID)."""
+    rows = []
+    for e in data.panel_entries:
+        ids = data.ids(e.user_id) if e.user_id in data.user_ids else {"participant_code": None, "memory_group": None}
+        rows.append({"panel_entry_id": e.id, **ids, "at": e.at, "outcome": e.outcome, "via": e.via,
+                     **{f"param_{name}": (e.session_params or {}).get(name)
+                        for name in study.panel.session_parameters}})
     return rows
 
 
@@ -354,6 +369,7 @@ def _tables(data: _Data, study: Study, *, exclude_pii: bool
         "profiles.csv": _profiles(data),
         "recall_events.csv": _recall_events(data),
         "consolidation_runs.csv": _consolidation_runs(data),
+        "panel_entries.csv": _panel_entries(data, study),
     }
     tables = {}
     for file in CSV_FILES:

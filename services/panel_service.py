@@ -5,30 +5,45 @@ A panel (Prolific, Credamo, wjx, a lab's own list) sends participants to
 external id, with no password, assigned like everyone else; the same id later
 reaches the same account, never a second one.
 
+A panel id is not a secret (it is in payment sheets and reminder webhooks), so it
+opens an account only once: a known id enters again only from a browser that
+entered as that participant before (its long-lived device cookie, of which only
+the SHA-256 is stored) or through the personal return link. Anyone else gets a
+page saying how to get back in; the refusal is audited and counted. An optional
+allowlist (``PANEL_ALLOWLIST``) and an enrolment cap (``panel.max_participants``)
+keep invented ids out. Every arrival is a ``PanelEntry`` with the panel's session
+parameters the study file names.
+
 A return link logs its holder in and opens their next task. Its token comes
 from ``secrets.token_urlsafe`` and only its SHA-256 is stored, so the database
 alone cannot be used to log in. A link expires when the study ends for that
 participant (the last task's unlock plus ``return_link_grace_days``) and an
-admin can revoke every link of a participant and issue a new one.
+admin can revoke every link of a participant and issue a new one. A link for
+the done page or the calendar file revokes the earlier live link of that
+purpose, so revisiting a page never piles up live links (reminders are sent once
+per task and kind, so theirs are bounded already).
 """
 from __future__ import annotations
 
+import csv
 import hashlib
+import os
 import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from database.models import AuditLog, ReturnLink, User
+from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
 from services.account_service import enrol, hash_password
 from services.clock import Clock, utc_iso
-from services.errors import BadInput, Conflict, NotFound
+from services.errors import BadInput, Conflict, Forbidden, NotFound
 from services.languages import LANGUAGES
 from services.study import Study
 from services.timer_service import TaskService
@@ -36,6 +51,9 @@ from services.timer_service import TaskService
 PANEL_USERNAME_PREFIX = "panel:"  # ':' never passes the register form's username rule
 LINK_PATH = "/r/"
 TOKEN_BYTES = 32
+DEVICE_COOKIE = "memlab_device"
+DEVICE_COOKIE_DAYS = 400  # browsers keep a cookie at most this long (Chrome caps at 400 days)
+MAX_PARAM_CHARS = 128
 
 
 # -- panel entry -----------------------------------------------------------------------------------
@@ -53,27 +71,164 @@ def check_external_id(study: Study, raw: object) -> str:
     return external_id
 
 
-def find_panel_user(session: Session, external_id: str) -> User | None:
-    return session.scalar(select(User).where(User.external_id == external_id))
+def find_panel_user(session: Session, external_id: str, *, case_sensitive: bool = False) -> User | None:
+    """The account of a panel id; unless the study says ids are case-sensitive, "AbC" finds "abc"'s."""
+    if case_sensitive:
+        return session.scalar(select(User).where(User.external_id == external_id))
+    return session.scalar(select(User).where(User.username_key == username_key(PANEL_USERNAME_PREFIX + external_id),
+                                             User.external_id.is_not(None)))
+
+
+def session_params(study: Study, raw: object) -> dict[str, str]:
+    """The panel's session parameters (study file: panel.session_parameters) the entry page passed on."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadInput("session parameters must be an object", code="invalid_session_params")
+    params = {}
+    for name in study.panel.session_parameters:
+        value = raw.get(name)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str) or len(value) > MAX_PARAM_CHARS or not value.isprintable():
+            raise BadInput(f"the panel parameter {name} is not valid", code="invalid_session_params")
+        params[name] = value
+    return params
+
+
+@dataclass
+class Entrant:
+    """Who is asking to enter: the browser's device token (None: it has none yet) and the account its
+    login session is for (None: not logged in)."""
+
+    device_token: str | None = None
+    session_user_id: int | None = None
+    allowlist: frozenset[str] | None = None  # the expected ids (compared as the study compares ids)
+
+
+@dataclass
+class Entered:
+    user: User
+    created: bool
+    device_token: str  # what the browser's device cookie must hold from now on
+
+
+def device_hash(token: str) -> str:
+    return hashlib.sha256(("device:" + token).encode("utf-8")).hexdigest()
+
+
+def known_device(session: Session, user_id: int, token: str | None) -> bool:
+    """Whether the browser holding ``token`` entered as this participant before."""
+    if not token:
+        return False
+    return session.scalar(select(PanelDevice.id).where(PanelDevice.user_id == user_id,
+                                                       PanelDevice.token_hash == device_hash(token))) is not None
+
+
+def remember_device(session: Session, user_id: int, token: str | None, now: datetime) -> str:
+    """Record that this browser entered as ``user_id``; returns its (possibly new) token. Flushes."""
+    token = token if token and len(token) <= 128 else secrets.token_urlsafe(TOKEN_BYTES)
+    row = session.scalar(select(PanelDevice).where(PanelDevice.user_id == user_id,
+                                                   PanelDevice.token_hash == device_hash(token)))
+    if row is None:
+        session.add(PanelDevice(user_id=user_id, token_hash=device_hash(token), created_at=now, last_seen_at=now))
+    else:
+        row.last_seen_at = now
+    session.flush()
+    return token
+
+
+def is_returning(session: Session, study: Study, raw_id: object, entrant: Entrant) -> bool:
+    """A returning visit (this browser or login session is the id's participant): not rate limited."""
+    try:
+        external_id = check_external_id(study, raw_id)
+    except BadInput:
+        return False
+    user = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
+    return user is not None and (user.id == entrant.session_user_id
+                                 or known_device(session, user.id, entrant.device_token))
+
+
+def _record(session: Session, now: datetime, outcome: str, params: dict[str, str], *, user_id: int | None = None,
+            via: str | None = None) -> None:
+    session.add(PanelEntry(user_id=user_id, at=now, outcome=outcome, via=via, session_params=params))
 
 
 def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: Study,
-                clock: Clock, seed: int | None = None, attempts: int = 5) -> tuple[User, bool]:
-    """(user, created): the account of this panel id, created and assigned on its first visit. Commits."""
+                clock: Clock, entrant: Entrant | None = None, params: object = None, seed: int | None = None,
+                attempts: int = 5) -> Entered:
+    """Enter with a panel id: a returning participant (recognised browser or login session) without a new
+    consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded)."""
+    entrant = entrant or Entrant()
+    external_id = check_external_id(study, external_id)
+    entry_params = session_params(study, params)
+    now = clock.now()
+    existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
+    if existing is not None:
+        return _return(session, existing, entrant, entry_params, now)
+    _check_expected(session, study, external_id, entrant, entry_params, now)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
-    external_id = check_external_id(study, external_id)
-    existing = find_panel_user(session, external_id)
-    if existing is not None:
-        return existing, False
+    user, created = _create(session, study, clock, external_id, language, seed=seed, attempts=attempts)
+    if not created:  # the same id entered at this moment by another request, which owns the account
+        return _return(session, user, entrant, entry_params, now)
+    token = remember_device(session, user.id, entrant.device_token, now)
+    _record(session, now, "created", entry_params, user_id=user.id, via="new")
+    session.commit()
+    return Entered(user=user, created=True, device_token=token)
+
+
+def _return(session: Session, user: User, entrant: Entrant, params: dict[str, str], now: datetime) -> Entered:
+    if user.id == entrant.session_user_id:
+        via = "session"
+    elif known_device(session, user.id, entrant.device_token):
+        via = "device"
+    else:
+        _record(session, now, "refused", params, user_id=user.id)
+        session.add(AuditLog(at=now, action="panel_reentry_refused", target_user_id=user.id,
+                             details={"participant_code": user.participant_code,
+                                      "had_device_cookie": bool(entrant.device_token)}))
+        session.commit()
+        raise Forbidden("this participant id has already been used to enter the study from another browser; "
+                        "please use your personal link or contact the research team",
+                        code="panel_reentry_refused")
+    token = remember_device(session, user.id, entrant.device_token, now)
+    _record(session, now, "returned", params, user_id=user.id, via=via)
+    session.commit()
+    return Entered(user=user, created=False, device_token=token)
+
+
+def _check_expected(session: Session, study: Study, external_id: str, entrant: Entrant, params: dict[str, str],
+                    now: datetime) -> None:
+    """A new id must be on the allowlist (when there is one) and find a place under the cap."""
+    if entrant.allowlist is not None and _id_form(study, external_id) not in entrant.allowlist:
+        _record(session, now, "not_allowed", params)
+        session.commit()
+        raise Forbidden("this participant id is not on this study's list of expected participants",
+                        code="panel_id_not_expected")
+    cap = study.panel.max_participants
+    if cap is not None and session.scalar(select(func.count(User.id)).where(
+            User.role == "participant", User.external_id.is_not(None))) >= cap:
+        _record(session, now, "full", params)
+        session.commit()
+        raise Conflict("this study has no places left", code="study_full",
+                       details={"completion_code": study.panel.full_code,
+                                "redirect_url": _fill(study.panel.full_redirect_url, study.panel.full_code, None)})
+
+
+def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,
+            attempts: int) -> tuple[User, bool]:
     lang = language if language in LANGUAGES else study.default_language
     username = PANEL_USERNAME_PREFIX + external_id
+    case_sensitive = study.panel.id_case_sensitive
 
     def collided(_exc: IntegrityError) -> User | None:
-        # the same id entered twice at once: the other request's account is the one
-        existing = find_panel_user(session, external_id)
-        if existing is None and session.scalar(select(User.id).where(User.username == username)):
-            raise Conflict("this participant id cannot be used here", code="panel_id_taken") from None
+        existing = find_panel_user(session, external_id, case_sensitive=case_sensitive)
+        if existing is None and session.scalar(select(User.id).where(User.username_key == username_key(username))):
+            raise Conflict("another participant id that differs from this one only in upper/lower case is already "
+                           "taken, and this study treats ids as case-sensitive (panel.id_case_sensitive), so the "
+                           "two cannot both be used: please contact the research team",
+                           code="panel_id_case_conflict") from None
         return existing
 
     return enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=collided,
@@ -82,19 +237,54 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
                          "password_hash": hash_password(secrets.token_urlsafe(32))})
 
 
+def _id_form(study: Study, external_id: str) -> str:
+    return external_id if study.panel.id_case_sensitive else username_key(external_id)
+
+
+# the column of a panel's export that holds its participant ids (Prolific: "Participant id")
+_ALLOWLIST_COLUMNS = ("participant id", "participant_id", "participantid", "external_id", "prolific_pid", "pid", "id")
+_allowlist_cache: dict[tuple[str, float, bool], frozenset[str]] = {}
+
+
+def load_allowlist(path: str | None, study: Study) -> frozenset[str] | None:
+    """The expected panel ids from the lab's CSV (``PANEL_ALLOWLIST``), re-read when the file changes;
+    None when no allowlist is configured. A header naming the id column (Prolific's export: "Participant
+    id") is used; without one, the first column."""
+    if not path:
+        return None
+    key = (path, os.stat(path).st_mtime, study.panel.id_case_sensitive)
+    if key not in _allowlist_cache:
+        with Path(path).open(encoding="utf-8-sig", newline="") as handle:
+            rows = [row for row in csv.reader(handle) if row and row[0].strip()]
+        header = [cell.strip().lower() for cell in rows[0]] if rows else []
+        column = next((header.index(name) for name in _ALLOWLIST_COLUMNS if name in header), None)
+        ids = (row[column if column is not None else 0].strip() for row in rows[1 if column is not None else 0:]
+               if len(row) > (column or 0))
+        _allowlist_cache.clear()
+        _allowlist_cache[key] = frozenset(_id_form(study, i) for i in ids if i)
+    return _allowlist_cache[key]
+
+
 # -- completion codes --------------------------------------------------------------------------------
 
 
-def completion_for(study: Study, task_id: str, user: User) -> dict[str, Any] | None:
-    """The task's completion code and redirect URL from the study file, for a finished task."""
+def completion_for(study: Study, task_id: str, user: User, *, incomplete: bool = False) -> dict[str, Any] | None:
+    """What a finished task shows: its completion code and redirect URL from the study file; for a task
+    below the minimum engagement (``incomplete``) never that code, only the panel's incomplete code if any."""
     entry = study.panel.tasks.get(task_id)
+    if incomplete:
+        code, url = (entry.incomplete_code, entry.incomplete_redirect_url) if entry else (None, None)
+        return {"completion_code": code, "redirect_url": _fill(url, code, user.external_id), "incomplete": True}
     if entry is None:
         return None
-    code = entry.completion_code
-    url = entry.redirect_url
-    if url:
-        url = url.replace("{completion_code}", code or "").replace("{external_id}", user.external_id or "")
-    return {"completion_code": code, "redirect_url": url}
+    return {"completion_code": entry.completion_code,
+            "redirect_url": _fill(entry.redirect_url, entry.completion_code, user.external_id), "incomplete": False}
+
+
+def _fill(url: str | None, code: str | None, external_id: str | None) -> str | None:
+    if not url:
+        return url
+    return url.replace("{completion_code}", code or "").replace("{external_id}", external_id or "")
 
 
 # -- return links -------------------------------------------------------------------------------------
@@ -122,12 +312,20 @@ class IssuedLink:
         return base_url.rstrip("/") + LINK_PATH + self.token
 
 
+# links shown on pages a participant may open any number of times: a new one replaces the last
+ROTATED_PURPOSES = ("task_end", "calendar")
+
+
 def issue_return_link(session: Session, user: User, tasks: TaskService, *, purpose: str) -> IssuedLink:
-    """A new personal link for ``user`` (flushes; the caller commits)."""
+    """A new personal link for ``user`` (flushes; the caller commits). For the done page and the calendar
+    file it replaces (revokes) the earlier live link of that purpose, so 50 visits leave one live link."""
     if user.status != "active":
         raise Conflict("this participant is not active", code=f"participant_{user.status}")
     token = secrets.token_urlsafe(TOKEN_BYTES)
     now = tasks.clock.now()
+    if purpose in ROTATED_PURPOSES:
+        session.execute(update(ReturnLink).where(ReturnLink.user_id == user.id, ReturnLink.purpose == purpose,
+                                                 ReturnLink.revoked_at.is_(None)).values(revoked_at=now))
     expires = study_end(user, tasks)
     session.add(ReturnLink(user_id=user.id, token_hash=token_hash(token), purpose=purpose, created_at=now,
                            expires_at=expires))

@@ -5,6 +5,10 @@ amounts) for the lab's books, and the upload form - ``id,amount`` with one row
 per participant who is owed something and has a panel id - which Prolific's
 bulk bonus box and Credamo/wjx payment sheets take as it is.
 
+A task that ended below the study's minimum engagement (``incomplete``) is
+not paid, and does not count towards the completion bonus, unless the study
+file sets ``payments.pay_incomplete``; the sheet lists such tasks.
+
 An erased participant keeps no panel id and no task record, so nothing can be
 computed for them: pay before erasing (README).
 """
@@ -24,7 +28,7 @@ from services.export_service import safe_cell
 from services.study import Study
 
 SHEET_COLUMNS = ["participant_code", "external_id", "status", "tasks_done", "completed_tasks", "first_completed_at",
-                 "last_completed_at", "task_amount", "bonus", "total", "currency"]
+                 "last_completed_at", "task_amount", "bonus", "total", "currency", "incomplete_tasks"]
 
 
 def payment_rows(session: Session, study: Study) -> list[dict[str, Any]]:
@@ -33,14 +37,18 @@ def payment_rows(session: Session, study: Study) -> list[dict[str, Any]]:
     bonus = float(study.payments.completion_bonus)
     task_ids = study.task_ids
     done: dict[int, dict[str, datetime]] = defaultdict(dict)
+    incomplete: dict[int, list[str]] = defaultdict(list)
     for ts in session.scalars(select(TaskSession).where(TaskSession.status == "done")):
         done[ts.user_id][ts.task_id] = ts.completed_at
+        if ts.outcome == "incomplete":
+            incomplete[ts.user_id].append(ts.task_id)
     rows = []
     for user in session.scalars(select(User).where(User.role == "participant").order_by(User.id)):
         finished = done[user.id]
         tasks_done = [t for t in task_ids if t in finished]
-        amount = round(sum(float(per_task.get(t, 0)) for t in tasks_done), 2)
-        earned_bonus = bonus if bonus and len(tasks_done) == len(task_ids) else 0.0
+        paid = [t for t in tasks_done if study.payments.pay_incomplete or t not in incomplete[user.id]]
+        amount = round(sum(float(per_task.get(t, 0)) for t in paid), 2)
+        earned_bonus = bonus if bonus and len(paid) == len(task_ids) else 0.0
         dates = sorted(finished.values())
         rows.append({
             "participant_code": user.participant_code, "external_id": user.external_id, "status": user.status,
@@ -49,6 +57,7 @@ def payment_rows(session: Session, study: Study) -> list[dict[str, Any]]:
             "last_completed_at": _time(dates[-1]) if dates else None,
             "task_amount": f"{amount:.2f}", "bonus": f"{earned_bonus:.2f}",
             "total": f"{amount + earned_bonus:.2f}", "currency": study.payments.currency,
+            "incomplete_tasks": ";".join(t for t in task_ids if t in incomplete[user.id]),
         })
     return rows
 

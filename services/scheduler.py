@@ -34,10 +34,11 @@ import smtplib
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -48,6 +49,7 @@ from database.db_manager import LEASE_POOL_SIZE
 from database.models import AuditLog, Reminder, User
 from services import admin_service, panel_service
 from services.chat_service import catch_up_turn_upkeep
+from services.clock import parse_utc_iso
 from services.contacts import decrypted_contacts
 from services.leases import SchedulerLeadership
 from services.runtime import Runtime
@@ -145,7 +147,8 @@ def open_tasks(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
         for task in tasks.overview(user):
             if task["status"] == "available":
                 found.append({"user_id": user.id, "participant_code": user.participant_code,
-                              "external_id": user.external_id, "language": user.language, "task_id": task["id"],
+                              "external_id": user.external_id, "language": user.language,
+                              "time_zone": user.time_zone, "task_id": task["id"],
                               "title": task["title"], "available_at": task["available_at"],
                               "overdue": bool(task.get("overdue")), "first": task["id"] == tasks.task_ids[0]})
     return found
@@ -190,20 +193,26 @@ def load_contacts(path: str | None) -> dict[str, str]:
 REMINDER_TEXT = {
     ("unlocked", "zh"): ("AI Memory Lab：你的下一个任务已经开放",
                          "你好！\n\n研究中的任务“{title}”（{task_id}）已于 {available_at} 开放。"
-                         "方便时请完成它。{link}\n\n如果你不想再参加研究，回复这封邮件告诉我们即可。"
-                         "\n\nAI Memory Lab 研究团队"),
+                         "方便时请完成它。{link}\n\n{opt_out}\n\nAI Memory Lab 研究团队"),
     ("unlocked", "en"): ("AI Memory Lab: your next task is open",
                          "Hello,\n\nthe study task \"{title}\" ({task_id}) opened at {available_at}. Please "
-                         "complete it when you can. {link}\n\nIf you no longer wish to take part, just reply to "
-                         "this e-mail.\n\nThe AI Memory Lab research team"),
+                         "complete it when you can. {link}\n\n{opt_out}\n\nThe AI Memory Lab research team"),
     ("overdue", "zh"): ("AI Memory Lab：你的下一个任务已经开放",
                         "你好！\n\n研究中的任务“{title}”（{task_id}）已于 {available_at} 开放，你还没有开始。"
-                        "方便时请完成它。{link}\n\n如果你不想再参加研究，回复这封邮件告诉我们即可。"
-                         "\n\nAI Memory Lab 研究团队"),
+                        "方便时请完成它。{link}\n\n{opt_out}\n\nAI Memory Lab 研究团队"),
     ("overdue", "en"): ("AI Memory Lab: your next task is open",
                         "Hello,\n\nthe study task \"{title}\" ({task_id}) has been open since {available_at} and "
-                        "has not been started yet. Please complete it when you can. {link}\n\nIf you no longer "
-                        "wish to take part, just reply to this e-mail.\n\nThe AI Memory Lab research team"),
+                        "has not been started yet. Please complete it when you can. {link}\n\n{opt_out}"
+                        "\n\nThe AI Memory Lab research team"),
+}
+# how to stop, in words that fit the channel: an e-mail can be answered, a forwarded SMS or panel message
+# may not reach the lab when answered
+OPT_OUT_TEXT = {
+    ("email", "zh"): "如果你不想再参加研究，回复这封邮件告诉我们即可。",
+    ("email", "en"): "If you no longer wish to take part, just reply to this e-mail.",
+    ("webhook", "zh"): "如果你不想再参加研究，请告诉研究团队（例如通过招募平台的站内消息）。",
+    ("webhook", "en"): "If you no longer wish to take part, let the research team know (for example through "
+                       "your panel's messages).",
 }
 # the link on a line of its own, so mail clients and SMS apps recognise all of it
 LINK_TEXT = {"zh": "点击这个个人链接直接进入任务（无需密码）：\n{url}\n",
@@ -215,13 +224,26 @@ STALE_SENDING_SECONDS = 30 * 60
 INTERRUPTED = "an earlier attempt was interrupted (the process stopped mid-send); it may have been delivered"
 
 
-def reminder_text(entry: dict[str, Any], url: str | None) -> tuple[str, str]:
-    """(subject, body) of one reminder in the participant's language."""
+def reminder_text(entry: dict[str, Any], url: str | None, channel: str = "email") -> tuple[str, str]:
+    """(subject, body) of one reminder in the participant's language, with the unlock time in their own
+    time zone (the one their page reported; UTC until it has) and an opt-out that fits the channel."""
     language = "en" if entry["language"] == "en" else "zh"
     subject, body = REMINDER_TEXT[(entry["kind"], language)]
     link = LINK_TEXT[language].format(url=url) if url else NO_LINK_TEXT[language]
-    available = entry["available_at"].replace("T", " ").rstrip("Z") + " UTC"
-    return subject, body.format(title=entry["title"], task_id=entry["task_id"], available_at=available, link=link)
+    return subject, body.format(title=entry["title"], task_id=entry["task_id"], link=link,
+                                available_at=local_time(entry["available_at"], entry.get("time_zone")),
+                                opt_out=OPT_OUT_TEXT[(channel, language)])
+
+
+def local_time(utc_text: str, time_zone: str | None) -> str:
+    """A UTC time from the API ("2026-03-04T09:00:00Z") as wall-clock time in ``time_zone``, zone named."""
+    zone = time_zone or "UTC"
+    try:
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone, tz = "UTC", ZoneInfo("UTC")
+    moment = parse_utc_iso(utc_text).replace(tzinfo=UTC).astimezone(tz)
+    return f"{moment:%Y-%m-%d %H:%M} ({zone})"
 
 
 def due_reminders(session: Session, runtime: Runtime) -> list[dict[str, Any]]:
@@ -315,7 +337,7 @@ class EmailChannel:
         return contacts.get((entry["user_id"], "email")) or lab_csv.get(entry["participant_code"])
 
     def send(self, entry: dict[str, Any], address: str | None, url: str | None) -> None:
-        subject, body = reminder_text(entry, url)
+        subject, body = reminder_text(entry, url, "email")
         message = EmailMessage()
         message["From"] = self.config.sender
         message["To"] = address
@@ -361,7 +383,7 @@ class WebhookChannel:
         return contacts.get((entry["user_id"], "webhook")) or entry["external_id"]
 
     def send(self, entry: dict[str, Any], address: str | None, url: str | None) -> None:
-        subject, body = reminder_text(entry, url)
+        subject, body = reminder_text(entry, url, "webhook")
         payload = {"event": "task_reminder", "kind": entry["kind"], "participant_code": entry["participant_code"],
                    "external_id": entry["external_id"], "contact": address, "language": entry["language"],
                    "task_id": entry["task_id"], "task_title": entry["title"], "available_at": entry["available_at"],

@@ -195,6 +195,13 @@ RATE_LIMIT_DEFAULTS = {
     "register_failures": ("RATE_LIMIT_REGISTER_FAILURES_PER_ADDRESS", "30 per minute"),
     # per account, so a cohort behind one address never shares it
     "messages": ("RATE_LIMIT_MESSAGES_PER_ACCOUNT", "30 per minute"),
+    # new participants entering through the panel's link from one address (a campus shares one);
+    # returning visits (device cookie, login session) are not counted
+    "panel_entries": ("RATE_LIMIT_PANEL_ENTRIES_PER_ADDRESS", "60 per minute"),
+    # password logins: per (account, address), and failures per account from all addresses together
+    # (not counted where the account logged in before, so guesses never lock the owner out there)
+    "login_per_account_address": ("RATE_LIMIT_LOGIN_PER_ACCOUNT_ADDRESS", "10 per minute"),
+    "login_failures_per_account": ("RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT", "100 per hour"),
 }
 
 

@@ -81,6 +81,7 @@ class Task:
     title: Text
     instructions: Text
     questionnaire: tuple[str, ...] = ()
+    min_participant_messages: int | None = None  # this task's engagement minimum; None: timing's
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class Timing:
     idle_gap_seconds: float  # gaps longer than this do not count as active time
     max_wall_seconds: float  # a task still open this long after start is closed as abandoned
     overdue_after_days: float  # an available task not started this long after unlock is overdue
+    # a task ending with fewer participant messages (or less active time) is incomplete: no code, no pay
+    min_participant_messages: int = 3
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ class MemorySettings:
 class PanelTask:
     completion_code: str | None = None  # shown after the task's questionnaire
     redirect_url: str | None = None  # back to the panel; {completion_code} and {external_id} are filled in
+    incomplete_code: str | None = None  # the panel's "timed out / no engagement" code, for an incomplete task
+    incomplete_redirect_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,11 @@ class Panel:
     id_pattern: str  # a panel id must match this in full
     tasks: Mapping[str, PanelTask]
     return_link_grace_days: float  # return links expire this long after the last task unlocks
+    id_case_sensitive: bool = False  # False: "AbC" and "abc" are one participant
+    session_parameters: tuple[str, ...] = ()  # the panel's URL parameters stored with every entry
+    max_participants: int | None = None  # panel accounts beyond this get the "study full" page
+    full_code: str | None = None  # the panel's "no places" code on that page
+    full_redirect_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,7 @@ class Payments:
     currency: str
     per_task: Mapping[str, float]
     completion_bonus: float
+    pay_incomplete: bool = False  # whether a task below the minimum engagement is paid
 
 
 @dataclass(frozen=True)
@@ -299,13 +310,49 @@ def _check_consistency(study: Study) -> None:
         unknown = [t for t in task_ids if t not in ids]
         if unknown:
             raise StudyDefinitionError(f"{path} names unknown task {unknown[0]!r}; allowed: {', '.join(ids)}")
+    _check_codes(study)
+
+
+def _check_codes(study: Study) -> None:
+    """Mistakes a lab makes with panel codes and pay: refused at start-up rather than found by participants."""
+    if study.timing.min_participant_messages < 0 or any((t.min_participant_messages or 0) < 0 for t in study.tasks):
+        raise StudyDefinitionError("min_participant_messages must not be negative")
+    panel = study.panel
+    if any(t.completion_code for t in panel.tasks.values()):
+        unpaid = [t for t, amount in study.payments.per_task.items()
+                  if amount > 0 and not (panel.tasks.get(t) and panel.tasks[t].completion_code)]
+        if unpaid:
+            raise StudyDefinitionError(
+                f"payments.per_task pays {unpaid[0]} but panel.tasks.{unpaid[0]}.completion_code is missing: a "
+                "participant who finishes it would get no code to claim the payment (give every paid task a code)")
+    for task_id, task in panel.tasks.items():
+        _check_redirect(f"panel.tasks.{task_id}", task.completion_code, task.redirect_url, "redirect_url")
+        _check_redirect(f"panel.tasks.{task_id}", task.incomplete_code, task.incomplete_redirect_url,
+                        "incomplete_redirect_url")
+        if task.completion_code and task.completion_code == task.incomplete_code:
+            raise StudyDefinitionError(f"panel.tasks.{task_id}.incomplete_code equals its completion_code: an "
+                                       "incomplete task would be paid as complete")
+    _check_redirect("panel", panel.full_code, panel.full_redirect_url, "full_redirect_url")
+
+
+def _check_redirect(path: str, code: str | None, url: str | None, key: str) -> None:
+    if url is None:
+        return
+    if not url.startswith(("https://", "http://")):
+        raise StudyDefinitionError(f"{path}.{key} must be an http(s) URL")
+    if "{completion_code}" not in url and not (code and code in url):
+        raise StudyDefinitionError(f"{path}.{key} carries no code: write {{completion_code}} where the panel "
+                                   "expects it (e.g. ...?cc={completion_code})")
+    if "{completion_code}" in url and not code:
+        raise StudyDefinitionError(f"{path}.{key} has {{completion_code}} but no code is given next to it")
 
 
 _PARAMETER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}")
 
 
 def _panel(raw: Any) -> Panel:
-    data = _section("panel", raw, [f.name for f in fields(Panel)])
+    data = _section("panel", raw, [f.name for f in fields(Panel)],
+                    optional=tuple(f.name for f in fields(Panel) if f.default is not MISSING))
     name = _typed("panel.id_parameter", data["id_parameter"], str)
     if not _PARAMETER_NAME.fullmatch(name):
         raise StudyDefinitionError(f"panel.id_parameter {name!r} is not a usable URL parameter name")
@@ -314,27 +361,37 @@ def _panel(raw: Any) -> Panel:
         re.compile(pattern)
     except re.error as exc:
         raise StudyDefinitionError(f"panel.id_pattern is not a regular expression: {exc}") from exc
-    tasks = {}
-    for task_id, entry in _mapping("panel.tasks", data["tasks"]).items():
-        task = _dataclass(f"panel.tasks.{task_id}", entry, PanelTask)
-        if task.redirect_url is not None and not task.redirect_url.startswith(("https://", "http://")):
-            raise StudyDefinitionError(f"panel.tasks.{task_id}.redirect_url must be an http(s) URL")
-        tasks[task_id] = task
+    tasks = {task_id: _dataclass(f"panel.tasks.{task_id}", entry, PanelTask)
+             for task_id, entry in _mapping("panel.tasks", data["tasks"]).items()}
     grace = _typed("panel.return_link_grace_days", data["return_link_grace_days"], float)
     if grace < 0:
         raise StudyDefinitionError("panel.return_link_grace_days must not be negative")
-    return Panel(id_parameter=name, id_pattern=pattern, tasks=_frozen(tasks), return_link_grace_days=grace)
+    parameters = tuple(_str_list("panel.session_parameters", data.get("session_parameters", [])))
+    for parameter in parameters:
+        if not _PARAMETER_NAME.fullmatch(parameter) or parameter == name:
+            raise StudyDefinitionError(f"panel.session_parameters: {parameter!r} is not a usable URL parameter "
+                                       "name other than panel.id_parameter")
+    cap = _typed("panel.max_participants", data.get("max_participants"), (int, type(None)))
+    if cap is not None and cap < 1:
+        raise StudyDefinitionError("panel.max_participants must be at least 1 (or null for no cap)")
+    return Panel(id_parameter=name, id_pattern=pattern, tasks=_frozen(tasks), return_link_grace_days=grace,
+                 id_case_sensitive=_typed("panel.id_case_sensitive", data.get("id_case_sensitive", False), bool),
+                 session_parameters=parameters, max_participants=cap,
+                 full_code=_typed("panel.full_code", data.get("full_code"), (str, type(None))),
+                 full_redirect_url=_typed("panel.full_redirect_url", data.get("full_redirect_url"),
+                                          (str, type(None))))
 
 
 def _payments(raw: Any) -> Payments:
-    data = _section("payments", raw, [f.name for f in fields(Payments)])
+    data = _section("payments", raw, [f.name for f in fields(Payments)], optional=("pay_incomplete",))
     amounts = {t: _typed(f"payments.per_task.{t}", v, float)
                for t, v in _mapping("payments.per_task", data["per_task"]).items()}
     bonus = _typed("payments.completion_bonus", data["completion_bonus"], float)
     if bonus < 0 or any(v < 0 for v in amounts.values()):
         raise StudyDefinitionError("payments: amounts must not be negative")
     return Payments(currency=_typed("payments.currency", data["currency"], str), per_task=_frozen(amounts),
-                    completion_bonus=bonus)
+                    completion_bonus=bonus,
+                    pay_incomplete=_typed("payments.pay_incomplete", data.get("pay_incomplete", False), bool))
 
 
 def _attention(where: str, item: Mapping[str, Any]) -> None:
@@ -441,13 +498,15 @@ def _debrief(raw: Any, conditions: list[str]) -> Debrief:
 
 def _task(index: int, raw: Any) -> Task:
     path = f"tasks[{index}]"
-    data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire",))
+    data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire", "min_participant_messages"))
     path = f"tasks.{data['id']}" if isinstance(data.get("id"), str) else path
     return Task(id=_typed(f"{path}.id", data["id"], str),
                 unlock_offset_days=_typed(f"{path}.unlock_offset_days", data["unlock_offset_days"], float),
                 title=_text(f"{path}.title", data["title"]),
                 instructions=_text(f"{path}.instructions", data["instructions"]),
-                questionnaire=tuple(_str_list(f"{path}.questionnaire", data.get("questionnaire", []))))
+                questionnaire=tuple(_str_list(f"{path}.questionnaire", data.get("questionnaire", []))),
+                min_participant_messages=_typed(f"{path}.min_participant_messages",
+                                                data.get("min_participant_messages"), (int, type(None))))
 
 
 def _instrument(name: str, raw: Any) -> Instrument:

@@ -90,9 +90,11 @@ class TaskService:
                 "instructions": localised(task.instructions, user.language),
                 "available_at": utc_iso(available_at),
                 "overdue": False,
+                "min_messages": self.min_messages(task.id),  # the minimum engagement, with min_active_seconds
             }
             if ts and ts.status == "done":
-                entry.update(status="done", completed_at=utc_iso(ts.completed_at))
+                entry.update(status="done", completed_at=utc_iso(ts.completed_at),
+                             incomplete=ts.outcome == "incomplete")
             elif ts and ts.status == "in_progress":
                 entry.update(status="in_progress", phase=ts.phase, started_at=utc_iso(ts.started_at),
                              timer=self.timer(ts, now))
@@ -221,9 +223,22 @@ class TaskService:
         self._end_chat(ts, "finished", self.clock.now())
 
     def complete(self, ts: TaskSession) -> None:
+        """The questionnaire is in: the task is done, and ``complete`` or ``incomplete`` by its engagement."""
         ts.status = "done"
         ts.phase = "closed"
         ts.completed_at = self.clock.now()
+        ts.outcome = "complete" if self.engaged(ts) else "incomplete"
+
+    def min_messages(self, task_id: str) -> int:
+        own = self.task_definition(task_id).min_participant_messages
+        return self.timing.min_participant_messages if own is None else own
+
+    def engaged(self, ts: TaskSession) -> bool:
+        """The study's minimum engagement: enough participant messages and enough active chat time.
+        Heartbeats add active time only, so a page left open never reaches it alone."""
+        sent = self.session.scalar(select(func.count(Message.id)).where(Message.task_session_id == ts.id,
+                                                                         Message.role == "user")) or 0
+        return sent >= self.min_messages(ts.task_id) and ts.active_seconds >= self.timing.min_active_seconds
 
     def expire_if_abandoned(self, ts: TaskSession) -> bool:
         """Close the chat of an attempt open longer than the maximum wall time."""

@@ -375,6 +375,19 @@ function bars(entries, { className = "", total }) {
       h("span.count", String(n)))));
 }
 
+// Who gets in: panel entries by outcome, consented-but-never-started accounts, repeated failed logins.
+function integrityCard(integrity) {
+  if (!integrity) return null;
+  const entries = integrity.panel_entries || {};
+  const failures = integrity.login_failures || [];
+  return h("section.card#integrity", h("h2", t("admin.integrity.title")),
+    h("p#integrity-entries", t("admin.integrity.entries", entries)),
+    h("p#integrity-never-started", t("admin.integrity.never_started", { count: integrity.consented_never_started ?? 0 })),
+    failures.length ? h("div#integrity-login-failures", h("p", t("admin.integrity.login_failures")),
+      h("ul", failures.map((f) => h("li", t("admin.integrity.login_failure_row", {
+        username: f.username || "–", failures: f.failures, addresses: f.addresses, last: formatDateTime(f.last_at) }))))) : null);
+}
+
 async function showMonitor() {
   const updated = h("span.updated#updated", { "aria-live": "off" });
   const refreshError = noticeBox();
@@ -438,7 +451,7 @@ async function showMonitor() {
       cols.map((column) => h("td", { class: column.num ? "num" : "", dataset: { col: column.key } }, column.cell(row))))));
   }
 
-  function renderSummary(summary) {
+  function renderSummary(summary, integrity) {
     const groupEntries = Object.entries(summary.groups || {});
     const funnel = summary.funnel || {};
     const funnelEntries = [[t("admin.funnel.registered"), funnel.registered ?? 0, "registered"],
@@ -446,7 +459,8 @@ async function showMonitor() {
     mount(summaryArea,
       h("section.card", h("h2", t("admin.groups")), bars(groupEntries, {})),
       h("section.card", h("h2", t("admin.funnel")),
-        bars(funnelEntries, { className: "funnel", total: funnel.registered || 1 })));
+        bars(funnelEntries, { className: "funnel", total: funnel.registered || 1 })),
+      integrityCard(integrity));
     const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
       .filter((g) => g && g !== "–" && g !== "unassigned").sort();
     const statuses = [...new Set(["active", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
@@ -478,7 +492,7 @@ async function showMonitor() {
       if (stopped) return;
       state.lastRows = data.participants || [];
       lastSummary = summaryFrom(state.lastRows, data.summary);
-      renderSummary(lastSummary);
+      renderSummary(lastSummary, data.integrity);
       renderBody();
       refreshError.textContent = "";
       updated.classList.remove("stale");
@@ -743,8 +757,20 @@ function actionsCard(record, reload) {
     note.textContent = "";
     try {
       const data = await api.post(`/api/admin/participants/${participant.id}/return-link`);
-      mount(newLink, h("p", t("admin.action.new_link")),
-        h("input#new-return-link", { type: "text", readonly: true, value: data.url }));
+      const box = h("input#new-return-link", { type: "text", readonly: true, value: data.url });
+      const copy = h("button.secondary.small#copy-new-link", { type: "button" }, t("admin.action.copy_link"));
+      copy.addEventListener("click", async () => {
+        box.select();
+        try {
+          await navigator.clipboard.writeText(data.url);
+          copy.textContent = t("admin.action.copied");
+        } catch {
+          // the text is selected; it can be copied by hand
+        }
+      });
+      mount(newLink, h("p", t("admin.action.new_link")), box, " ", copy);
+      const counts = document.getElementById("return-link-summary");
+      if (counts && data.return_links) counts.textContent = linkSummaryText(data.return_links);
     } catch (err) {
       note.textContent = t("admin.action.unavailable", { message: actionError(err) });
     }
@@ -775,6 +801,10 @@ function actionsCard(record, reload) {
     note,
     h("div.action-grid", h("div", consolidate), withdrawForm, resetForm,
       h("div", reissue, " ", revoke, newLink), eraseForm));
+}
+
+function linkSummaryText(links) {
+  return t("admin.links.summary", { live: links.live, issued: links.issued, used: formatDateTime(links.last_used_at) || "–" });
 }
 
 function tombstoneView(record, id) {
@@ -824,9 +854,8 @@ async function showParticipant(id) {
       [t("admin.col.messages"), fmt(p.messages)], [t("admin.col.questionnaires"), fmt(p.questionnaires_done)],
       [t("admin.col.failures"), fmt(p.provider_failures)],
       [t("admin.detail.external_id"), p.external_id], [t("admin.col.quality"), qualityCell(p)],
-      [t("admin.detail.return_links"), record.return_links ? t("admin.links.summary", {
-        live: record.return_links.live, issued: record.return_links.issued,
-        used: formatDateTime(record.return_links.last_used_at) || "–" }) : null],
+      [t("admin.detail.return_links"), record.return_links
+        ? h("span#return-link-summary", linkSummaryText(record.return_links)) : null],
     ];
     const answersByTask = new Map();
     for (const a of record.questionnaires || []) {

@@ -21,7 +21,7 @@ const FOLLOW_SLACK_PX = 48;
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
-const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null, farewell: null };
+const state = { study: null, user: null, consentGiven: false, cleanup: null, flash: null, panelId: null, farewell: null, panelProblem: null };
 
 // -- small helpers ------------------------------------------------------------------------------
 
@@ -140,6 +140,7 @@ async function route() {
   if (!state.user) {
     if (name === "debrief" && state.farewell) showFarewell();
     else if (name === "login") showLogin();
+    else if (state.panelProblem) showPanelProblem(state.panelProblem);
     else if (state.panelId) showPanelConsent();
     else if (name === "register" && state.consentGiven) showRegister();
     else showConsent();
@@ -166,7 +167,17 @@ function signedIn(user) {
     return;
   }
   if (user.language && user.language !== language()) setLanguage(user.language);
+  reportTimeZone();
   go("#/tasks");
+}
+
+// Reminders give times in the participant's own time zone: the page tells the server which one it is.
+function reportTimeZone() {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  if (!zone || !state.user || state.user.role !== "participant" || state.user.time_zone === zone) return;
+  api.post("/api/me/time-zone", { time_zone: zone })
+    .then((data) => { if (state.user) state.user.time_zone = data.time_zone; })
+    .catch(() => {});  // not knowing it only means reminders say UTC
 }
 
 // -- consent, register, log in ------------------------------------------------------------------
@@ -204,6 +215,56 @@ function panelIdFromUrl() {
   return new URLSearchParams(location.search).get(name);
 }
 
+// The panel's session parameters on the entry link (Prolific: STUDY_ID, SESSION_ID), stored with each entry.
+function panelSession() {
+  const params = new URLSearchParams(location.search);
+  const found = {};
+  for (const name of state.study?.panel?.session_parameters || []) {
+    if (params.get(name)) found[name] = params.get(name);
+  }
+  return found;
+}
+
+function panelEntry(consent) {
+  return api.post("/api/auth/panel", { external_id: state.panelId, consent, language: language(), session: panelSession() });
+}
+
+// A panel link opened again: a returning participant (this browser entered as them before) goes straight
+// to their tasks in their account's language, without the consent again. A new id gets the consent page.
+async function resumePanel() {
+  try {
+    const data = await panelEntry(undefined);
+    state.panelId = null;
+    signedIn(data.user);
+  } catch (err) {
+    if (err.code === "consent_required") return false;
+    state.panelProblem = err;
+    await route();
+  }
+  return true;
+}
+
+const PANEL_PROBLEMS = {
+  panel_reentry_refused: ["panel.refused_title", ["panel.refused_body", "panel.refused_how"]],
+  panel_id_not_expected: ["panel.title", ["panel.not_expected"]],
+  study_full: ["panel.full_title", ["panel.full_body"]],
+  panel_id_case_conflict: ["panel.title", ["panel.case_conflict"]],
+  invalid_panel_id: ["panel.title", ["panel.invalid"]],
+};
+
+function showPanelProblem(err) {
+  const known = PANEL_PROBLEMS[err.code];
+  const title = t(known ? known[0] : "panel.title");
+  const details = err.details || {};
+  render(title,
+    h("section.card.narrow#panel-problem", { "data-code": err.code || "" },
+      h("h1", title),
+      ...(known ? known[1].map((key) => h("p", t(key))) : [h("p.notice.error", { role: "alert" }, errorText(err))]),
+      details.completion_code ? h("p.completion", t("panel.full_code"), " ", h("strong#full-code", details.completion_code)) : null,
+      details.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: details.redirect_url }, t("done.redirect"))) : null,
+      state.study?.consent?.contact ? h("p#panel-contact", t("panel.contact"), " ", localised(state.study.consent.contact)) : null));
+}
+
 function showPanelConsent() {
   const consent = state.study?.consent || {};
   const agree = h("input#consent-agree", { type: "checkbox" });
@@ -218,10 +279,15 @@ function showPanelConsent() {
     }
     submit.disabled = true;
     try {
-      const data = await api.post("/api/auth/panel", { external_id: state.panelId, consent: true, language: language() });
+      const data = await panelEntry(true);
       state.panelId = null;
       signedIn(data.user);
     } catch (err) {
+      if (PANEL_PROBLEMS[err.code] && err.code !== "invalid_panel_id") {
+        state.panelProblem = err;
+        route();
+        return;
+      }
       error.textContent = err.code === "invalid_panel_id" ? t("panel.invalid") : errorText(err);
     } finally {
       submit.disabled = false;
@@ -491,8 +557,10 @@ function showChat(task) {
   const timeLabel = h("span.visually-hidden#time-left-label");
   const finishButton = h("button#finish", { type: "button", disabled: true }, t("task.finish"));
   const finishHint = h("p.hint.finish-hint");
+  const belowMinimum = h("p.notice.info#finish-below-minimum", { hidden: true });
   const confirmBox = h("div.confirm-finish", { hidden: true },
     h("p", t("task.finish_confirm")),
+    belowMinimum,
     h("div.actions",
       h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish")),
       h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
@@ -912,6 +980,10 @@ function showChat(task) {
   }
 
   finishButton.addEventListener("click", () => {
+    // below the study's minimum of messages the task ends incomplete: say so before it happens
+    const sent = log.querySelectorAll(".msg.user").length;
+    belowMinimum.hidden = sent >= (task.min_messages ?? 0);
+    belowMinimum.textContent = t("task.finish_below_minimum", { count: sent, min: task.min_messages });
     confirmBox.hidden = false;
     confirmBox.querySelector("#finish-confirm").focus();
   });
@@ -1017,6 +1089,7 @@ async function showQuestionnaire(task) {
 function completionBlock(completion) {
   if (!completion) return null;
   return [
+    completion.incomplete ? h("p.notice.info#incomplete-notice", t("done.incomplete")) : null,
     completion.completion_code ? h("p.completion", t("done.code"), " ", h("strong#completion-code", completion.completion_code)) : null,
     completion.completion_code ? h("p.hint", t("done.code_hint")) : null,
     completion.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: completion.redirect_url }, t("done.redirect"))) : null,
@@ -1242,12 +1315,14 @@ async function boot() {
     return;
   }
   const panelId = panelIdFromUrl();
-  if (panelId !== null && state.user?.external_id !== panelId) {
-    // a panel link for someone else than who is logged in here: enter as that panel participant
+  if (panelId !== null) {
+    // a panel link: the server decides whether this browser may enter as that participant
     state.user = null;
     state.panelId = panelId;
+    if (await resumePanel()) return;
   }
   if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
+  reportTimeZone();
   if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {
     location.hash = "#/login";  // sent here from a page that needs a log-in (e.g. /admin)
     return;

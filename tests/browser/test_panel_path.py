@@ -1,7 +1,8 @@
 """A panel participant's whole path in headless Chromium, in pilot mode:
 enter through the panel link with an id, consent, do T1, see the completion code and the personal return
 link; open the return link (in a fresh browser, no password) once T2 has unlocked and do T2; come back
-through the panel link and land in the same account.
+through the panel link in a browser that entered as them before and land in the same account, without the
+consent page; another browser with the same id gets the refusal page in its own language.
 
 Its own live server: one study day lasts DAY_SECONDS real seconds, so T2 unlocks a few seconds after T1,
 and PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
@@ -48,7 +49,7 @@ def panel_server(tmp_path_factory):
     settings.study = settings.study.with_overrides({"panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
         "T1": {"completion_code": T1_CODE, "redirect_url": "https://panel.example.org/done?cc={completion_code}"},
         "T2": {"completion_code": T2_CODE},
-    }}})
+    }}, "timing": {"min_participant_messages": 1}})  # one message per task keeps this walk short
     app = create_app(settings)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="panel-browser-server", daemon=True)
@@ -148,13 +149,19 @@ def test_panel_participant_enters_returns_by_link_and_comes_back_by_the_panel_li
     expect(returning.locator("#completion-code")).to_have_text(T2_CODE)
     expect(returning.locator("#next-task")).to_contain_text("T3")
 
-    # 4. a second visit through the panel link lands in the same account
-    again = open_page()
-    again.goto(f"/enter?PROLIFIC_PID={PANEL_ID}")
-    again.check("#consent-agree")
-    again.click("#panel-continue")
-    expect(again.locator(".task-card[data-task=T1]")).to_have_attribute("data-status", "done")
-    expect(again.locator(".task-card[data-task=T2]")).to_have_attribute("data-status", "done")
+    # 4. the next wave's panel link in a browser that entered as this participant before (the return link
+    #    bound it) lands in the same account, with no consent page
+    returning.goto(f"/enter?PROLIFIC_PID={PANEL_ID}&STUDY_ID=s3&SESSION_ID=x10")
+    expect(returning.locator(".task-card[data-task=T1]")).to_have_attribute("data-status", "done")
+    expect(returning.locator(".task-card[data-task=T2]")).to_have_attribute("data-status", "done")
+    expect(returning.locator("#consent-agree")).to_have_count(0)
+
+    # 5. a browser that never entered as this participant, with the same id: the refusal page, no account
+    stranger = open_page()
+    stranger.goto(f"/enter?PROLIFIC_PID={PANEL_ID}")
+    expect(stranger.locator("#panel-problem")).to_have_attribute("data-code", "panel_reentry_refused")
+    expect(stranger.locator("h1")).to_have_text("无法在这里打开这个编号")
+    expect(stranger.locator(".task-card")).to_have_count(0)
     with runtime.db.Session() as session:
         t2_message = session.scalar(select(Message).where(Message.task_id == "T2", Message.role == "user"))
         assert t2_message.pasted_chars == len("这段话是从别的地方复制过来的。")

@@ -17,9 +17,10 @@ PROLIFIC_ID = "5f1a2b3c4d5e6f7a8b9c0d1e"
 @pytest.fixture
 def settings(settings):
     settings.study = settings.study.with_overrides({
-        "panel": {"id_parameter": "PROLIFIC_PID", "tasks": {"T1": {
-            "completion_code": "C1WAVE1",
-            "redirect_url": "https://app.prolific.com/submissions/complete?cc={completion_code}"}}},
+        "panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
+            task_id: {"completion_code": f"C{task_id[1]}WAVE{task_id[1]}",
+                      "redirect_url": "https://app.prolific.com/submissions/complete?cc={completion_code}"}
+            for task_id in ("T1", "T2", "T3", "T4")}},
         "payments": {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
                      "completion_bonus": 3.0},
     })
@@ -38,7 +39,7 @@ def test_panel_entry_creates_one_account_and_finds_it_again(app):
     user = first.get_json()["user"]
     assert user["external_id"] == PROLIFIC_ID and first.get_json()["created"] is True
     assert api.get("/api/tasks").status_code == 200  # logged in, no password
-    _, again = _panel(app)
+    again = api.post("/api/auth/panel", json={"external_id": PROLIFIC_ID, "consent": True})  # the same browser
     assert again.status_code == 200 and again.get_json()["created"] is False
     assert again.get_json()["user"]["participant_code"] == user["participant_code"]
     runtime = app.extensions["memory_lab"]
@@ -71,14 +72,16 @@ def test_the_entry_page_reads_the_study_files_parameter(app, client):
     assert client.get("/enter?PROLIFIC_PID=%3Cscript%3E").status_code == 400
     assert client.get("/enter").status_code == 400
     assert client.get(f"/enter?PROLIFIC_PID={PROLIFIC_ID}&PROLIFIC_PID=other1").status_code == 400
-    assert client.get("/api/study").get_json()["panel"] == {"id_parameter": "PROLIFIC_PID"}
+    assert client.get("/api/study").get_json()["panel"] == {"id_parameter": "PROLIFIC_PID",
+                                                            "session_parameters": ["STUDY_ID", "SESSION_ID"]}
 
 
 def test_completion_code_and_redirect_after_the_questionnaire(app, clock, study):
     api, _ = _panel(app)
-    result = walk_task(api, clock, "T1", ["你好，我是来自 Prolific 的参与者。"], study=study)
+    result = walk_task(api, clock, "T1", ["你好，我来自 Prolific。", "我喜欢爬山。", "周末见。"], study=study)
     assert result["completion"] == {
-        "completion_code": "C1WAVE1", "redirect_url": "https://app.prolific.com/submissions/complete?cc=C1WAVE1"}
+        "completion_code": "C1WAVE1", "redirect_url": "https://app.prolific.com/submissions/complete?cc=C1WAVE1",
+        "incomplete": False}
     assert api.get("/api/tasks/T1").get_json()["task"]["completion"]["completion_code"] == "C1WAVE1"
 
 
@@ -174,7 +177,7 @@ def test_quality_fields_are_stored_with_the_message(app, make_participant):
 
 def test_payments_sheet_and_panel_upload(app, clock, study, admin_client, make_participant):
     panel_api, _ = _panel(app)
-    walk_task(panel_api, clock, "T1", ["一次任务。"], study=study)
+    walk_task(panel_api, clock, "T1", ["一次任务。", "第二条。", "第三条。"], study=study)
     make_participant("nobody_owed")
     sheet = list(csv.DictReader(io.StringIO(admin_client.get("/api/admin/payments.csv").get_data(as_text=True))))
     by_id = {row["external_id"]: row for row in sheet}
@@ -186,14 +189,14 @@ def test_payments_sheet_and_panel_upload(app, clock, study, admin_client, make_p
     assert upload == f"{PROLIFIC_ID},1.50\r\n"
     for task_id in ("T2", "T3", "T4"):
         clock.advance(days=16)
-        walk_task(panel_api, clock, task_id, ["继续。"], study=study)
+        walk_task(panel_api, clock, task_id, ["继续。", "还有。", "好的。"], study=study)
     upload = admin_client.get("/api/admin/payments.csv?upload=1").get_data(as_text=True)
     assert upload == f"{PROLIFIC_ID},11.00\r\n"  # 1.5 + 2 + 2 + 2.5 + bonus 3
 
 
 def test_payments_cli(app, clock, study, tmp_path):
     api, _ = _panel(app)
-    walk_task(api, clock, "T1", ["一次任务。"], study=study)
+    walk_task(api, clock, "T1", ["一次任务。", "第二条。", "第三条。"], study=study)
     out = tmp_path / "pay.csv"
     result = app.test_cli_runner().invoke(args=["payments", "--out", str(out), "--upload"])
     assert result.exit_code == 0, result.output

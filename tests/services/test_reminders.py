@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import zipfile
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy import select, text
 
 from database.models import Reminder
 from services import scheduler
+from services.clock import parse_utc_iso
 from services.export_service import ExportOptions, export_runtime
 from services.scheduler import ReminderConfig
 from tests.conftest import ApiClient, walk_task
@@ -237,3 +239,29 @@ def test_reminder_channels_from_the_environment():
         ("email", "webhook"), "http://127.0.0.1:9/hook", "t")
     with pytest.raises(ValueError, match="REMINDER_WEBHOOK_URL"):
         scheduler.send_reminders(None, ReminderConfig(enabled=True, channels=("webhook",)))
+
+
+def test_reminder_text_fits_the_channel_and_the_participants_time_zone(app, runtime, clock, study, smtp, webhook):
+    panel = ApiClient(app.test_client())
+    assert panel.post("/api/auth/panel", json={"external_id": PANEL_ID, "consent": True,
+                                               "language": "en"}).status_code == 201
+    assert panel.post("/api/me/time-zone", json={"time_zone": "Not/AZone"}).status_code == 400
+    assert panel.post("/api/me/time-zone", json={"time_zone": "Asia/Tokyo"}).get_json() == {"time_zone": "Asia/Tokyo"}
+    walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
+    clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
+    result = scheduler.send_reminders(runtime, _config(smtp, webhook))
+    assert [s["channel"] for s in result["sent"]] == ["webhook"]
+    payload = webhook.received[0]["json"]
+    unlock = parse_utc_iso(payload["available_at"])
+    tokyo = (unlock + timedelta(hours=9)).strftime("%Y-%m-%d %H:%M")
+    assert f"{tokyo} (Asia/Tokyo)" in payload["text"]
+    assert "reply to this e-mail" not in payload["text"] and "let the research team know" in payload["text"]
+
+
+def test_e_mail_reminders_keep_the_reply_line_and_say_utc_until_a_zone_is_known():
+    entry = {"kind": "unlocked", "language": "zh", "title": "记忆", "task_id": "T2",
+             "available_at": "2026-03-04T09:00:00Z", "time_zone": None}
+    _, email = scheduler.reminder_text(entry, "https://study.example.org/r/x", "email")
+    assert "回复这封邮件" in email and "2026-03-04 09:00 (UTC)" in email
+    _, hook = scheduler.reminder_text(entry | {"time_zone": "Europe/London"}, None, "webhook")
+    assert "回复这封邮件" not in hook and "2026-03-04 09:00 (Europe/London)" in hook
