@@ -2,20 +2,11 @@
 manipulation pattern (L1 nothing, L2 only its recent-turn window, L3/L4 the profile, L4 recall)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from services import simulation as sim
 from services.memory import registry
 from services.memory.base import BeyondBaseline, ManipulationCheck, MemoryCondition
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "simulate_participants.py"
-spec = importlib.util.spec_from_file_location("simulate_participants", SCRIPT)
-sim = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = sim  # dataclasses look their module up there
-spec.loader.exec_module(sim)
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
