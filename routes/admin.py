@@ -41,15 +41,13 @@ def participant(user_id: int):
 def consolidate_participant(user_id: int):
     """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
     admin_service.get_participant(db_session(), user_id)
-    runs = admin_service.consolidate_pending(runtime(), user_id=user_id, trigger="manual", actor=current())
-    return ok({"runs": runs})
+    return ok(admin_service.consolidate_now(runtime(), user_id=user_id, actor=current()))
 
 
 @bp.post("/consolidate-pending")
 @admin_required
 def consolidate_pending():
-    runs = admin_service.consolidate_pending(runtime(), trigger="manual", actor=current())
-    return ok({"runs": runs})
+    return ok(admin_service.consolidate_now(runtime(), actor=current()))
 
 
 @bp.post("/participants/<id:user_id>/withdraw")

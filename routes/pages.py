@@ -44,6 +44,7 @@ def study_facts():
                   for t in study.tasks],
         "limits": {"max_message_chars": study.limits.max_message_chars},
         "pilot_mode": runtime().settings.pilot_mode,
+        "pilot_day_seconds": runtime().settings.day_seconds if runtime().settings.pilot_mode else None,
         "panel": {"id_parameter": study.panel.id_parameter},
         "contacts_enabled": bool(runtime().settings.contact_encryption_key),
     })

@@ -4,7 +4,7 @@
     python scripts/simulate_participants.py --per-group 2 --base-url http://127.0.0.1:8000 \\
         --admin-user admin --admin-password ...
 
-N scripted participants per enabled memory group walk register -> T1 ... T4
+N scripted participants per enabled memory group and language walk register -> T1 ... T4
 through the HTTP API, exactly as a browser would (session cookie, CSRF header,
 polling for unlocks, heartbeats until the minimum task time). In T1 each bot
 plants six facts: name, seafood allergy, cat, PhD-application worry and
@@ -24,10 +24,16 @@ planted specific that L3's context for the same message lacks (minimum shares pe
 task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
 these expectations (``manipulation_check`` in services/memory/); the script checks
 the declarations of the groups that ran, so a new condition is checked by declaring
-its own. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
+its own. The report gives each language's figures apart. Exit code 0 when every check
+passes; 1 when one fails (a bot that could not walk T1-T4 is a failed check), naming the
+failed checks on stderr; 2 when the run itself could not happen (no server, not pilot mode).
+
+Assignment is by permuted blocks the bots cannot choose, so they register in whole blocks
+until every enabled group holds N per language; the extra registrations of the last block
+are withdrawn by the admin before anyone starts (the report says how many).
 
 Without ``--base-url`` the script starts its own server: the real app on a fresh
-temporary SQLite database, offline providers, pilot mode with one study day =
+temporary SQLite database, offline providers (``--providers env``: the environment's), pilot mode with one study day =
 ``--day-seconds`` real seconds (T4 unlocks 16 days = 160 s after T1 at the
 default 10 s). Task durations are stretched so the bots' chats are not cut off
 by the compressed timer (the report says by how much). With ``--base-url`` the
@@ -42,12 +48,16 @@ import os
 import sys
 from pathlib import Path
 
-from services.simulation import ApiError, format_report, run_simulation
+from app import create_app
+from config import Settings
+from services.simulation import ApiError, failed_checks, format_report, run_simulation
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--per-group", type=int, required=True, help="bots per enabled memory group")
+    parser.add_argument("--per-group", type=int, required=True,
+                        help="bots per enabled memory group and language (--language both: N in Chinese and N in "
+                        "English per group); they register in whole assignment blocks, extras are withdrawn")
     parser.add_argument("--base-url", help="run against this server instead of a temporary one")
     parser.add_argument("--language", choices=("zh", "en", "both"), default="both")
     parser.add_argument("--day-seconds", type=float, default=10.0,
@@ -58,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --base-url (default: $ADMIN_PASSWORD)")
     parser.add_argument("--conditions", help="temporary server only: comma-separated conditions to assign "
                         "(default: all the study defines, e.g. L1,L2,L3,L4,S1,R1)")
+    parser.add_argument("--providers", choices=("offline", "env"), default="offline",
+                        help="temporary server only: the offline providers (default) or the ones the environment "
+                        "configures (LLM_PROVIDERS, CONSOLIDATION_PROVIDERS, EMBEDDING_PROVIDER)")
     parser.add_argument("--json-out", help="also write the full report as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -66,16 +79,19 @@ def main(argv: list[str] | None = None) -> int:
                                 base_url=args.base_url, admin_user=args.admin_user,
                                 admin_password=args.admin_password,
                                 conditions=args.conditions.split(",") if args.conditions else None,
-                                log=lambda text: print(text, flush=True))
+                                log=lambda text: print(text, flush=True), make_app=create_app,
+                                settings=Settings.from_env() if args.providers == "env" else None)
     except (ApiError, RuntimeError, ValueError, TimeoutError) as exc:
         print(f"simulation failed: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
-    if any(p["errors"] for p in report["participants"]):
-        return 2
-    return 0 if report["ok"] else 1
+    failed = failed_checks(report)
+    if failed:
+        print("manipulation check FAILED: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

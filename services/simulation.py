@@ -50,15 +50,20 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from flask import Flask
+
+    from config import Settings
     from services.memory.base import ManipulationCheck
     from services.study import Study
+
+    AppFactory = Callable[[Settings], Flask]
 
 TASKS = ("T1", "T2", "T3", "T4")
 PROBE_TASKS = ("T2", "T3", "T4")
@@ -370,6 +375,12 @@ class Bot:
         self.user_id = payload["user"]["id"]
         self.participant_code = payload["user"]["participant_code"]
 
+    def speak(self, language: str) -> None:
+        """Switch the account's language (as the page's language toggle does); scripts follow it."""
+        if language != self.language:
+            self.client.expect("POST", "/api/auth/language", {"language": language})
+            self.language = language
+
     def walk(self, memory_ready: Callable[[int, str], None]) -> None:
         try:
             for task_id in TASKS:
@@ -454,6 +465,16 @@ class Server:
     admin_password: str
     study: Study | None = None
     timing_note: str | None = None
+    providers: dict[str, Any] | None = None  # what the temporary server replied and embedded with
+
+
+def _providers(runtime: Any) -> dict[str, Any]:
+    """The reply chain, the consolidation chain and the embedder a runtime uses, by name and model."""
+    def chain(llm: Any) -> list[str]:
+        return [f"{p.name}/{p.model}" for p in getattr(llm, "providers", [])]
+
+    return {"reply": chain(runtime.llm), "consolidation": chain(runtime.consolidation_llm),
+            "embedder": getattr(runtime.embedder, "model", None)}
 
 
 def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | None]:
@@ -470,29 +491,37 @@ def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | No
     return longer, note
 
 
+def _temporary_settings(base: Settings | None, database_url: str, day_seconds: float, study: Study) -> Settings:
+    """The temporary server's settings: ``base``'s providers (the pre-flight passes the environment's), else
+    the offline ones; always its own database, pilot days, no scheduler and no rate limits."""
+    from config import Settings
+
+    fixed = dict(database_url=database_url, secret_key=secrets.token_hex(16), day_seconds=day_seconds,
+                 pilot_timer_scale=None, scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False,
+                 rate_limit_storage="memory", run_migrations_on_start=True, study=study)
+    if base is None:
+        return Settings(llm_providers=["offline"], embedding_provider="offline", **fixed)
+    return replace(base, **fixed)
+
+
 @contextmanager
-def temporary_server(day_seconds: float, conditions: list[str] | None = None) -> Iterator[Server]:
-    """The real app (create_app) on a fresh SQLite file, offline providers, served on 127.0.0.1:<free port>.
+def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[str] | None = None,
+                     settings: Settings | None = None) -> Iterator[Server]:
+    """The real app (``make_app``, i.e. app.create_app) on a fresh SQLite file, served on 127.0.0.1:<free port>;
+    offline providers unless ``settings`` names others (the study's own database is never touched).
 
     ``conditions``: the memory conditions new participants are assigned to (default: every condition
     the study defines, so S1 and R1 are checked too)."""
     from werkzeug.serving import make_server
 
-    from app import create_app
-    from config import Settings
     from services.account_service import create_admin
     from services.study import load_study
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:
-        study, note = _stretched_timing(load_study(), day_seconds)
+        study, note = _stretched_timing(settings.study if settings else load_study(), day_seconds)
         study = study.with_overrides({"enabled_conditions": list(conditions or study.conditions)})
-        settings = Settings(
-            database_url=f"sqlite:///{Path(tmp) / 'simulation.db'}", secret_key=secrets.token_hex(16),
-            day_seconds=day_seconds, llm_providers=["offline"], embedding_provider="offline",
-            scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False, study=study,
-        )
-        app = create_app(settings)
+        app = make_app(_temporary_settings(settings, f"sqlite:///{Path(tmp) / 'simulation.db'}", day_seconds, study))
         runtime = app.extensions["memory_lab"]
         password = secrets.token_urlsafe(12)
         with runtime.db.Session() as session:
@@ -502,7 +531,8 @@ def temporary_server(day_seconds: float, conditions: list[str] | None = None) ->
         thread.start()
         try:
             yield Server(base_url=f"http://127.0.0.1:{server.server_port}", admin_user="sim_admin",
-                         admin_password=password, study=study, timing_note=note)
+                         admin_password=password, study=study, timing_note=note,
+                         providers=_providers(runtime))
         finally:
             server.shutdown()
             thread.join(timeout=10)
@@ -528,6 +558,10 @@ class Admin:
         with self.lock:
             return self.client.expect("GET", path)
 
+    def withdraw(self, user_id: int, reason: str) -> None:
+        with self.lock:
+            self.client.expect("POST", f"/api/admin/participants/{user_id}/withdraw", {"reason": reason})
+
     def memory_ready(self, user_id: int, next_task: str) -> None:
         """Block until every earlier task of this participant is consolidated (or failed)."""
         earlier = TASKS[:TASKS.index(next_task)]
@@ -545,31 +579,82 @@ def _languages(language: str) -> list[str]:
     return ["zh", "en"] if language == "both" else [language]
 
 
-def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
-             log: Callable[[str], None]) -> list[Bot]:
-    status, study_facts = HttpClient(base_url).call("GET", "/api/study")
-    if status != 200 or not study_facts.get("pilot_mode"):
-        raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
-    groups = list(admin.get("/api/admin/participants")["summary"]["groups"])
-    run_id = secrets.token_hex(3)
-    password = secrets.token_urlsafe(12)
-    languages = _languages(language)
-    bots: list[Bot] = []
-    # registration in rounds of one per group, so permuted blocks fill evenly and languages alternate by round
-    for round_index in range(per_group):
-        lang = languages[round_index % len(languages)]
-        for slot in range(len(groups)):
-            bot = Bot(username=f"bot_{run_id}_{round_index:02d}_{slot}", language=lang, client=HttpClient(base_url))
+@dataclass
+class Enrolment:
+    """The bots that walk (``per_group`` per enabled group and language) and how they were reached:
+    assignment is by permuted blocks the bots cannot choose, so they register in whole blocks until every
+    group holds enough, and the extra registrations are withdrawn by the admin before anyone starts."""
+
+    bots: list[Bot]
+    registered: int
+    withdrawn: dict[str, int]
+    groups: list[str]
+
+    def describe(self) -> str:
+        per_group = ", ".join(f"{g} {sum(1 for b in self.bots if b.memory_group == g)}" for g in self.groups)
+        extra = ", ".join(f"{g} {n}" for g, n in self.withdrawn.items() if n)
+        return (f"registered {self.registered} bots in whole assignment blocks; {len(self.bots)} walk: {per_group}"
+                + (f"; withdrew the block's extra bots ({extra})" if extra else ""))
+
+
+def _register_until_filled(base_url: str, admin: Admin, groups: list[str], need: int,
+                           language: str) -> dict[str, list[Bot]]:
+    """Register bots a block's width at a time until every group in ``groups`` holds ``need`` of them."""
+    run_id, password = secrets.token_hex(3), secrets.token_urlsafe(12)
+    by_group: dict[str, list[Bot]] = defaultdict(list)
+    registered = 0
+    limit = 3 * need * len(groups) + 60  # permuted blocks fill every group within one block of the need
+    while any(len(by_group[g]) < need for g in groups):
+        if registered >= limit:
+            raise RuntimeError(f"{registered} registrations did not give every group {need} bots: "
+                               + ", ".join(f"{g} {len(by_group[g])}" for g in groups))
+        batch = [Bot(username=f"bot_{run_id}_{registered + i:03d}", language=language,
+                     client=HttpClient(base_url)) for i in range(len(groups))]
+        for bot in batch:
             bot.register(password)
-            bots.append(bot)
-    rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
-    for bot in bots:
-        bot.memory_group = rows[bot.user_id]["memory_group"]
-    log(f"registered {len(bots)} bots: " + ", ".join(
-        f"{g} {sum(1 for b in bots if b.memory_group == g)}" for g in groups))
-    with ThreadPoolExecutor(max_workers=len(bots), thread_name_prefix="bot") as pool:
-        list(pool.map(lambda b: b.walk(admin.memory_ready), bots))
-    return bots
+        registered += len(batch)
+        rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
+        for bot in batch:
+            bot.memory_group = rows[bot.user_id]["memory_group"]
+            by_group[bot.memory_group].append(bot)
+    return by_group
+
+
+def enrol(base_url: str, admin: Admin, per_group: int, languages: list[str]) -> Enrolment:
+    """``per_group`` bots per enabled group in each language; see ``Enrolment``."""
+    summary = admin.get("/api/admin/participants")["summary"]
+    groups = list(summary.get("enabled") or summary["groups"])
+    need = per_group * len(languages)
+    by_group = _register_until_filled(base_url, admin, groups, need, languages[0])
+    walking: list[Bot] = []
+    withdrawn: dict[str, int] = {}
+    for group, members in by_group.items():
+        for index, bot in enumerate(members[:need]):
+            bot.speak(languages[index % len(languages)])
+            walking.append(bot)
+        for bot in members[need:]:
+            admin.withdraw(bot.user_id, "simulation: registered only to complete an assignment block; never ran")
+        withdrawn[group] = len(members) - need
+    registered = sum(len(m) for m in by_group.values())
+    return Enrolment(bots=walking, registered=registered, withdrawn=withdrawn, groups=groups)
+
+
+def server_facts(base_url: str) -> dict[str, Any]:
+    """The public study facts; refuses a server that is not in pilot mode."""
+    status, facts = HttpClient(base_url).call("GET", "/api/study")
+    if status != 200 or not facts.get("pilot_mode"):
+        raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
+    return facts
+
+
+def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
+             log: Callable[[str], None]) -> Enrolment:
+    server_facts(base_url)
+    enrolment = enrol(base_url, admin, per_group, _languages(language))
+    log(enrolment.describe())
+    with ThreadPoolExecutor(max_workers=len(enrolment.bots), thread_name_prefix="bot") as pool:
+        list(pool.map(lambda b: b.walk(admin.memory_ready), enrolment.bots))
+    return enrolment
 
 
 def _window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
@@ -829,9 +914,14 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [
         "Manipulation check: planted facts found in the memory context of probe replies",
         f"  server: {config['server']}; pilot day = {config['day_seconds']} s; bots: {config['bots']} "
-        f"({config['per_group']} per group; languages: {', '.join(config['languages'])}); "
+        f"({config['per_group']} per group and language; languages: {', '.join(config['languages'])}); "
         f"run took {config['duration_seconds']:.0f} s",
+        f"  {config['enrolment']}",
     ]
+    if config.get("providers"):
+        providers = config["providers"]
+        lines.append(f"  replies: {', '.join(providers['reply'])}; consolidation: "
+                     f"{', '.join(providers['consolidation'])}; embedder: {providers['embedder']}")
     if config.get("timing_override"):
         lines.append(f"  task timer stretched for the bots: {config['timing_override']}")
     lines += [
@@ -863,6 +953,12 @@ def format_report(report: dict[str, Any]) -> str:
         lines += [f"    {r['task']} {r['language']}: {r['beyond']:>2}/{r['replies']:<2} = {r['share']:4.0%}  "
                   f"(need {r['min_share']:.0%})  "
                   + (", ".join(f"{k} {n}" for k, n in sorted(r["specifics"].items())) or "-") for r in beyond]
+    lines += ["", "Per language:"]
+    for language, result in report["by_language"].items():
+        beyond = "; ".join(f"{c['group']} beyond {c['baseline']} "
+                           + " / ".join(f"{t} {share:.0%}" for t, share in c["shares"].items())
+                           for c in result["beyond"]) or "no beyond-baseline check ran"
+        lines.append(f"  {language}: {result['bots']} bots; {beyond}: {'PASS' if result['passed'] else 'FAIL'}")
     lines += ["", "Checks:"]
     for check in report["checks"]:
         lines.append(f"  {'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
@@ -876,42 +972,84 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_walked(participants: Participants) -> list[Check]:
+    """Every bot registered, walked T1-T4 and answered its questionnaires (a bot that could not is named)."""
+    stuck = [f"{p['participant_code']} ({p['memory_group']}, {p['language']}): done {p['tasks_done'] or 'nothing'}"
+             + (f"; {p['errors'][0]}" if p["errors"] else "")
+             for p in participants if p["errors"] or list(p["tasks_done"]) != list(TASKS)]
+    return [_check("every bot walked T1-T4", not stuck, "; ".join(stuck) or f"all {len(participants)} bots")]
+
+
+def by_language(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per language: each beyond-baseline check's rows in that language, and whether they all passed."""
+    result: dict[str, dict[str, Any]] = {}
+    for language in report["config"]["languages"]:
+        checks = []
+        for check in (c for c in report["checks"] if c.get("rows") is not None):
+            rows = [r for r in check["rows"] if r["language"] == language]
+            present = {r["task"] for r in rows}
+            checks.append({"group": check["group"], "baseline": check["baseline"],
+                           "shares": {r["task"]: r["share"] for r in rows},
+                           "passed": present >= set(PROBE_TASKS) and all(r["passed"] for r in rows)})
+        bots = sum(1 for p in report["participants"] if p["language"] == language)
+        result[language] = {"bots": bots, "beyond": checks, "passed": bool(bots) and all(c["passed"] for c in checks)}
+    return result
+
+
+def failed_checks(report: dict[str, Any]) -> list[str]:
+    return [c["check"] for c in report["checks"] if not c["passed"]]
+
+
+def _report(run: dict[str, Any], server: Server, enrolment: Enrolment, admin: Admin) -> dict[str, Any]:
+    study_conditions = server.study.conditions if server.study else {}
+    participants = analyse(enrolment.bots, admin,
+                           recent_turns={g: c.recent_turns for g, c in study_conditions.items()})
+    table = summarise(participants)
+    checks = check_walked(participants) + check_pattern(participants, table) \
+        + check_beyond_baseline(participants) + check_held_facts(participants)
+    waits = admin.waits
+    report = {
+        "config": {**run, "bots": len(enrolment.bots), "registered": enrolment.registered,
+                   "withdrawn": enrolment.withdrawn, "enrolment": enrolment.describe(),
+                   "timing_override": server.timing_note, "providers": server.providers,
+                   "duration_seconds": time.monotonic() - run["started"],
+                   "consolidation_wait_seconds": {"mean": mean(waits), "max": max(waits)} if waits else None},
+        "participants": participants,
+        "table": table,
+        "checks": checks,
+        "ok": all(c["passed"] for c in checks),
+    }
+    report["config"].pop("started")
+    report["by_language"] = by_language(report)
+    return report
+
+
 def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 10.0,
                    base_url: str | None = None, admin_user: str | None = None, admin_password: str | None = None,
-                   conditions: list[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the bots and return the report (``format_report`` prints it). ``conditions`` applies to the
-    temporary server only (default: all of the study's conditions)."""
+                   conditions: list[str] | None = None, log: Callable[[str], None] = print,
+                   make_app: AppFactory | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    """Run the bots and return the report (``format_report`` prints it): ``per_group`` bots in every enabled
+    group and language. Without ``base_url`` on a temporary server built by ``make_app`` (app.create_app),
+    with ``settings``' providers (default offline); ``conditions`` applies to it only (default: all of the
+    study's conditions)."""
     if per_group < 1:
         raise ValueError("--per-group must be at least 1")
-    started = time.monotonic()
+    run = {"started": time.monotonic(), "per_group": per_group, "languages": _languages(language)}
 
     def execute(server: Server) -> dict[str, Any]:
+        facts = server_facts(server.base_url)
+        run.update(server=server.base_url if base_url else "temporary (fresh SQLite)",
+                   day_seconds=facts.get("pilot_day_seconds", day_seconds if not base_url else None))
         admin = Admin(server.base_url, server.admin_user, server.admin_password)
-        bots = run_bots(server.base_url, admin, per_group, language, log)
-        study_conditions = server.study.conditions if server.study else {}
-        participants = analyse(bots, admin, recent_turns={g: c.recent_turns for g, c in study_conditions.items()})
-        table = summarise(participants)
-        checks = check_pattern(participants, table) + check_beyond_baseline(participants) \
-            + check_held_facts(participants)
-        waits = admin.waits
-        return {
-            "config": {
-                "server": server.base_url if base_url else "temporary (fresh SQLite, offline providers)",
-                "day_seconds": day_seconds if not base_url else None, "per_group": per_group,
-                "languages": _languages(language), "bots": len(bots), "timing_override": server.timing_note,
-                "duration_seconds": time.monotonic() - started,
-                "consolidation_wait_seconds": {"mean": mean(waits), "max": max(waits)} if waits else None,
-            },
-            "participants": participants,
-            "table": table,
-            "checks": checks,
-            "ok": all(c["passed"] for c in checks) and not any(p["errors"] for p in participants),
-        }
+        enrolment = run_bots(server.base_url, admin, per_group, language, log)
+        return _report(run, server, enrolment, admin)
 
     if base_url:
         if not (admin_user and admin_password):
             raise ValueError("--base-url needs --admin-user and --admin-password (or ADMIN_PASSWORD)")
         return execute(Server(base_url=base_url, admin_user=admin_user, admin_password=admin_password))
-    with temporary_server(day_seconds, conditions) as server:
+    if make_app is None:
+        raise ValueError("a temporary server needs the app factory (app.create_app)")
+    with temporary_server(make_app, day_seconds, conditions, settings) as server:
         log(f"temporary server on {server.base_url} (pilot day = {day_seconds} s)")
         return execute(server)
