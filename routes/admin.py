@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
-from services import admin_service, erasure_service, panel_service
+from services import admin_service, erasure_service, panel_service, preflight
 from services.chat_service import task_service
 from services.clock import utc_iso
 
@@ -28,6 +28,14 @@ def participants():
                                       failed_checks=args.get("failed_checks"))
     return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
                "generated_at": _now_iso()})
+
+
+@bp.get("/preflight")
+@admin_required
+def preflight_status():
+    """The latest pre-flight report and its state for the current study definition (the console's banner)."""
+    rt = runtime()
+    return ok({"preflight": preflight.preflight_status(db_session(), rt.settings, rt.embedder.model)})
 
 
 @bp.get("/participants/<id:user_id>")

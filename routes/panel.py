@@ -9,7 +9,7 @@ from flask_wtf.csrf import generate_csrf
 
 from routes.access import current, db_session, json_body, limiter, ok, participant_required, runtime
 from routes.auth import user_view
-from services import contacts, panel_service
+from services import contacts, panel_service, preflight
 from services.chat_service import task_service
 from services.clock import parse_utc_iso, utc_iso
 from services.errors import BadInput, NotFound
@@ -55,6 +55,7 @@ def panel_login():
     """Consent with a panel id: creates the account on the first visit, logs in on every visit."""
     data = json_body()
     rt = runtime()
+    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     user, created = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed)

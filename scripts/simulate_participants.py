@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                 conditions=args.conditions.split(",") if args.conditions else None,
                                 log=lambda text: print(text, flush=True), make_app=create_app,
                                 settings=Settings.from_env() if args.providers == "env" else None)
-    except (ApiError, RuntimeError, ValueError, TimeoutError) as exc:
+    except (ApiError, RuntimeError, ValueError, OSError) as exc:  # OSError: unreachable server, timeouts
         print(f"simulation failed: {exc}", file=sys.stderr)
         return 2
     print(format_report(report))

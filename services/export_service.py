@@ -47,7 +47,7 @@ from database.models import (
     TaskSession,
     User,
 )
-from services import codebook
+from services import codebook, preflight
 from services.input_checks import printable
 from services.quality import attention_items, attention_passed
 from services.study import Study
@@ -379,6 +379,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas},
             "files": dict(result.files), "deployment": deployment or {},
+            "preflight": preflight.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
         result.files["manifest.json"] = 1

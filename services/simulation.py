@@ -70,6 +70,7 @@ PROBE_TASKS = ("T2", "T3", "T4")
 SOURCES = ("profile", "recent_turns", "recalled", "other")
 POLL_SECONDS = 0.25
 CONSOLIDATION_WAIT_SECONDS = 180.0
+BOT_CHAT_SECONDS = 120.0  # real seconds of chat a bot's task script needs on a busy machine
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,7 +499,8 @@ def _temporary_settings(base: Settings | None, database_url: str, day_seconds: f
 
     fixed = dict(database_url=database_url, secret_key=secrets.token_hex(16), day_seconds=day_seconds,
                  pilot_timer_scale=None, scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False,
-                 rate_limit_storage="memory", run_migrations_on_start=True, study=study)
+                 rate_limit_storage="memory", run_migrations_on_start=True, require_preflight=False,
+                 study=study)
     if base is None:
         return Settings(llm_providers=["offline"], embedding_provider="offline", **fixed)
     return replace(base, **fixed)
@@ -640,10 +642,17 @@ def enrol(base_url: str, admin: Admin, per_group: int, languages: list[str]) -> 
 
 
 def server_facts(base_url: str) -> dict[str, Any]:
-    """The public study facts; refuses a server that is not in pilot mode."""
+    """The public study facts; refuses a server that is not in pilot mode, or whose task timer would close
+    the bots' chats before their scripts are through."""
     status, facts = HttpClient(base_url).call("GET", "/api/study")
     if status != 200 or not facts.get("pilot_mode"):
         raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
+    chat = facts.get("task_chat_real_seconds")
+    if chat is not None and chat < BOT_CHAT_SECONDS:
+        raise RuntimeError(
+            f"the server's task timer closes a chat after {chat:.1f} real seconds; the bots' scripts need about "
+            f"{BOT_CHAT_SECONDS:.0f} s: start it with a PILOT_TIMER_SCALE that leaves them that long (e.g. "
+            f"PILOT_TIMER_SCALE=0.2 turns a 900 s task into 180 s), or run without --base-url")
     return facts
 
 
