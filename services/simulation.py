@@ -595,8 +595,9 @@ class Enrolment:
     def describe(self) -> str:
         per_group = ", ".join(f"{g} {sum(1 for b in self.bots if b.memory_group == g)}" for g in self.groups)
         extra = ", ".join(f"{g} {n}" for g, n in self.withdrawn.items() if n)
-        return (f"registered {self.registered} bots in whole assignment blocks; {len(self.bots)} walk: {per_group}"
-                + (f"; withdrew the block's extra bots ({extra})" if extra else ""))
+        return (f"registered {self.registered} bots, {len(self.groups)} at a time (assignment is by permuted "
+                f"blocks), until every group held enough; {len(self.bots)} walk: {per_group}"
+                + (f"; withdrew the extra registrations ({extra})" if extra else ""))
 
 
 def _register_until_filled(base_url: str, admin: Admin, groups: list[str], need: int,
