@@ -81,7 +81,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_cli(app)
     _register_payments_cli(app)
     _register_preflight_cli(app)
-    preflight.warn_embedder_mismatch(settings.study, runtime.embedder.model)
     return app
 
 

@@ -51,6 +51,7 @@ def _panel(client, external_id):
     return client.post("/api/auth/panel", json={"external_id": external_id, "consent": True, "language": "en"})
 
 
+@pytest.mark.postgres
 def test_registration_and_panel_entry_wait_for_a_passing_preflight(app, client, clock, study):
     _require(app)
     response = _register(client, "early_bird")
@@ -86,6 +87,7 @@ def test_study_hash_is_stable_and_follows_the_definition(study):
         study.with_overrides({"limits": {"max_message_chars": 3000}}))
 
 
+@pytest.mark.postgres
 def test_admin_console_state_follows_the_reports(app, admin_client, clock, study):
     def state():
         return admin_client.get("/api/admin/preflight").get_json()["preflight"]
@@ -109,11 +111,13 @@ def test_admin_console_state_follows_the_reports(app, admin_client, clock, study
 def test_a_configured_embedder_the_preset_was_not_fitted_for_is_logged_at_start_and_shown(
         settings, clock, database, caplog):
     from app import create_app
+    from services.serving import warm_up
     from tests.conftest import ADMIN_PASSWORD, ApiClient
 
     mismatched = replace(settings, study=settings.study.with_overrides(OTHER_EMBEDDER))
+    app = create_app(mismatched, clock=clock)
     with caplog.at_level(logging.WARNING, logger="services.preflight"):
-        app = create_app(mismatched, clock=clock)
+        warm_up(app.extensions["memory_lab"])  # what make run and make serve do before serving
     warnings = [r.getMessage() for r in caplog.records if r.name == "services.preflight"]
     assert any("fitted for text-embedding-v3" in w and "calibrate_recall.py --fit --write-preset" in w
                for w in warnings)
@@ -131,6 +135,7 @@ def test_a_configured_embedder_the_preset_was_not_fitted_for_is_logged_at_start_
     runtime.db.dispose()
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("passed", [True, False])
 def test_the_export_manifest_carries_the_latest_report(app, clock, passed):
     report_id = _store(app, clock, passed=passed)

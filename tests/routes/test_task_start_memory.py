@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from sqlalchemy import select
 
 from config import Settings
@@ -32,6 +33,7 @@ def _t1_left_unconsolidated(app, make_participant, clock, study, monkeypatch, us
     return api
 
 
+@pytest.mark.postgres
 def test_starting_a_task_consolidates_the_earlier_task_first(app, make_participant, clock, study, monkeypatch):
     api = _t1_left_unconsolidated(app, make_participant, clock, study, monkeypatch)
     assert api.post("/api/tasks/T2/start").status_code == 201
@@ -52,6 +54,7 @@ def _hold_claim(app, task_session_id: int, clock) -> None:
                                      trigger="task_end", status="running", started_at=clock.now(), steps={}))
 
 
+@pytest.mark.postgres
 def test_a_task_opens_after_a_bounded_wait_with_an_audit_note(app, make_participant, clock, study, monkeypatch):
     api = _t1_left_unconsolidated(app, make_participant, clock, study, monkeypatch)
     t1 = _session_of(app, "pilot1", "T1")
@@ -67,6 +70,7 @@ def test_a_task_opens_after_a_bounded_wait_with_an_audit_note(app, make_particip
     assert held["task_id"] == "T1" and held["consolidation_status"] == "running" and held["lease_until"]
 
 
+@pytest.mark.postgres
 def test_consolidate_now_says_why_it_ran_nothing(app, make_participant, admin_client, clock, study, monkeypatch):
     _t1_left_unconsolidated(app, make_participant, clock, study, monkeypatch)
     t1 = _session_of(app, "pilot1", "T1")
