@@ -36,11 +36,12 @@ from services import simulation
 from services.clock import Clock, utc_iso
 from services.embedding_service import EmbeddingProvider, build_embedder
 from services.errors import Unavailable
+from services.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study import Study
 
 log = logging.getLogger(__name__)
 
-PresetChecker = Callable[[Study, EmbeddingProvider], Any]  # -> recall_calibration.PresetCheck
+PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
 
 
 def study_hash(study: Study) -> str:
@@ -136,10 +137,7 @@ class PreflightOutcome:
     refused: str | None = None  # the PresetEmbedderMismatch message, when the calibration check refused
 
 
-def _calibration(study: Study, embedder: EmbeddingProvider, check: PresetChecker | None) -> dict[str, Any]:
-    from services.recall_calibration import PresetEmbedderMismatch, check_active_preset
-
-    check = check or check_active_preset
+def _calibration(study: Study, embedder: EmbeddingProvider, check: PresetChecker) -> dict[str, Any]:
     try:
         result = check(study, embedder)
     except PresetEmbedderMismatch as exc:
@@ -160,7 +158,7 @@ def _manipulation(report: dict[str, Any]) -> dict[str, Any]:
 
 def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: simulation.AppFactory, *,
                   clock: Clock | None = None, embedder: EmbeddingProvider | None = None,
-                  check_preset: PresetChecker | None = None, per_group: int = 1,
+                  check_preset: PresetChecker = check_active_preset, per_group: int = 1,
                   day_seconds: float = 5.0, log_line: Callable[[str], None] = print) -> PreflightOutcome:
     """Run (a) and (b) (module docstring) and store the report through ``db_session`` (the study's database).
     The bots run on a temporary database built by ``make_app`` (app.create_app) with ``settings``' providers;
