@@ -27,7 +27,7 @@ def _close(app) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 16 bots
+@pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 8 bots
 def test_preflight_passes_offline_on_a_fresh_database(settings, database, clock):
     app = create_app(settings, clock=clock)
     try:
