@@ -278,7 +278,7 @@ def start_task(session: Session, runtime: Runtime, user: User, task_id: str) -> 
     """Open a task, or resume its open attempt. Opening a new one first settles the memory of the earlier
     tasks (``settle_memory``), so the condition builds its context from consolidated memory."""
     tasks = task_service(session, runtime)
-    if tasks.status_of(user, task_id)["status"] == "available":
+    if tasks.live_session(user.id, task_id) is None:  # not a resumed attempt
         user_id = user.id
         session.commit()  # no transaction stays open while the consolidation writes
         settle_memory(runtime, user_id, task_id)
