@@ -366,8 +366,8 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
 def _search_line(row: dict[str, Any], chosen: bool) -> str:
     shares = "  ".join(f"{lang} " + "/".join(f"{v:.0%}" for v in s.values()) for lang, s in row["shares"].items())
     return (f"  {'->' if chosen else '  '} budget {row['budget']:5.3f}  1 unit = {row['days_per_unit']:>4g} d  "
-            f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%}, "
-            f"every target too in {row['p_targets']:4.0%} of dev resamples")
+            f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%} of "
+            f"dev resamples, mean score {row['score']:.3f}")
 
 
 def _format_search(report: CalibrationReport) -> list[str]:
@@ -377,7 +377,7 @@ def _format_search(report: CalibrationReport) -> list[str]:
     budget, days = relevance.false_recall_budget, 1.0 / report.params.time_scale
     out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language), judged over "
                f"bootstrap resamples of them: the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every task "
-               f"(holding in at least half the resamples), then the most resamples meeting every target; chosen: "
+               f"gating each resample, then its worst share/target (capped at 1); the highest mean score wins; chosen: "
                f"budget {budget:g}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
     out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budget"] == budget]
     out.append("  the chosen unit, every budget:")
