@@ -263,8 +263,8 @@ def _format_header(report: CalibrationReport, verbose: bool) -> list[str]:
 def _format_pairs(report: CalibrationReport) -> list[str]:
     x_star = float(rm.required_relevance(0.0, report.params.g0_base, 0.0, report.params.threshold,
                                          report.params.salience_bonus))
-    out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs: r = the preset's relevance; "
-               f"r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
+    out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs (held-out: the first rounds', the blind "
+               f"apart): r = the preset's relevance; r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
     for (split, language), data in sorted(report.pairs.items()):
         label = data["label"] == 1
         pos, neg = data["fused"][label], data["fused"][~label]
