@@ -21,12 +21,12 @@ from services.recall_calibration_replay import (
     TARGETS,
     UNRELATED_MAX,
     Trace,
-    exceeds_by_more_than_noise,
     group_outcomes,
     labelled_pairs,
+    replay,
     replay_all,
+    rises_beyond_noise,
     schedule_days,
-    target_failures,
 )
 from services.study import Study
 
@@ -53,44 +53,6 @@ def fit_relevance(pairs: Pairs, features: tuple[str, ...], split: str = "dev") -
         by_language[language] = fit_monotone(data, data["label"], features)
     everything = _pooled(pairs, keys)
     return LogisticRelevance(fit_monotone(everything, everything["label"], features), by_language)
-
-
-def logistic_params(base: rm.RecallParams, model: LogisticRelevance, days_per_unit: float, embedder_model: str,
-                    retrieval: rm.RetrievalSettings, preset: str = "fitted") -> rm.RecallParams:
-    relevance = rm.RelevanceMapping("logistic", model=model, embedder_model=embedder_model,
-                                    fitted_for={"retrieval": retrieval.to_dict()})
-    return replace(base, preset=preset, time_unit="days", time_scale=1.0 / days_per_unit, relevance=relevance)
-
-
-def search_time_scale(traces: list[Trace], params: rm.RecallParams, model: LogisticRelevance,
-                      study: Study, embedder_model: str, retrieval: rm.RetrievalSettings, *,
-                      day_seconds: float = SECONDS_PER_DAY) -> tuple[float, list[dict[str, Any]]]:
-    """The time unit, chosen on the development participants: the shortest unit (the fastest
-    forgetting) under which both languages meet the targets; if none does, among the units within
-    UNRELATED_MAX the one whose worst (share / target) over languages and tasks is highest (ties: the
-    shorter unit)."""
-    dev = [t for t in traces if t.split == "dev"]
-    tried = []
-    for days in TIME_UNIT_GRID_DAYS:
-        outcomes = replay_all(dev, logistic_params(params, model, days, embedder_model, retrieval), study,
-                              day_seconds=day_seconds, events=False)
-        languages = sorted({lang for _, lang in outcomes})
-        failures = [f for lang in languages for f in target_failures(group_outcomes(outcomes, "dev", lang),
-                                                                      f"dev {lang}")]
-        worst = min((group_outcomes(outcomes, "dev", lang)[t].relevant_share() / minimum
-                     for lang in languages for t, minimum in TARGETS.items()), default=0.0)
-        unrelated = max((o.unrelated_rate() for lang in languages
-                         for o in group_outcomes(outcomes, "dev", lang).values()), default=0.0)
-        tried.append({"days_per_unit": days, "failures": failures, "worst_ratio": worst, "unrelated": unrelated,
-                      "falls_with_age": not any("more than noise" in f for f in failures),
-                      "shares": {lang: {t: o.relevant_share() for t, o in group_outcomes(outcomes, "dev", lang).items()}
-                                 for lang in languages}})
-    passing = [row for row in tried if not row["failures"]]
-    if passing:
-        return passing[0]["days_per_unit"], tried
-    allowed = [row for row in tried if row["unrelated"] <= UNRELATED_MAX] or tried
-    best = max(allowed, key=lambda row: (round(row["worst_ratio"], 6), row["falls_with_age"], -row["days_per_unit"]))
-    return best["days_per_unit"], tried
 
 
 def unrelated_scores(pairs: Pairs, model: LogisticRelevance, language: str | None, split: str = "dev") -> np.ndarray:
@@ -123,56 +85,94 @@ def anchored_params(base: rm.RecallParams, model: LogisticRelevance, tails: dict
                                      relevance=relevance))
 
 
-def _shape_holds(tasks: dict) -> bool:
-    ordered = [tasks[t] for t in TARGETS if t in tasks]
-    return not any(exceeds_by_more_than_noise(a, b) for a, b in zip(ordered, ordered[1:], strict=False))
+TASKS = tuple(TARGETS)
+INNER_RESAMPLES = 200  # bootstrap resamples of the development participants each (budget, unit) is judged on
 
 
-def _search_row(outcomes, budget: float, days: float) -> dict[str, Any]:
-    languages = sorted({lang for _, lang in outcomes})
-    groups = {lang: group_outcomes(outcomes, "dev", lang) for lang in languages}
-    return {
-        "budget": budget, "days_per_unit": days,
-        "shares": {lang: {t: o.relevant_share() for t, o in tasks.items()} for lang, tasks in groups.items()},
-        "unrelated": max((o.unrelated_rate() for tasks in groups.values() for o in tasks.values()), default=0.0),
-        "falls_with_age": all(_shape_holds(tasks) for tasks in groups.values()),
-        "worst_ratio": min((tasks[t].relevant_share() / minimum for tasks in groups.values()
-                            for t, minimum in TARGETS.items() if t in tasks), default=0.0),
-    }
+def _counts(dev: list[Trace], params: rm.RecallParams, study: Study, day_seconds: float) -> np.ndarray:
+    """Per trace and task: relevant recalled, relevant, unrelated recalls, unrelated candidates."""
+    rows = []
+    for trace in dev:
+        tasks = replay(trace, params, study, day_seconds=day_seconds, events=False)
+        rows.append([[len(tasks[t].relevant_recalled), len(tasks[t].relevant), tasks[t].unrelated_recalls,
+                      tasks[t].unrelated_candidates] for t in TASKS])
+    return np.array(rows, dtype=np.float64)
+
+
+def _resample_weights(dev: list[Trace], resamples: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per language: the indices of its traces in ``dev`` and a (resamples x traces) matrix of how often each
+    is drawn when that language's participants are drawn with replacement (the same draws for every cell)."""
+    rng = np.random.default_rng(seed)
+    found = {}
+    for language in sorted({t.language for t in dev}):
+        index = np.array([i for i, t in enumerate(dev) if t.language == language])
+        draws = rng.integers(0, index.size, size=(resamples, index.size))
+        found[language] = (index, np.stack([np.bincount(row, minlength=index.size) for row in draws]))
+    return found
+
+
+def _holds(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For (resamples x tasks x 4) summed counts: whether the shape and the unrelated bound hold, and the worst
+    share / target over the tasks (capped at 1)."""
+    recalled, relevant, unrelated, candidates = (sums[..., k] for k in range(4))
+    share = np.divide(recalled, relevant, out=np.zeros_like(recalled), where=relevant > 0)
+    rate = np.divide(unrelated, candidates, out=np.zeros_like(unrelated), where=candidates > 0)
+    rises = rises_beyond_noise(recalled[:, :-1], relevant[:, :-1], recalled[:, 1:], relevant[:, 1:])
+    targets = np.array([TARGETS[t] for t in TASKS])
+    return ~rises.any(axis=1), (rate <= UNRELATED_MAX).all(axis=1), np.minimum(share / targets, 1.0).min(axis=1)
+
+
+def judge(counts: np.ndarray, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """One (budget, unit) on the development participants: the point shares and the worst unrelated rate, and
+    over the resamples: how often the shape and the unrelated bound hold in every language (``p_first``), and
+    the mean of the worst share / target over languages and tasks (capped at 1) where they hold, 0 where they
+    do not (``score``)."""
+    first, worst = None, None
+    shares, worst_rate = {}, 0.0
+    for language, (index, w) in weights.items():
+        mine = counts[index]
+        whole = mine.sum(axis=0)
+        shares[language] = {t: whole[k, 0] / whole[k, 1] if whole[k, 1] else 0.0 for k, t in enumerate(TASKS)}
+        worst_rate = max(worst_rate, max(whole[k, 2] / whole[k, 3] if whole[k, 3] else 0.0 for k in range(len(TASKS))))
+        shape, unrelated, ratio = _holds(np.einsum("bn,ntk->btk", w, mine))
+        first = shape & unrelated if first is None else first & shape & unrelated
+        worst = ratio if worst is None else np.minimum(worst, ratio)
+    return {"shares": shares, "unrelated": worst_rate, "p_first": float(np.mean(first)),
+            "score": float(np.mean(np.where(first, worst, 0.0)))}
 
 
 def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rule of --fit: the forgetting shape first (on every language no task above the one before it by
-    more than noise), subject to at most UNRELATED_MAX of the unrelated candidates recalled at every task; among
-    those the highest worst share / target over languages and tasks; ties (within 1e-6): the budget nearest the
-    default, then the longer unit (the gentler forgetting). With no row keeping both, the rows within
-    UNRELATED_MAX, shape first; with none of those either, all rows."""
-    within = [row for row in rows if row["unrelated"] <= UNRELATED_MAX] or rows
-    shaped = [row for row in within if row["falls_with_age"]] or within
-    return max(shaped, key=lambda row: (round(row["worst_ratio"], 6),
-                                        -abs(row["budget"] - rm.DEFAULT_FALSE_RECALL_BUDGET), row["days_per_unit"]))
+    """The rule of --fit, judged over bootstrap resamples of the development participants (``judge``): in each
+    resample the forgetting shape (no task above the one before it by more than noise) and at most
+    UNRELATED_MAX of the unrelated candidates recalled at every task come first - a resample where either fails
+    in some language scores 0 - and otherwise it scores its worst share / target (capped at 1). The highest
+    mean score wins; ties: the budget nearest the default, then the longer unit (the gentler forgetting)."""
+    return max(rows, key=lambda row: (round(row["score"], 9), -abs(row["budget"] - rm.DEFAULT_FALSE_RECALL_BUDGET),
+                                      row["days_per_unit"]))
 
 
 def fit_anchored(traces: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
                  retrieval: rm.RetrievalSettings, *, features: tuple[str, ...] = DEFAULT_FEATURES,
-                 day_seconds: float = SECONDS_PER_DAY) -> tuple[rm.RecallParams, list[dict[str, Any]]]:
+                 day_seconds: float = SECONDS_PER_DAY, budgets: tuple[float, ...] = BUDGET_GRID,
+                 units: tuple[float, ...] = TIME_UNIT_GRID_DAYS, seed: int = 17) -> tuple[rm.RecallParams, list[dict]]:
     """The anchored preset fitted on the development traces among ``traces``: the logistic model (its linear
-    score is s), the unrelated tails, and the budget and time unit ``choose`` picks over BUDGET_GRID x
-    TIME_UNIT_GRID_DAYS. Returns the parameters and every row tried."""
+    score is s), the unrelated tails, and the budget and time unit ``choose`` picks over ``budgets`` x
+    ``units``. Returns the parameters and every row tried."""
     dev = [t for t in traces if t.split == "dev"]
     pairs = labelled_pairs(dev)
     model = fit_relevance(pairs, features)
     tails = fit_tails(pairs, model)
     anchor_days = schedule_days(study)[ANCHOR_TASK]
+    weights = _resample_weights(dev, INNER_RESAMPLES, seed)
     rows = []
-    for budget in BUDGET_GRID:
-        for days in TIME_UNIT_GRID_DAYS:
+    for budget in budgets:
+        for days in units:
             try:
                 params = anchored_params(base, model, tails, budget, days, anchor_days, embedder_model, retrieval)
             except ValueError:  # a unit so short that a neutral memory is past recall at the anchor's age
                 continue
-            outcomes = replay_all(dev, params, study, day_seconds=day_seconds, events=False)
-            rows.append(_search_row(outcomes, budget, days))
+            rows.append({"budget": budget, "days_per_unit": days,
+                         **judge(_counts(dev, params, study, day_seconds), weights)})
     best = choose(rows)
     return anchored_params(base, model, tails, best["budget"], best["days_per_unit"], anchor_days, embedder_model,
                            retrieval), rows

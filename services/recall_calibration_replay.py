@@ -13,7 +13,6 @@ Pure services: numpy, the retriever and the offline responder; no Flask, no data
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from config import SECONDS_PER_DAY
 from services import recall_model as rm
@@ -187,17 +187,23 @@ def group_outcomes(outcomes: Outcomes, split: str | None = None, language: str |
     return {t: TaskOutcome.merged(t, [tasks[t] for tasks in chosen if t in tasks]) for t in task_ids}
 
 
+def rises_beyond_noise(recalled1: ArrayLike, n1: ArrayLike, recalled2: ArrayLike, n2: ArrayLike) -> np.ndarray:
+    """Whether a later share (recalled2 / n2) exceeds an earlier one (recalled1 / n1) by more than noise: more
+    than one standard error of the difference of two binomial shares (pooled share p:
+    √(p(1−p)(1/n₁ + 1/n₂))), and by more than one memory of the smaller group. Never when a group is empty.
+    Vectorised over arrays of counts."""
+    r1, m1, r2, m2 = (np.asarray(x, dtype=np.float64) for x in (recalled1, n1, recalled2, n2))
+    both = (m1 > 0) & (m2 > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pooled = (r1 + r2) / (m1 + m2)
+        noise = np.maximum(np.sqrt(pooled * (1 - pooled) * (1 / m1 + 1 / m2)), 1 / np.minimum(m1, m2))
+        return both & (r2 / m2 - r1 / m1 > noise)
+
+
 def exceeds_by_more_than_noise(earlier: TaskOutcome, later: TaskOutcome) -> bool:
-    """Whether the later task's relevant share exceeds the earlier one's by more than noise: more than one
-    standard error of the difference of two binomial shares (pooled share p, sizes n₁, n₂:
-    √(p(1−p)(1/n₁ + 1/n₂))), and by more than one memory of the smaller group."""
-    n1, n2 = len(earlier.relevant), len(later.relevant)
-    if not n1 or not n2:
-        return False
-    a, b = earlier.relevant_share(), later.relevant_share()
-    pooled = (len(earlier.relevant_recalled) + len(later.relevant_recalled)) / (n1 + n2)
-    noise = max(math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)), 1 / min(n1, n2))
-    return b - a > noise
+    """Whether the later task's relevant share exceeds the earlier one's by more than noise (rises_beyond_noise)."""
+    return bool(rises_beyond_noise(len(earlier.relevant_recalled), len(earlier.relevant),
+                                   len(later.relevant_recalled), len(later.relevant)))
 
 
 def target_failures(tasks: dict[str, TaskOutcome], label: str) -> list[str]:

@@ -263,8 +263,8 @@ def _format_header(report: CalibrationReport, verbose: bool) -> list[str]:
 def _format_pairs(report: CalibrationReport) -> list[str]:
     x_star = float(rm.required_relevance(0.0, report.params.g0_base, 0.0, report.params.threshold,
                                          report.params.salience_bonus))
-    out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs: r = the preset's relevance; "
-               f"r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
+    out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs (held-out: the first rounds', the blind "
+               f"apart): r = the preset's relevance; r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
     for (split, language), data in sorted(report.pairs.items()):
         label = data["label"] == 1
         pos, neg = data["fused"][label], data["fused"][~label]
@@ -365,9 +365,9 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
 
 def _search_line(row: dict[str, Any], chosen: bool) -> str:
     shares = "  ".join(f"{lang} " + "/".join(f"{v:.0%}" for v in s.values()) for lang, s in row["shares"].items())
-    shape = "falls with age" if row["falls_with_age"] else "rises with age"
     return (f"  {'->' if chosen else '  '} budget {row['budget']:5.3f}  1 unit = {row['days_per_unit']:>4g} d  "
-            f"{shares}  max unrelated {row['unrelated']:.1%}  {shape}  worst share/target {row['worst_ratio']:.2f}")
+            f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%} of "
+            f"dev resamples, mean score {row['score']:.3f}")
 
 
 def _format_search(report: CalibrationReport) -> list[str]:
@@ -375,8 +375,9 @@ def _format_search(report: CalibrationReport) -> list[str]:
         return []
     relevance = report.params.relevance
     budget, days = relevance.false_recall_budget, 1.0 / report.params.time_scale
-    out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language): the shape first, "
-               f"≤ {UNRELATED_MAX:.0%} unrelated at every task, then the highest worst share / target; chosen: "
+    out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language), judged over "
+               f"bootstrap resamples of them: the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every task "
+               f"gating each resample, then its worst share/target (capped at 1); the highest mean score wins; chosen: "
                f"budget {budget:g}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
     out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budget"] == budget]
     out.append("  the chosen unit, every budget:")

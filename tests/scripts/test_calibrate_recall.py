@@ -1,7 +1,8 @@
-"""scripts/calibrate_recall.py: the default preset is the fit the script produces on the development
-participants; recall is checked against the pre-registered targets on held-out ones (and --strict
-fails when they are missed); almost never an unrelated memory, never a message without content; the
-seed's literal values recall nothing; reinforcement resets t and raises g."""
+"""scripts/calibrate_recall.py and services/recall_calibration*.py: the default preset is the fit the script
+produces on the development participants; recall is checked against the pre-registered targets on the held-out
+and on the blind participants (--strict fails while one is missed); almost never an unrelated memory, never a
+message without content; the seed's literal values recall nothing; reinforcement resets t and raises g; the
+pre-flight's check_active_preset."""
 from __future__ import annotations
 
 import importlib.util
@@ -71,45 +72,58 @@ def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
         assert not dev & held
 
 
-def test_the_default_preset_is_the_fit_on_the_development_participants(embedder, traces):
-    fitted = cal.calibrate(load_study(), embedder=embedder, traces=traces, fit=True)
-    configured = load_study().memory.recall
-    assert configured.preset == "calibrated" and configured.relevance.method == "logistic"
-    for language in (None, "zh", "en"):
-        mine, theirs = configured.relevance.model.model(language), fitted.params.relevance.model.model(language)
-        assert mine.features == theirs.features
-        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
-        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
-    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
-    # chosen on dev only: the held-out participants' pairs never reach the fit
-    dev_only = fit.fit_relevance({k: v for k, v in fitted.pairs.items() if k[0] == "dev"},
-                                              fit.DEFAULT_FEATURES)
-    assert dev_only.model("zh").coef == pytest.approx(fitted.params.relevance.model.model("zh").coef)
-    assert fitted.search and {row["budget"] for row in fitted.search} == set(fit.BUDGET_GRID)
-
-
-def test_the_calibrated_relevance_ranks_related_pairs_above_unrelated_ones(default_report):
+def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spends_its_budget(default_report):
+    relevance = default_report.params.relevance
+    assert relevance.method == "anchored"
     for (split, language), pairs in default_report.pairs.items():
         related, unrelated = pairs["r"][pairs["label"] == 1], pairs["r"][pairs["label"] == 0]
         assert np.median(related) > np.percentile(unrelated, 90), (split, language)
-        # calibrated: the mean r of the development pairs is their share of related pairs
+        assert np.all(pairs["r"] < 1.0)
         if split == "dev":
-            assert pairs["r"].mean() == pytest.approx(pairs["label"].mean(), abs=0.03), language
+            # the anchor is the fitted (1 - budget) quantile of these very unrelated pairs' scores
+            above = np.mean(unrelated >= relevance.anchor_r)
+            assert 0.25 * relevance.false_recall_budget <= above <= 2 * relevance.false_recall_budget, language
 
 
 def test_held_out_recall_is_reported_against_the_targets(default_report):
-    """What the default preset reaches on held-out participants is recorded in docs/recall_calibration.md;
-    this pins what holds: relevant memories recalled at T2 in both languages, unrelated ones within the
-    bound, and the targets that are missed named as such."""
-    for language in ("zh", "en"):
-        held_out = default_report.group("held-out", language)
-        assert held_out["T2"].relevant_share() >= 0.25, language
-        assert all(o.unrelated_rate() <= rp.UNRELATED_TOLERANCE for o in held_out.values()), language
-        assert all(o.relevant_share() < 0.9 for o in held_out.values()), language
+    """What the default preset reaches on the held-out and blind participants is recorded in
+    docs/recall_calibration.md (the pre-registered targets are not all met); this pins what holds: relevant
+    memories recalled at T2 in both languages, unrelated ones within the bound at every task, recall not rising
+    with age, and the targets that are missed named as such."""
+    for split in ("held-out", "blind"):
+        for language in ("zh", "en"):
+            tasks = default_report.group(split, language)
+            assert tasks["T2"].relevant_share() >= 0.25, (split, language)
+            assert all(o.unrelated_rate() <= rp.UNRELATED_MAX for o in tasks.values()), (split, language)
+            assert all(o.relevant_share() < 0.9 for o in tasks.values()), (split, language)
     failures = default_report.target_failures()
     assert failures and all(f.startswith(("held-out ", "blind ")) for f in failures)
     assert any("T2: relevant recalled" in f for f in failures)
+    assert not any("more than noise" in f or "unrelated candidates recalled" in f for f in failures)
     assert not default_report.impossible and not default_report.universal
+
+
+def _outcome(task_id, recalled, relevant, unrelated=0, candidates=100):
+    outcome = rp.TaskOutcome(task_id, relevant={("p", i) for i in range(relevant)},
+                             recalled={("p", i) for i in range(recalled)})
+    outcome.unrelated_recalls, outcome.unrelated_candidates = unrelated, candidates
+    return outcome
+
+
+def test_the_targets_name_each_miss_and_pass_when_met():
+    met = {"T2": _outcome("T2", 10, 20, 3), "T3": _outcome("T3", 4, 20), "T4": _outcome("T4", 1, 20)}
+    assert rp.target_failures(met, "held-out zh") == []
+    missed = {"T2": _outcome("T2", 9, 20), "T3": _outcome("T3", 14, 40, unrelated=4), "T4": _outcome("T4", 1, 40)}
+    assert rp.target_failures(missed, "blind en") == [
+        "blind en T2: relevant recalled 45% (9/20) < 50%",
+        "blind en T3: 4.0% of unrelated candidates recalled (4/100) > 3%",
+        "blind en T4: relevant recalled 2% (1/40) < 5%",
+    ]
+    # noise: one binomial standard error of the difference, and at least one memory of the smaller task
+    rising = {"T2": _outcome("T2", 10, 20), "T3": _outcome("T3", 16, 20), "T4": _outcome("T4", 4, 20)}
+    assert rp.target_failures(rising, "dev zh") == ["dev zh: T3 (80%) above T2 (50%) by more than noise"]
+    within = {"T2": _outcome("T2", 10, 20), "T3": _outcome("T3", 12, 20), "T4": _outcome("T4", 4, 20)}
+    assert rp.target_failures(within, "dev zh") == []
 
 
 def test_messages_without_content_are_never_candidates(default_report):
@@ -185,22 +199,50 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
     assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed" in capsys.readouterr().err
+    assert "target missed: blind zh T2: relevant recalled" in capsys.readouterr().err
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
-    assert "IMPOSSIBLE" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/34) < 50%" in err
 
 
-def test_fit_writes_a_named_preset_the_study_loads(script, embedder, tmp_path, capsys):
+def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
+                                                                                 tmp_path, capsys):
     study_file = tmp_path / "study.json"
     study_file.write_text(json.dumps({"name": "pilot"}), encoding="utf-8")
-    assert script.main(["--fit", "--write-preset", "refit", "--preset-file", str(study_file),
-                                  "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
-    assert "written to" in capsys.readouterr().out
+    assert script.main(["--fit", "--bootstrap", "2", "--write-preset", "refit", "--preset-file", str(study_file),
+                        "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
+    printed = capsys.readouterr().out
+    assert "written to" in printed and "stability: refit on 2 bootstrap resamples" in printed
+    assert "chosen unit (days)" in printed and "blind zh" in printed
     study = load_study(study_file)
-    assert study.name == "pilot"
-    params = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
-    assert params.relevance.method == "anchored" and params.time_unit == "days"
-    assert "seed_literal" in study.memory.recall_config["presets"]
+    assert study.name == "pilot" and "seed_literal" in study.memory.recall_config["presets"]
+    refit = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
+    configured = load_study().memory.recall
+    # the default preset is this fit, rounded to four decimals
+    assert configured.preset == "anchored" and refit.relevance.method == "anchored"
+    assert (refit.time_unit, refit.relevance.anchor_days) == ("days", 2.0)
+    assert refit.time_scale == pytest.approx(configured.time_scale)
+    assert refit.relevance.false_recall_budget == configured.relevance.false_recall_budget
+    for language in (None, "zh", "en"):
+        mine, theirs = configured.relevance.model.model(language), refit.relevance.model.model(language)
+        assert mine.features == theirs.features
+        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
+        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
+        assert configured.relevance.anchor_score(language) == pytest.approx(refit.relevance.anchor_score(language),
+                                                                              abs=2e-3)
+    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
+    # fitted on dev only: the development pairs alone give the same model and tails
+    dev = {k: v for k, v in default_report.pairs.items() if k[0] == "dev"}
+    model = fit.fit_relevance(dev, fit.DEFAULT_FEATURES)
+    assert model.model("zh").coef == pytest.approx(refit.relevance.model.model("zh").coef, abs=1e-4)
+    tails = fit.fit_tails(dev, model)
+    assert tails["en"].scale == pytest.approx(refit.relevance.tails["en"].scale, abs=1e-4)
+
+
+def test_bootstrap_needs_fit(script, embedder, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["--bootstrap", "3"], embedder=embedder)
+    assert "--bootstrap needs --fit" in capsys.readouterr().err
 
 
 def test_pilot_mode_gives_the_same_recall_as_real_days(embedder, default_report):
