@@ -26,6 +26,7 @@ from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
 from routes import http_safety
 from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
+from services import preflight
 from services.account_service import session_user
 from services.clock import Clock
 from services.errors import StudyError, Unavailable
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_blueprints(app)
     _register_cli(app)
     _register_payments_cli(app)
+    _register_preflight_cli(app)
     return app
 
 
@@ -282,6 +284,26 @@ def password_notice(username: str, password: str) -> str:
     border = "#" * width
     body = [f"# {line.ljust(width - 4)} #" for line in lines]
     return "\n".join(["", border, *body, border, ""])
+
+
+def _register_preflight_cli(app: Flask) -> None:
+    runtime = app.extensions["memory_lab"]
+
+    @app.cli.command("preflight")
+    @click.option("--per-group", default=1, show_default=True, help="bots per enabled condition and language")
+    @click.option("--day-seconds", default=5.0, show_default=True, help="pilot day of the bots' temporary server")
+    def preflight_command(per_group: int, day_seconds: float) -> None:
+        """Prove the manipulation before recruiting: calibration of the active recall preset for the configured
+        embedder, then the bot manipulation check of every enabled condition (a temporary database, the
+        environment's providers); the report is stored in the study's database. Exit 1 when a check fails."""
+        outcome = preflight.run_preflight(runtime.settings, runtime.db.session, create_app, clock=runtime.clock,
+                                          embedder=runtime.embedder, per_group=per_group, day_seconds=day_seconds,
+                                          log_line=click.echo)
+        click.echo(preflight.describe(outcome))
+        if outcome.refused:
+            raise click.ClickException(outcome.refused)
+        if not outcome.passed:
+            raise SystemExit(1)
 
 
 def bootstrap_admin_once(app: Flask) -> None:

@@ -19,6 +19,8 @@ from services.study import Study, load_study
 BASE_DIR = Path(__file__).resolve().parent
 DATA_DIR = BASE_DIR / "data"
 SECONDS_PER_DAY = 86400
+CONSOLIDATION_LEASE_SECONDS = 900.0  # a consolidation run that stopped without finishing holds its task this long
+PILOT_CONSOLIDATION_LEASE_FLOOR = 60.0  # ... scaled by pilot time, but never below a slow model's run
 
 try:  # secrets may come from an untracked .env file; the environment wins
     from dotenv import load_dotenv
@@ -116,7 +118,25 @@ class Settings:
     # ALLOW_TIME_SCALE_CHANGE=1: start although the database was run under another PILOT_DAY_SECONDS
     # (services.time_scale records the change in the audit log); refused otherwise
     allow_time_scale_change: bool = False
+    # CONSOLIDATION_LEASE_SECONDS: how long a consolidation run that died holds its task (default 900 s; in pilot
+    # mode scaled with the day, at least 60 s)
+    consolidation_lease_seconds: float | None = None
+    # TASK_START_CONSOLIDATION_WAIT_SECONDS: starting a task first runs (or waits for) the consolidation of the
+    # participant's earlier tasks, at most this long (0: never wait)
+    task_start_consolidation_wait_seconds: float = 5.0
+    # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
+    # report exists for the current study definition (flask --app app preflight)
+    require_preflight: bool = False
     study: Study = field(default_factory=load_study)
+
+    @property
+    def consolidation_lease(self) -> float:
+        """Real seconds a consolidation run's claim lasts without finishing (CONSOLIDATION_LEASE_SECONDS)."""
+        if self.consolidation_lease_seconds is not None:
+            return self.consolidation_lease_seconds
+        if self.pilot_mode:
+            return max(PILOT_CONSOLIDATION_LEASE_FLOOR, CONSOLIDATION_LEASE_SECONDS * self.time_scale)
+        return CONSOLIDATION_LEASE_SECONDS
 
     @property
     def time_scale(self) -> float:
@@ -173,6 +193,9 @@ class Settings:
             db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
             allow_time_scale_change=_env_bool("ALLOW_TIME_SCALE_CHANGE", False),
             panel_allowlist_path=os.environ.get("PANEL_ALLOWLIST") or None,
+            consolidation_lease_seconds=_env_float("CONSOLIDATION_LEASE_SECONDS", None),
+            task_start_consolidation_wait_seconds=_env_float("TASK_START_CONSOLIDATION_WAIT_SECONDS", 5.0),
+            require_preflight=_env_bool("REQUIRE_PREFLIGHT", False),
         )
         values.update(overrides)
         _check_reminder_links(os.environ, values["public_base_url"])
@@ -183,6 +206,11 @@ class Settings:
             raise ValueError("PILOT_DAY_SECONDS must be a positive number of seconds")
         if values["rate_limit_storage"] not in ("memory", "database"):
             raise ValueError("RATE_LIMIT_STORAGE must be 'memory' or 'database'")
+        lease = values["consolidation_lease_seconds"]
+        if lease is not None and lease <= 0:
+            raise ValueError("CONSOLIDATION_LEASE_SECONDS must be a positive number of seconds")
+        if values["task_start_consolidation_wait_seconds"] < 0:
+            raise ValueError("TASK_START_CONSOLIDATION_WAIT_SECONDS must be 0 or more seconds")
         if values["pilot_timer_scale"] is not None and values["pilot_timer_scale"] <= 0:
             raise ValueError("PILOT_TIMER_SCALE must be a positive factor")
         return cls(**values)

@@ -459,3 +459,21 @@ class DatabaseSetting(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class PreflightReport(Base):
+    """One pre-flight run (``flask --app app preflight``, ``services.preflight``): the study definition it
+    proved the manipulation for (``study_hash``), the providers it ran with, and each check's figures and
+    verdict. Registration waits for a passing one when REQUIRE_PREFLIGHT is set."""
+
+    __tablename__ = "preflight_reports"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    study_hash: Mapped[str] = mapped_column(String(64), index=True)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    embedder_model: Mapped[str | None] = mapped_column(String(255))
+    chat_model: Mapped[str | None] = mapped_column(String(255))
+    providers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    checks: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    duration_seconds: Mapped[float | None] = mapped_column(Float)

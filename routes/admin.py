@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
-from services import admin_service, erasure_service, panel_service
+from services import admin_service, erasure_service, panel_service, preflight
 from services.chat_service import task_service
 from services.clock import utc_iso
 
@@ -32,6 +32,14 @@ def participants():
                "generated_at": _now_iso()})
 
 
+@bp.get("/preflight")
+@admin_required
+def preflight_status():
+    """The latest pre-flight report and its state for the current study definition (the console's banner)."""
+    rt = runtime()
+    return ok({"preflight": preflight.preflight_status(db_session(), rt.settings, rt.embedder.model)})
+
+
 @bp.get("/participants/<id:user_id>")
 @admin_required
 def participant(user_id: int):
@@ -43,15 +51,13 @@ def participant(user_id: int):
 def consolidate_participant(user_id: int):
     """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
     admin_service.get_participant(db_session(), user_id)
-    runs = admin_service.consolidate_pending(runtime(), user_id=user_id, trigger="manual", actor=current())
-    return ok({"runs": runs})
+    return ok(admin_service.consolidate_now(runtime(), user_id=user_id, actor=current()))
 
 
 @bp.post("/consolidate-pending")
 @admin_required
 def consolidate_pending():
-    runs = admin_service.consolidate_pending(runtime(), trigger="manual", actor=current())
-    return ok({"runs": runs})
+    return ok(admin_service.consolidate_now(runtime(), actor=current()))
 
 
 @bp.post("/participants/<id:user_id>/withdraw")

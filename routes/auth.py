@@ -17,7 +17,7 @@ from routes.access import (
     ok,
     runtime,
 )
-from services import account_service
+from services import account_service, preflight
 from services.input_checks import check_json_text
 from services.languages import LANGUAGES
 
@@ -76,6 +76,7 @@ def csrf():
 def register():
     data = json_body()
     rt = runtime()
+    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     user = account_service.register(
         db_session(), username=data.get("username"), password=data.get("password"), consent=data.get("consent"),
         language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed,

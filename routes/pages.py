@@ -52,6 +52,8 @@ def study_facts():
                   for t in study.tasks],
         "limits": {"max_message_chars": study.limits.max_message_chars},
         "pilot_mode": runtime().settings.pilot_mode,
+        "pilot_day_seconds": runtime().settings.day_seconds if runtime().settings.pilot_mode else None,
+        "task_chat_real_seconds": study.timing.task_active_seconds * runtime().settings.timer_scale,
         "panel": {"id_parameter": study.panel.id_parameter,
                   "session_parameters": list(study.panel.session_parameters)},
         "contacts_enabled": bool(runtime().settings.contact_encryption_key),

@@ -18,7 +18,7 @@ from routes.access import (
     runtime,
 )
 from routes.auth import user_view
-from services import account_service, contacts, panel_service
+from services import account_service, contacts, panel_service, preflight
 from services.chat_service import task_service
 from services.clock import parse_utc_iso, utc_iso
 from services.errors import BadInput, NotFound
@@ -87,6 +87,7 @@ def panel_login():
     before (device cookie) or its login session, without a new consent. Others get 403 panel_reentry_refused."""
     data = json_body()
     rt = runtime()
+    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,

@@ -69,10 +69,8 @@ def task_detail(task_id: str):
 @participant_required
 def start_task(task_id: str):
     user = current()
-    tasks = _tasks()
-    ts = tasks.start(user, task_id)
-    tasks.commit()
-    return ok({"task": tasks.status_of(user, task_id), "task_session_id": ts.id}, 201)
+    ts = chat_service.start_task(db_session(), runtime(), user, task_id)
+    return ok({"task": _tasks().status_of(user, task_id), "task_session_id": ts.id}, 201)
 
 
 @bp.post("/tasks/<task_id>/heartbeat")

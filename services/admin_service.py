@@ -2,6 +2,7 @@
 and the actions (consolidate, withdraw, reset a stuck task), each audited."""
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,8 @@ from services.study import Study
 from services.timer_service import TaskService
 
 PARTICIPANT_STATUSES = ("active", "withdrawn", "erased")
+
+log = logging.getLogger(__name__)
 
 
 
@@ -195,6 +198,7 @@ def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
                     target[task_id] += 1
     return {
         "groups": groups,
+        "enabled": list(study.enabled_conditions),
         "funnel": funnel,
         "funnel_by_group": funnel_by_group,
         "statuses": dict(statuses),
@@ -402,6 +406,26 @@ def consolidate_pending(runtime: Runtime, *, user_id: int | None = None, trigger
                                      "statuses": dict(Counter(r["status"] for r in runs)),
                                  }))
     return runs
+
+
+def consolidate_now(runtime: Runtime, *, actor: User, user_id: int | None = None) -> dict[str, Any]:
+    """The admin's "consolidate now": the runs, and when there are none, why (a claim held by another
+    process, with its lease, is also logged: after a crash it stalls that task until the lease ends)."""
+    runs = consolidate_pending(runtime, user_id=user_id, trigger="manual", actor=actor)
+    answer: dict[str, Any] = {"runs": runs}
+    if runs:
+        return answer
+    held = consolidation_service(runtime).live_runs(user_id=user_id)
+    if held:
+        answer["reason"] = "; ".join(
+            f"{r['task_id']} (task session {r['task_session_id']}) is being consolidated by another process "
+            f"since {utc_iso(r['running_since'])}, lease until {utc_iso(r['lease_until'])}" for r in held)
+        log.warning("consolidate now found claimed sessions: %s", answer["reason"])
+    else:
+        answer["reason"] = "nothing to consolidate: every closed task is consolidated"
+    answer["held"] = [{**r, "running_since": utc_iso(r["running_since"]), "lease_until": utc_iso(r["lease_until"])}
+                      for r in held]
+    return answer
 
 
 # -- failures and usage ------------------------------------------------------------------------------------

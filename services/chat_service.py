@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator
+from concurrent.futures import wait
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -22,7 +24,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from database.db_manager import is_unavailable
-from database.models import Message, TaskSession, User
+from database.models import AuditLog, Message, TaskSession, User
 from database.participant_lock import ParticipantErased
 from services.clock import utc_iso
 from services.consolidation_service import ConsolidationService
@@ -367,10 +369,67 @@ def on_chat_ended(runtime: Runtime, task_session_id: int) -> None:
     runtime.background.submit(consolidate_session, runtime, task_session_id, "task_end")
 
 
+def _consolidation(runtime: Runtime) -> ConsolidationService:
+    # background work's own connections, never the requests'
+    return ConsolidationService(runtime.background_db, runtime.settings, llm=runtime.consolidation_llm,
+                                embedder=runtime.embedder, clock=runtime.clock)
+
+
 def consolidate_session(runtime: Runtime, task_session_id: int, trigger: str) -> None:
-    service = ConsolidationService(runtime.background_db, runtime.settings, llm=runtime.consolidation_llm,
-                                   embedder=runtime.embedder, clock=runtime.clock)
-    service.consolidate_task_session(task_session_id, trigger=trigger)
+    _consolidation(runtime).consolidate_task_session(task_session_id, trigger=trigger)
+
+
+def consolidate_participant(runtime: Runtime, user_id: int, trigger: str) -> None:
+    _consolidation(runtime).consolidate_all_pending(user_id=user_id, trigger=trigger)
+
+
+def start_task(session: Session, runtime: Runtime, user: User, task_id: str) -> TaskSession:
+    """Open a task, or resume its open attempt. Opening a new one first settles the memory of the earlier
+    tasks (``settle_memory``), so the condition builds its context from consolidated memory."""
+    tasks = task_service(session, runtime)
+    if tasks.live_session(user.id, task_id) is None:  # not a resumed attempt
+        user_id = user.id
+        session.commit()  # no transaction stays open while the consolidation writes
+        settle_memory(runtime, user_id, task_id)
+    ts = tasks.start(user, task_id)
+    tasks.commit()
+    return ts
+
+
+def settle_memory(runtime: Runtime, user_id: int, task_id: str, *, poll_seconds: float = 0.1) -> list[dict[str, Any]]:
+    """Before ``task_id`` opens: consolidate the participant's closed, unconsolidated tasks now (in the
+    background runner) and wait for them, or for a run another process holds, at most
+    ``TASK_START_CONSOLIDATION_WAIT_SECONDS``. In pilot mode a task can open seconds after the previous one
+    closed, and a context built before its consolidation would test an unconsolidated memory. What is still
+    unconsolidated when the wait ends is returned, logged and noted in the audit log (``task_start_unconsolidated``)."""
+    service = _consolidation(runtime)
+    left = service.unconsolidated(user_id)
+    if not left:
+        return []
+    bound = runtime.settings.task_start_consolidation_wait_seconds
+    started = time.monotonic()
+    if bound > 0:
+        future = runtime.background.submit(consolidate_participant, runtime, user_id, "task_start")
+        if future is not None:
+            wait([future], timeout=bound)
+        left = service.unconsolidated(user_id)
+        while any("lease_until" in task for task in left) and time.monotonic() - started < bound:
+            time.sleep(poll_seconds)
+            left = service.unconsolidated(user_id)
+    if left:
+        _note_unconsolidated(runtime, user_id, task_id, left, time.monotonic() - started)
+    return left
+
+
+def _note_unconsolidated(runtime: Runtime, user_id: int, task_id: str, left: list[dict[str, Any]],
+                         waited: float) -> None:
+    tasks = [{**task, **{k: utc_iso(task[k]) for k in ("running_since", "lease_until") if k in task}}
+             for task in left]
+    log.warning("participant %s opens %s with unconsolidated memory after %.1f s: %s", user_id, task_id, waited, tasks)
+    with runtime.db.session() as session:
+        session.add(AuditLog(at=runtime.clock.now(), actor_user_id=None, action="task_start_unconsolidated",
+                             target_user_id=user_id,
+                             details={"task_id": task_id, "waited_seconds": round(waited, 2), "unconsolidated": tasks}))
 
 
 def serialise_message(message: Message, *, participant_view: bool) -> dict[str, Any]:

@@ -403,7 +403,9 @@ def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at:
         "written `0.108` and a value below 0.0000005 is `0`. JSON files keep full precision.",
         "- CSV files are UTF-8 (with a byte-order mark when exported for Excel), comma-separated, with a header.",
         "- `study_config.json` is the exact study definition in use (conditions, tasks, timings, prompts, "
-        "questionnaires); `manifest.json` lists the files, their row counts and the export options.",
+        "questionnaires); `manifest.json` lists the files, their row counts, the export options and `preflight`: "
+        "the latest pre-flight report (study-definition hash, providers and models, time, each check's figures and "
+        "verdict) and its state for this study definition (verified, failed, changed, not_verified).",
         "- Replies from the `offline` provider come from a template responder, not a language model; its token "
         "counts are characters.",
         _formula_note(escape_formulas),

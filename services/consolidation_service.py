@@ -130,7 +130,7 @@ class ConsolidationService:
 
     def __init__(self, db: Database | Callable[[], Session], settings: Settings, *, llm: LLMService | None = None,
                  embedder: EmbeddingProvider | None = None, clock: Clock | None = None,
-                 step_hook: StepHook | None = None, lease_seconds: float = 900.0,
+                 step_hook: StepHook | None = None, lease_seconds: float | None = None,
                  heartbeat_seconds: float | None = None) -> None:
         self.settings = settings
         self.study: Study = settings.study
@@ -140,9 +140,11 @@ class ConsolidationService:
         self._llm_resolved = False
         self._embedder = embedder
         self.step_hook = step_hook
-        self.lease = timedelta(seconds=lease_seconds)
+        # a dead run's claim lasts settings.consolidation_lease: 900 s, scaled with the day in pilot mode
+        self.lease = timedelta(seconds=settings.consolidation_lease if lease_seconds is None else lease_seconds)
         # a live run renews its lease this often (real seconds), so only a dead one ever expires
-        self.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else lease_seconds / 4
+        self.heartbeat_seconds = (heartbeat_seconds if heartbeat_seconds is not None
+                                  else self.lease.total_seconds() / 4)
 
     # -- wiring ----------------------------------------------------------------
 
@@ -184,6 +186,32 @@ class ConsolidationService:
             if user_id is not None:
                 query = query.where(TaskSession.user_id == user_id)
             return list(session.scalars(query.order_by(TaskSession.started_at, TaskSession.id)))
+
+    def unconsolidated(self, user_id: int) -> list[dict[str, Any]]:
+        """The participant's closed tasks whose memory is not consolidated yet, oldest first; a task another
+        run is consolidating carries that run's start and the end of its lease (``lease_until``)."""
+        live = {run["task_session_id"]: run for run in self.live_runs(user_id=user_id)}
+        with self._session() as session:
+            rows = session.scalars(select(TaskSession).where(
+                TaskSession.user_id == user_id, TaskSession.status != "reset",
+                TaskSession.consolidation_status.in_((*RETRYABLE, "running")),
+            ).order_by(TaskSession.started_at, TaskSession.id)).all()
+            return [{"task_session_id": ts.id, "task_id": ts.task_id, "consolidation_status": ts.consolidation_status,
+                     **({k: live[ts.id][k] for k in ("running_since", "lease_until")} if ts.id in live else {})}
+                    for ts in rows if _chat_closed(ts)]
+
+    def live_runs(self, *, user_id: int | None = None) -> list[dict[str, Any]]:
+        """Runs holding their task's claim now (running, lease not expired), oldest first: a run at work, or one
+        whose process died and whose claim lasts until ``lease_until``."""
+        with self._session() as session:
+            query = select(ConsolidationRun).where(ConsolidationRun.status == "running",
+                                                   ConsolidationRun.started_at > self.clock.now() - self.lease)
+            if user_id is not None:
+                query = query.where(ConsolidationRun.user_id == user_id)
+            return [{"run_id": run.id, "task_session_id": run.task_session_id, "user_id": run.user_id,
+                     "task_id": run.task_id, "running_since": run.started_at,
+                     "lease_until": run.started_at + self.lease}
+                    for run in session.scalars(query.order_by(ConsolidationRun.started_at))]
 
     def consolidate_all_pending(self, *, user_id: int | None = None, trigger: str = "sweep",
                                 dry_run: bool = False) -> list[RunSummary]:

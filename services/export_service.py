@@ -52,7 +52,7 @@ from database.models import (
     TaskSession,
     User,
 )
-from services import codebook
+from services import codebook, preflight
 from services.input_checks import printable
 from services.quality import attention_items, attention_passed, typing_flags, typing_rates
 from services.study import Study
@@ -422,6 +422,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas},
             "files": dict(result.files), "deployment": deployment or {},
+            "preflight": preflight.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
         result.files["manifest.json"] = 1

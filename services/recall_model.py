@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -41,16 +41,19 @@ from numpy.typing import ArrayLike
 
 from services.keywords import tokenize
 from services.mappings import deep_merge
-from services.memory.relevance import LogisticRelevance
+from services.memory.relevance import LogisticRelevance, UnrelatedTail, anchored_index
 from services.memory.retrieval import BM25_B, BM25_K1, FusionWeights
 
 NORMALISER = 1.0 - math.exp(-1.0)
 TIME_UNITS = ("days", "hours", "turns")
-RELEVANCE_METHODS = ("raw", "linear", "logistic")
+RELEVANCE_METHODS = ("raw", "linear", "logistic", "anchored")
+DEFAULT_FALSE_RECALL_BUDGET = 0.02
 DEFAULT_SALIENCE_WEIGHTS = {"intensity": 0.4, "disclosure": 0.4, "value": 0.2}
 # A score the consolidation step could not produce counts as 0: missing evidence
 # must never make a memory easier to recall than a neutral one.
 MISSING_SCORE_DEFAULT = 0.0
+# Any positive length works: t for a given number of study days does not depend on it.
+SECONDS_PER_DAY_FOR_ANCHOR = 86400.0
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
@@ -181,6 +184,12 @@ class RelevanceMapping:
     ``logistic``: r = P(relevant | the retriever's scores), a per-language logistic model
     (``services.memory.relevance``) fitted by ``scripts/calibrate_recall.py``; ``fitted_for``
     records the retrieval settings (fusion weights) its scores came from.
+    ``anchored`` (issue 17): r is an index on a false-recall budget, not a probability. The score s
+    is the logistic model's linear score; ``tails`` holds, per query language (``default`` for any
+    other), the fitted upper tail of the development participants' *unrelated* candidates' s. The
+    score above which a share ``false_recall_budget`` of them lies lands exactly on ``anchor_r``, the
+    curve's bar for a neutral memory (e = 0, g = g0_base) ``anchor_days`` study days old (T2's unlock
+    offset); r rises smoothly through it (``services.memory.relevance.anchored_index``).
     ``embedder_model`` names the model the bounds or fit were measured for: they mean nothing
     for another embedder."""
 
@@ -191,6 +200,10 @@ class RelevanceMapping:
     embedder_model: str | None = None
     model: LogisticRelevance | None = None
     fitted_for: dict[str, Any] | None = None
+    tails: dict[str, UnrelatedTail] = field(default_factory=dict)
+    false_recall_budget: float | None = None
+    anchor_days: float | None = None
+    anchor_r: float | None = None  # resolved from the curve's parameters (resolve_recall_params)
 
     def measured_for(self, model: str) -> bool:
         """False when these bounds were calibrated for a different embedding model."""
@@ -206,17 +219,29 @@ class RelevanceMapping:
         cos = np.asarray(cosine, dtype=np.float64)
         if self.method == "raw":
             return _result(np.clip(cos, 0.0, 1.0))
-        if self.method == "logistic":
+        if self.method in ("logistic", "anchored"):
             if self.model is None or scores is None:
-                raise ValueError("logistic relevance needs its model and the retriever's scores")
-            return _result(self.model.predict({**scores, "cosine": cos}, language))
+                raise ValueError(f"{self.method} relevance needs its model and the retriever's scores")
+            if self.method == "logistic":
+                return _result(self.model.predict({**scores, "cosine": cos}, language))
+            tail = self.tail(language)
+            return _result(anchored_index(self.model.linear({**scores, "cosine": cos}, language),
+                                          self.anchor_score(language), tail.scale, self.anchor_r))
         floor, ceiling = self.bounds(language)
         return _result(np.clip((cos - floor) / (ceiling - floor), 0.0, 1.0))
+
+    def tail(self, language: str | None) -> UnrelatedTail:
+        return self.tails.get(language or "", self.tails["default"])
+
+    def anchor_score(self, language: str | None = None) -> float:
+        """The score at the (1 − false_recall_budget) quantile of the language's fitted unrelated tail."""
+        return self.tail(language).quantile(self.false_recall_budget)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["by_language"] = {k: {"floor": f, "ceiling": c} for k, (f, c) in self.by_language.items()}
         data["model"] = self.model.to_dict() if self.model else None
+        data["tails"] = {k: tail.to_dict() for k, tail in self.tails.items()}
         return data
 
 
@@ -395,12 +420,13 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
         raise ValueError(f"recall relevance method {method!r} must be one of {RELEVANCE_METHODS}")
     if method == "raw":
         return RelevanceMapping("raw")
-    if method == "logistic":
+    if method in ("logistic", "anchored"):
         if not isinstance(raw.get("model"), Mapping):
-            raise ValueError("recall relevance method 'logistic' needs a fitted 'model' "
-                             "(scripts/calibrate_recall.py --write-preset)")
-        return RelevanceMapping("logistic", model=LogisticRelevance.from_dict(raw["model"]),
-                                embedder_model=raw.get("embedder_model"), fitted_for=raw.get("fitted_for"))
+            raise ValueError(f"recall relevance method {method!r} needs a fitted 'model' "
+                             "(scripts/calibrate_recall.py --fit --write-preset)")
+        mapping = RelevanceMapping(method, model=LogisticRelevance.from_dict(raw["model"]),
+                                   embedder_model=raw.get("embedder_model"), fitted_for=raw.get("fitted_for"))
+        return mapping if method == "logistic" else _anchored_from_config(mapping, raw)
     floor, ceiling = float(raw["floor"]), float(raw["ceiling"])
     by_language: dict[str, tuple[float, float]] = {}
     for lang, bounds in (raw.get("by_language") or {}).items():
@@ -409,6 +435,41 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
         if not -1.0 <= f < c <= 1.0:
             raise ValueError(f"recall relevance bounds for {name}: need -1 ≤ floor < ceiling ≤ 1, got {f}, {c}")
     return RelevanceMapping("linear", floor, ceiling, by_language, raw.get("embedder_model"))
+
+
+def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> RelevanceMapping:
+    tails = raw.get("tails")
+    if not isinstance(tails, Mapping) or "default" not in tails:
+        raise ValueError("recall relevance method 'anchored' needs fitted 'tails' with a 'default' "
+                         "(scripts/calibrate_recall.py --fit --write-preset)")
+    try:
+        budget = float(raw.get("false_recall_budget", DEFAULT_FALSE_RECALL_BUDGET))
+        anchor_days = float(raw["anchor_days"])
+        fitted = {lang: UnrelatedTail.from_dict(tail) for lang, tail in tails.items()}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"recall relevance 'anchored' needs anchor_days and tails of threshold, share and scale "
+                         f"({exc})") from exc
+    if not math.isfinite(budget) or not 0.0 < budget < min(t.share for t in fitted.values()):
+        raise ValueError(f"recall relevance false_recall_budget must lie in (0, "
+                         f"{min(t.share for t in fitted.values()):g}) (the fitted tails' share), got {budget}")
+    if not anchor_days >= 0.0:
+        raise ValueError(f"recall relevance anchor_days must be 0 or more, got {anchor_days}")
+    return replace(mapping, tails=fitted, false_recall_budget=budget, anchor_days=anchor_days)
+
+
+def resolve_anchor(params: RecallParams) -> RecallParams:
+    """An anchored relevance's bar: the r a neutral memory (e = 0, g = g0_base) needs at anchor_days."""
+    relevance = params.relevance
+    if relevance.method != "anchored":
+        return params
+    t = elapsed_time(relevance.anchor_days * SECONDS_PER_DAY_FOR_ANCHOR, unit=params.time_unit,
+                     time_scale=params.time_scale, day_seconds=SECONDS_PER_DAY_FOR_ANCHOR,
+                     turns=relevance.anchor_days)
+    bar = float(required_relevance(t, params.g0_base, 0.0, params.threshold, params.salience_bonus))
+    if not 0.0 < bar < 1.0:
+        raise ValueError(f"recall relevance 'anchored': a neutral memory {relevance.anchor_days:g} days old needs "
+                         f"r = {bar:.3f} under this time unit; the anchor needs a bar in (0, 1)")
+    return replace(params, relevance=replace(relevance, anchor_r=bar))
 
 
 def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
@@ -453,7 +514,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
         raise ValueError("recall time_scale must be positive")
     if params.g0_base <= 0 or min(params.salience_bonus, params.g0_salience, params.g_update_salience) < 0:
         raise ValueError("recall g0_base must be positive and the salience factors non-negative")
-    return params
+    return resolve_anchor(params)
 
 
 @dataclass(frozen=True)

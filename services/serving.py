@@ -223,7 +223,8 @@ def rate_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def warm_up(runtime: Any) -> None:
     """Load, before a process takes requests, what its first replies would otherwise load while a
-    class waits: the embedding model (checking its pin) and jieba's dictionary. Each `make serve`
+    class waits: the embedding model (checking its pin, and warning when the active recall preset was
+    fitted for another embedder) and jieba's dictionary. Each `make serve`
     worker is its own process and needs this once; without it the first burst of a class queued
     behind four cold starts (docs/benchmarks.md, "Serving a cohort").
 
@@ -234,9 +235,11 @@ def warm_up(runtime: Any) -> None:
     thread that landed in the middle of a class's first burst."""
     from services.embedding_service import check_embedder_pinned
     from services.keywords import keyword_set
+    from services.preflight import warn_embedder_mismatch
 
     with runtime.db.Session() as session:
         check_embedder_pinned(session, runtime.embedder)
+    warn_embedder_mismatch(runtime.study, runtime.embedder.model)  # the preset's r would mean nothing
     keyword_set("预热词典")
     gc.collect()
     gc.freeze()

@@ -558,7 +558,8 @@ def _memory(raw: Any) -> MemorySettings:
 
 # The S1 and R1 parameters (docs/conditions_s1_r1.md); their values live in the study data.
 _PARAM_KEYS = [k for k in RECALL_KEYS if k not in ("preset", "presets", "overrides")]
-_RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model", "model", "fitted_for"]
+_RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model", "model", "fitted_for",
+                   "false_recall_budget", "anchor_days", "tails"]
 
 
 def _retrieval(raw: Any) -> RetrievalSettings:
@@ -587,6 +588,9 @@ def _recall_layer(path: str, raw: Any) -> None:
         for lang, bounds in _mapping(f"{path}.relevance.by_language", relevance.get("by_language") or {}).items():
             _choice(f"{path}.relevance.by_language", lang, LANGUAGES)
             _section(f"{path}.relevance.by_language.{lang}", bounds, ["floor", "ceiling"])
+        for key in ("false_recall_budget", "anchor_days"):
+            if key in relevance:
+                _typed(f"{path}.relevance.{key}", relevance[key], float)
     if layer.get("candidates") is not None:
         _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience"],
                  optional=("min_content_words", "min_salience"))

@@ -80,8 +80,12 @@ def test_secrets_come_only_from_the_environment(monkeypatch):
     ({"timing": {"task_active_secs": 600}}, "unknown key timing.task_active_secs; allowed here: task_active_seconds"),
     ({"enabled_condition": ["L1"]}, "unknown key enabled_condition; allowed here: name, default_language"),
     ({"memory": {"recall": {"preset": "calibratd"}}},
-     "memory.recall.preset is 'calibratd'; allowed: calibrated, cosine_bands, seed_literal"),
+     "memory.recall.preset is 'calibratd'; allowed: anchored, calibrated, cosine_bands, seed_literal"),
     ({"memory": {"recall": {"overrides": {"top_kk": 3}}}}, "memory.recall"),
+    ({"memory": {"recall": {"overrides": {"relevance": {"false_recall_budget": "2%"}}}}},
+     "memory.recall.overrides.relevance.false_recall_budget must be float"),
+    ({"memory": {"recall": {"overrides": {"relevance": {"false_recall_budget": 0.3}}}}},
+     "false_recall_budget must lie in (0, "),
     ({"memory": {"recent_turns_L2": 9}}, "unknown key memory.recent_turns_L2"),
     ({"memory": {"retrieval": {"fusion": {"lexicl": 1.0}}}}, "unknown key memory.retrieval.fusion.lexicl"),
     ({"memory": {"retrieval": {"fusion": {"lexical": -1.0}}}}, "fusion weights must be non-negative"),
@@ -144,6 +148,7 @@ def test_make_run_refuses_a_bad_study_before_serving(tmp_path):
         done = subprocess.run([sys.executable, script], cwd=root, env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode != 0
-        assert "memory.recall.preset is 'calibratd'; allowed: calibrated, cosine_bands, seed_literal" in done.stderr
+        assert ("memory.recall.preset is 'calibratd'; allowed: anchored, calibrated, cosine_bands, seed_literal"
+                in done.stderr)
         assert "AI Memory Lab on http" not in done.stdout
     assert not (tmp_path / "x.db").exists()

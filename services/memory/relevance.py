@@ -1,4 +1,6 @@
-"""Relevance ``r`` for the forgetting curve as a calibrated probability (L4, issue 9).
+"""Relevance scores for the forgetting curve (L4): a logistic model of the retriever's scores
+(issue 9) and the upper tail of unrelated candidates' scores that anchors ``r`` on a false-recall
+budget (issue 17).
 
 The forgetting curve (SPEC §2) needs ``r`` in [0, 1]. Here ``r`` is
 P(the memory is relevant to the new message | the retriever's scores), fitted
@@ -67,12 +69,17 @@ class LogisticModel:
                 raise ValueError(f"relevance coefficient of {name!r} is {weight}: r must rise with every score "
                                  f"(and strictly with {MONOTONE_IN!r})")
 
-    def predict(self, scores: Mapping[str, ArrayLike]) -> np.ndarray:
-        """r for each candidate; ``scores`` maps every feature name to an array (or a float)."""
+    def linear(self, scores: Mapping[str, ArrayLike]) -> np.ndarray:
+        """The linear score s = intercept + coef · features (the log-odds); ``scores`` maps every feature
+        name to an array (or a float)."""
         z = np.full(np.broadcast(*[np.asarray(scores[f]) for f in self.features]).shape, self.intercept)
         for name, weight in zip(self.features, self.coef, strict=True):
             z = z + weight * np.asarray(scores[name], dtype=np.float64)
-        return sigmoid(z)
+        return z
+
+    def predict(self, scores: Mapping[str, ArrayLike]) -> np.ndarray:
+        """r = σ(s) for each candidate."""
+        return sigmoid(self.linear(scores))
 
     def to_dict(self) -> dict[str, Any]:
         return {"intercept": self.intercept, "coef": dict(zip(self.features, self.coef, strict=True))}
@@ -97,6 +104,9 @@ class LogisticRelevance:
 
     def predict(self, scores: Mapping[str, ArrayLike], language: str | None = None) -> np.ndarray:
         return self.model(language).predict(scores)
+
+    def linear(self, scores: Mapping[str, ArrayLike], language: str | None = None) -> np.ndarray:
+        return self.model(language).linear(scores)
 
     def to_dict(self) -> dict[str, Any]:
         return {"default": self.default.to_dict(),
@@ -174,3 +184,73 @@ def log_loss(model: LogisticModel, scores: Mapping[str, ArrayLike], labels: Arra
     p = np.clip(model.predict(scores), 1e-12, 1 - 1e-12)
     y = np.asarray(labels, dtype=np.float64)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+# The tail starts at the (1 - TAIL_SHARE) quantile of the unrelated scores: with ~230 unrelated development
+# pairs per language, ~46 exceedances fix the tail's one parameter (its mean excess) to within ~15 %.
+TAIL_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class UnrelatedTail:
+    """The upper tail of the linear scores of *unrelated* candidates, fitted as exponential above
+    ``threshold`` (a generalised Pareto tail with shape 0): a share ``share`` of the unrelated candidates
+    score above ``threshold``, and above it their share falls by e with every ``scale`` of score,
+
+        P(s_unrelated > s) = share · exp(−(s − threshold) / scale),  s ≥ threshold.
+
+    Smooth, one free parameter (the mean excess, its maximum-likelihood estimate), and unbounded: it
+    extrapolates beyond the largest score seen instead of stopping there as an empirical CDF does."""
+
+    threshold: float
+    share: float
+    scale: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.share < 1.0 or not self.scale > 0.0 or not np.isfinite(self.threshold):
+            raise ValueError(f"an unrelated-score tail needs 0 < share < 1, scale > 0 and a finite threshold, "
+                             f"got {self.share}, {self.scale}, {self.threshold}")
+
+    def quantile(self, budget: float) -> float:
+        """The score above which a share ``budget`` (< ``share``) of unrelated candidates lies."""
+        if not 0.0 < budget < self.share:
+            raise ValueError(f"a false-recall budget must lie in (0, {self.share:g}) for this tail, got {budget}")
+        return self.threshold + self.scale * float(np.log(self.share / budget))
+
+    def exceedance(self, score: ArrayLike) -> np.ndarray:
+        """The fitted share of unrelated candidates scoring above ``score`` (≥ threshold)."""
+        return self.share * np.exp(-(np.asarray(score, dtype=np.float64) - self.threshold) / self.scale)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"threshold": self.threshold, "share": self.share, "scale": self.scale}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> UnrelatedTail:
+        return cls(float(raw["threshold"]), float(raw["share"]), float(raw["scale"]))
+
+
+def fit_unrelated_tail(scores: ArrayLike, share: float = TAIL_SHARE) -> UnrelatedTail:
+    """The exponential tail of ``scores`` above their (1 − share) quantile, by maximum likelihood (the scale
+    is the mean excess over the threshold)."""
+    values = np.sort(np.asarray(scores, dtype=np.float64))
+    if values.size < 10:
+        raise ValueError("fitting an unrelated-score tail needs at least 10 unrelated scores")
+    threshold = float(np.quantile(values, 1.0 - share))
+    above = values[values > threshold]
+    return UnrelatedTail(threshold, above.size / values.size, float(np.mean(above - threshold)))
+
+
+def anchored_index(score: ArrayLike, anchor: float, scale: float, anchor_r: float) -> np.ndarray:
+    """r = anchor_r ^ exp(−(s − anchor) / scale): a Gumbel curve in the score s.
+
+    It equals ``anchor_r`` exactly at ``anchor``, rises smoothly and strictly with s, tends to 0 far below
+    and to 1 far above, and stays below 1 for every finite s (computed as exp(−λ·e^{−z}), λ = −ln anchor_r;
+    in double precision r is capped just below 1, ≥ 35 scales above the anchor). With the exponential tail
+    e^{−z} is the fitted share of unrelated candidates above s over the budget, so r ≥ bar ⟺ that share is
+    at most budget · ln(bar) / ln(anchor_r): r is an index on the false-recall budget, not a probability."""
+    if not 0.0 < anchor_r < 1.0:
+        raise ValueError(f"the anchored relevance needs a bar in (0, 1) at the anchor, got {anchor_r}")
+    z = (np.asarray(score, dtype=np.float64) - anchor) / scale
+    with np.errstate(over="ignore"):
+        r = np.exp(np.log(anchor_r) * np.exp(-z))
+    return np.minimum(r, np.nextafter(1.0, 0.0))

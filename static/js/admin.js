@@ -537,7 +537,8 @@ async function showMonitor() {
     actionNote.textContent = "";
     try {
       const data = await api.post("/api/admin/consolidate-pending");
-      actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` });
+      actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
+        + (data.reason ? ` (${data.reason})` : "");
       refresh();
     } catch (err) {
       actionNote.textContent = t("admin.action.unavailable", { message: errorText(err) });
@@ -693,8 +694,8 @@ function actionsCard(record, reload) {
     button.disabled = true;
     note.textContent = "";
     try {
-      await api.post(path, body);
-      note.textContent = t("admin.action.done", { what });
+      const data = await api.post(path, body);
+      note.textContent = t("admin.action.done", { what }) + (data?.reason ? ` (${data.reason})` : "");
       await reload();
       announce(t("admin.action.done", { what }));
     } catch (err) {
@@ -1024,6 +1025,46 @@ function showExport() {
           t("admin.export.payments_upload")))));
 }
 
+// -- pre-flight banner --------------------------------------------------------------------------
+
+const preflightBanner = document.getElementById("preflight-banner");
+
+function preflightLines(status) {
+  const report = status.report || {};
+  const date = formatDateTime(report.created_at);
+  const failed = (report.checks?.manipulation?.failed_checks || []).concat(
+    report.checks?.calibration?.passed === false ? [report.checks.calibration.message || "calibration"] : []);
+  const lines = [];
+  if (status.state === "verified") {
+    lines.push(["ok", t("admin.preflight.verified",
+      { date, embedder: report.embedder_model || "–", model: report.chat_model || "–" })]);
+  } else if (status.state === "failed") {
+    lines.push(["error", t("admin.preflight.failed", { date, checks: failed.join("; ") || "–" })]);
+  } else if (status.state === "changed") {
+    lines.push(["error", t("admin.preflight.changed", { date })]);
+  } else {
+    lines.push(["error", t("admin.preflight.not_verified")]);
+  }
+  if (status.required && status.state !== "verified") lines.push(["error", t("admin.preflight.closed")]);
+  if (status.embedder_warning) lines.push(["error", t("admin.preflight.embedder", { message: status.embedder_warning })]);
+  return lines;
+}
+
+async function showPreflight() {
+  let lines;
+  try {
+    const status = (await load("/api/admin/preflight")).preflight;
+    preflightBanner.dataset.state = status.state;
+    lines = preflightLines(status);
+  } catch (err) {
+    lines = [["error", t("admin.preflight.unknown", { message: err.message })]];
+  }
+  mount(preflightBanner, lines.map(([kind, text]) =>
+    h(`p.notice.${kind}`, { role: kind === "error" ? "alert" : "status" }, text)));
+}
+
+onLanguageChange(() => { if (state.user) showPreflight(); });
+
 // -- start --------------------------------------------------------------------------------------
 
 async function boot() {
@@ -1044,7 +1085,7 @@ async function boot() {
     return;
   }
   if (state.user.language && state.user.language !== language()) setLanguage(state.user.language);
-  await route();
+  await Promise.all([showPreflight(), route()]);
 }
 
 boot();

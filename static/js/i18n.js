@@ -395,6 +395,13 @@ const MESSAGES = {
     "admin.th.failures": "失败数",
     "admin.th.failure_rate": "回复失败率",
     "admin.th.by_purpose": "按用途",
+    "admin.preflight.verified": "操纵已验证：{date}，针对当前研究定义，使用 {embedder} / {model}",
+    "admin.preflight.not_verified": "操纵未验证：招募前请运行 flask --app app preflight",
+    "admin.preflight.failed": "操纵验证失败（{date}）：{checks}",
+    "admin.preflight.changed": "研究定义在上次验证（{date}）之后已更改：请重新运行 flask --app app preflight",
+    "admin.preflight.embedder": "嵌入模型与回忆预设不匹配：{message}",
+    "admin.preflight.closed": "已开启 REQUIRE_PREFLIGHT：验证通过前，注册和招募平台入口都不开放。",
+    "admin.preflight.unknown": "无法读取预检状态：{message}",
   },
   en: {
     "app.title": "AI Conversation Study",
@@ -784,6 +791,13 @@ const MESSAGES = {
     "admin.th.failures": "failures",
     "admin.th.failure_rate": "reply failure rate",
     "admin.th.by_purpose": "by purpose",
+    "admin.preflight.verified": "Manipulation verified on {date} for this study definition with {embedder} / {model}",
+    "admin.preflight.not_verified": "Manipulation not verified: run flask --app app preflight before recruiting",
+    "admin.preflight.failed": "Manipulation check failed on {date}: {checks}",
+    "admin.preflight.changed": "The study definition changed since the manipulation was verified on {date}: run flask --app app preflight again",
+    "admin.preflight.embedder": "The embedder does not match the recall preset: {message}",
+    "admin.preflight.closed": "REQUIRE_PREFLIGHT is on: registration and panel entry stay closed until the pre-flight passes.",
+    "admin.preflight.unknown": "Could not read the pre-flight state: {message}",
   },
 };
 

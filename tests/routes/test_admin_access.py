@@ -29,6 +29,7 @@ ADMIN_ROUTES = [
     ("POST", "/api/admin/participants/{pid}/return-link/revoke", {}),
     ("GET", "/api/admin/payments.csv", None),
     ("GET", "/api/admin/payments.csv?upload=1", None),
+    ("GET", "/api/admin/preflight", None),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _ in ADMIN_ROUTES]
 

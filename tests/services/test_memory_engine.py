@@ -104,7 +104,7 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     threshold = settings.study.memory.recall.threshold
     assert memory["recalled"] and memory["p_final"] >= threshold
     assert 0.0 < memory["p"] <= memory["p_final"] <= 1.0
-    assert memory["t"] == pytest.approx(2 / 120, abs=0.01)  # two days on the calibrated 120-day scale
+    assert memory["t"] == pytest.approx(2 * settings.study.memory.recall.time_scale, abs=0.01)  # two study days
     assert memory["g_after"] > memory["g_before"] >= 1.0
     assert 0.0 <= memory["r"] <= 1.0 and memory["cosine"] > 0.85
     # Every candidate considered is kept for audit, recalled or not, and matches a RecallEvent row.
@@ -113,7 +113,7 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert all(c["p_final"] < threshold for c in context.get("recall_candidates") if not c["recalled"])
     events = session.scalars(select(RecallEvent).order_by(RecallEvent.rank)).all()
     assert [e.memory_message_id for e in events] == [c["message_id"] for c in context.get("recall_candidates")]
-    assert context.get("recall_params")["preset"] == "calibrated"
+    assert context.get("recall_params")["preset"] == "anchored"
     assert "[想起的往事]\n[T1] 用户: 我对海鲜过敏，吃饭得特别注意。 / 助手: 明白，过敏确实要小心。" in context.render()
     # T1's closing "好的，今天就聊到这里吧。" carries no content: never a candidate, and the context says so
     assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.get("recall_candidates")]

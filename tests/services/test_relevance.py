@@ -54,8 +54,8 @@ def test_models_that_would_not_rise_with_the_fused_score_are_refused():
 
 
 @pytest.mark.parametrize("language", ["zh", "en", None])
-def test_the_configured_relevance_is_a_probability_monotone_in_the_fused_score(language):
-    params = load_study().memory.recall
+def test_the_calibrated_relevance_is_a_probability_monotone_in_the_fused_score(language):
+    params = rm.resolve_recall_params(load_study().memory.recall_config, preset="calibrated")
     assert params.relevance.method == "logistic"
     rng = np.random.default_rng(11)
     for _ in range(50):
@@ -77,3 +77,38 @@ def test_the_model_round_trips_through_the_study_definition():
     with pytest.raises(ValueError, match="fitted 'model'"):
         rm.resolve_recall_params(load_study().memory.recall_config,
                                  overrides={"relevance": {"method": "logistic", "model": None}})
+
+
+def test_the_exponential_tail_recovers_a_known_scale_and_its_quantile_is_the_budget():
+    rng = np.random.default_rng(5)
+    scores = rng.exponential(scale=0.8, size=40000) - 1.0
+    tail = rel.fit_unrelated_tail(scores)
+    assert tail.share == pytest.approx(0.2, abs=1e-3)
+    assert tail.scale == pytest.approx(0.8, rel=0.03)
+    for budget in (0.01, 0.02, 0.05):
+        anchor = tail.quantile(budget)
+        assert np.mean(scores > anchor) == pytest.approx(budget, rel=0.15)
+        assert tail.exceedance(anchor) == pytest.approx(budget)
+    with pytest.raises(ValueError, match="budget"):
+        tail.quantile(0.25)  # outside the fitted tail
+    with pytest.raises(ValueError, match="scale"):
+        rel.UnrelatedTail(0.0, 0.2, 0.0)
+    with pytest.raises(ValueError, match="at least 10"):
+        rel.fit_unrelated_tail([0.1, 0.2])
+
+
+def test_the_anchored_index_is_smooth_strictly_increasing_and_below_one():
+    anchor, scale, bar = 1.2, 0.9, 0.797
+    assert rel.anchored_index(anchor, anchor, scale, bar) == pytest.approx(bar, abs=1e-15)
+    grid = np.arange(anchor - 5 * scale, anchor + 15 * scale, 1e-3)
+    r = rel.anchored_index(grid, anchor, scale, bar)
+    assert np.all(np.diff(r) > 0)  # strictly increasing (wherever double precision can tell r from 1)
+    assert np.max(np.diff(r)) < 1e-3  # no jump: at most 1e-3 between neighbouring scores 0.001 apart
+    assert np.all((r > 0) & (r < 1))
+    wide = rel.anchored_index(np.linspace(-100.0, 100.0, 200001), anchor, scale, bar)
+    assert np.all(np.diff(wide) >= 0) and np.all(wide < 1.0) and np.max(np.diff(wide)) < 1e-3
+    far = rel.anchored_index(np.array([anchor + 10.0, anchor + 50.0, 1e6, 1e300]), anchor, scale, bar)
+    assert np.all(far < 1.0) and far[0] > 0.999
+    assert rel.anchored_index(-1e6, anchor, scale, bar) == 0.0
+    with pytest.raises(ValueError, match="bar"):
+        rel.anchored_index(0.0, anchor, scale, 1.02)

@@ -1,0 +1,179 @@
+"""Calibration of L4's forgetting-curve recall on the bundled sample (docs/recall_calibration.md).
+
+``calibrate`` replays the study's schedule over the calibration participants with a recall preset (or
+fits one on the development participants: ``fit=True``) and returns a ``CalibrationReport``;
+``check_active_preset`` is the pre-flight's question: does the study's active preset, with the
+configured embedder, meet the pre-registered targets on the held-out and blind participants?
+``scripts/calibrate_recall.py`` is the command line over these functions. The sample and its replay
+live in ``services.recall_calibration_replay``, the fits in ``services.recall_calibration_fit``, the
+report in ``services.recall_calibration_report``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from config import SECONDS_PER_DAY
+from services import recall_model as rm
+from services.recall_calibration_fit import DEFAULT_FEATURES, bootstrap, fit_anchored
+from services.recall_calibration_replay import (
+    FEATURE_NAMES,
+    SAMPLE,
+    MemoEmbedder,
+    Trace,
+    check_candidate_rule,
+    labelled_pairs,
+    replay_all,
+    sample_salience,
+    split_of,
+    study_gaps,
+    traces_for,
+)
+from services.recall_calibration_report import (
+    CalibrationReport,
+    checked_failures,
+    outcome_figures,
+    recall_ceilings,
+)
+from services.study import Study, load_study
+
+TURN_GAPS = (0.0, 3.0, 10.0, 20.0, 40.0)
+
+
+def configured_embedder(name: str | None = None):
+    """The study's embedder (``EMBEDDING_PROVIDER``, offline by default)."""
+    name = name or os.environ.get("EMBEDDING_PROVIDER") or "offline"
+    if name == "offline":
+        from services.providers.offline import OfflineEmbeddingProvider
+
+        return OfflineEmbeddingProvider()
+    from config import Settings
+    from services.embedding_service import build_embedder
+
+    return build_embedder(Settings.from_env(embedding_provider=name))
+
+
+def _memo(embedder) -> MemoEmbedder:
+    embedder = embedder if embedder is not None else configured_embedder()
+    return embedder if isinstance(embedder, MemoEmbedder) else MemoEmbedder(embedder)
+
+
+def calibrate(study: Study | None = None, *, preset: str | None = None, embedder=None,
+              day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None,
+              fit: bool = False, features: tuple[str, ...] = DEFAULT_FEATURES,
+              traces: list[Trace] | None = None, resamples: int = 0) -> CalibrationReport:
+    """Everything the script prints, for the given study (default: the configured one).
+
+    ``fit``: fit the anchored relevance and choose the budget and the time unit on the development
+    participants (the report's ``params`` are then the fitted preset, named "fitted"); ``resamples``: with
+    ``fit``, also refit on that many bootstrap resamples of the development participants."""
+    study = study or load_study()
+    params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
+    retrieval = study.memory.retrieval
+    embedder = _memo(embedder)
+    traces = traces if traces is not None else traces_for(study, embedder, params, retrieval, day_seconds=day_seconds)
+    search: list[dict[str, Any]] = []
+    spread: list[dict[str, Any]] = []
+    if fit:
+        params, search = fit_anchored(traces, params, study, embedder.model, retrieval, features=features,
+                                      day_seconds=day_seconds)
+        if resamples:
+            spread = bootstrap(traces, params, study, embedder.model, retrieval, resamples=resamples,
+                               features=features, day_seconds=day_seconds)
+    pairs = labelled_pairs(traces)
+    for key, data in pairs.items():
+        data["r"] = np.atleast_1d(params.relevance.to_r(
+            data["cosine"], key[1], {f: data[f] for f in FEATURE_NAMES if f != "cosine"}))
+    weights = dict(study.memory.salience_weights)
+    excluded = [text for tasks in SAMPLE.values() for task_id in ("T1", "T2", "T3")
+                for text, _, scores in tasks.get(task_id, [])
+                if not params.candidates.admits_text(text, sample_salience(text, scores, weights))]
+    gaps = list(TURN_GAPS) if params.time_unit == "turns" else study_gaps(study)
+    return CalibrationReport(
+        params, retrieval, embedder.model, day_seconds, pairs, gaps,
+        replay_all(traces, params, study, day_seconds=day_seconds),
+        replay_all(traces, params, study, day_seconds=day_seconds, reinforcement=False),
+        check_candidate_rule(params.candidates), excluded, search, recall_ceilings(traces, params), spread)
+
+
+@dataclass(frozen=True)
+class PresetCheck:
+    """The calibration check of a study's active recall preset (the pre-flight's part (a))."""
+
+    preset: str  # active relevance preset name
+    embedder_model: str | None  # model the preset was fitted for
+    passed: bool
+    figures: dict  # JSON-serialisable: {language: {split: {"T2": pct, "T3": pct, "T4": pct, "unrelated_max": pct}}}
+    failures: list[str]  # human-readable failed targets; empty when passed
+
+
+class PresetEmbedderMismatch(Exception):
+    """The configured embedder is not the one the preset was fitted for; message names
+    `scripts/calibrate_recall.py --fit --write-preset`."""
+
+
+def check_active_preset(study: Study, embedder) -> PresetCheck:
+    """Score the held-out and blind calibration participants with the study's active preset and the given
+    embedder against the pre-registered targets. Raises PresetEmbedderMismatch first if embedder.model differs
+    from the preset's embedder_model (presets without embedder_model, e.g. seed_literal, are not refused)."""
+    params = study.memory.recall
+    fitted_for = params.relevance.embedder_model
+    model = getattr(embedder, "model", None)
+    if fitted_for is not None and model != fitted_for:
+        raise PresetEmbedderMismatch(
+            f"recall preset {params.preset!r} was fitted for the embedder {fitted_for!r}, but the configured one is "
+            f"{model!r}: its relevance would mean nothing. Refit it for this embedder with "
+            f"scripts/calibrate_recall.py --fit --write-preset NAME (and make NAME the study's memory.recall.preset).")
+    checked = [p for p in SAMPLE if split_of(p) != "dev"]
+    traces = traces_for(study, _memo(embedder), params, study.memory.retrieval, participants=checked)
+    outcomes = replay_all(traces, params, study, events=False)
+    failures = checked_failures(outcomes)
+    return PresetCheck(preset=params.preset, embedder_model=fitted_for, passed=not failures,
+                       figures=outcome_figures(outcomes), failures=failures)
+
+
+def _rounded(value: Any, digits: int = 4) -> Any:
+    """Coefficients to four decimals, as the study file keeps them (r moves by < 1e-3)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
+def preset_dict(report: CalibrationReport) -> dict[str, Any]:
+    """The fitted preset as it goes into the study definition (``memory.recall.presets.NAME``)."""
+    params = report.params
+    relevance = params.relevance
+    if relevance.method != "anchored" or relevance.model is None:
+        raise ValueError("only a fitted (anchored) preset can be written; run with --fit")
+    return {
+        "time_unit": params.time_unit, "time_scale": params.time_scale,
+        "relevance": {"method": "anchored", "false_recall_budget": relevance.false_recall_budget,
+                      "anchor_days": relevance.anchor_days, "model": _rounded(relevance.model.to_dict()),
+                      "tails": {k: _rounded(t.to_dict()) for k, t in relevance.tails.items()},
+                      "embedder_model": relevance.embedder_model, "fitted_for": relevance.fitted_for},
+    }
+
+
+def write_preset(path: Path, name: str, preset: dict[str, Any]) -> None:
+    """Put ``preset`` into a JSON or YAML study file as ``memory.recall.presets.<name>`` (created if absent),
+    keeping everything else in it."""
+    yaml_file = path.suffix in (".yaml", ".yml")
+    if yaml_file:
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    else:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data = data or {}
+    data.setdefault("memory", {}).setdefault("recall", {}).setdefault("presets", {})[name] = preset
+    if yaml_file:
+        path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    else:
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,211 @@
+"""Fitting L4's relevance on the calibration sample's development participants
+(docs/recall_calibration.md): the per-language logistic model whose linear score s ranks candidates,
+the upper tail of the unrelated candidates' s, and the choice of the false-recall budget and the time
+unit. Only development pairs and traces reach a fit; held-out and blind participants are replayed
+afterwards and change nothing. ``bootstrap`` refits on resampled development participants to show how
+stable the choice is."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from config import SECONDS_PER_DAY
+from services import recall_model as rm
+from services.memory.relevance import LogisticRelevance, UnrelatedTail, fit_monotone, fit_unrelated_tail
+from services.recall_calibration_replay import (
+    FEATURE_NAMES,
+    SAMPLE_LANGUAGE,
+    TARGETS,
+    UNRELATED_MAX,
+    Trace,
+    group_outcomes,
+    labelled_pairs,
+    replay,
+    replay_all,
+    rises_beyond_noise,
+    schedule_days,
+)
+from services.study import Study
+
+DEFAULT_FEATURES = ("fused", "dense_z", "cosine")
+# Curve time units tried by --fit, in days per unit (t = study days / unit).
+TIME_UNIT_GRID_DAYS = (7, 14, 30, 45, 60, 90, 120, 180, 270, 365, 540, 730)
+# False-recall budgets tried by --fit for the anchored relevance (share of unrelated candidates above the anchor).
+BUDGET_GRID = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04)
+ANCHOR_TASK = "T2"  # the anchor lands on the bar of a neutral memory as old as this task's unlock offset
+
+Pairs = dict[tuple[str, str], dict[str, np.ndarray]]
+
+
+def _pooled(pairs: Pairs, keys: list[tuple[str, str]]) -> dict[str, np.ndarray]:
+    return {name: np.concatenate([pairs[k][name] for k in keys]) for name in (*FEATURE_NAMES, "label")}
+
+
+def fit_relevance(pairs: Pairs, features: tuple[str, ...], split: str = "dev") -> LogisticRelevance:
+    """Per-language logistic models on the ``split`` pairs, and a pooled one as the default."""
+    keys = [k for k in pairs if k[0] == split]
+    by_language = {}
+    for language in sorted({lang for _, lang in keys}):
+        data = _pooled(pairs, [k for k in keys if k[1] == language])
+        by_language[language] = fit_monotone(data, data["label"], features)
+    everything = _pooled(pairs, keys)
+    return LogisticRelevance(fit_monotone(everything, everything["label"], features), by_language)
+
+
+def unrelated_scores(pairs: Pairs, model: LogisticRelevance, language: str | None, split: str = "dev") -> np.ndarray:
+    """The linear scores s of the ``split``'s unrelated pairs in ``language`` (None: every language)."""
+    keys = [k for k in pairs if k[0] == split and language in (None, k[1])]
+    found = []
+    for key in keys:
+        data = pairs[key]
+        unrelated = data["label"] == 0
+        found.append(np.atleast_1d(model.linear({f: data[f][unrelated] for f in FEATURE_NAMES}, key[1])))
+    return np.concatenate(found) if found else np.zeros(0)
+
+
+def fit_tails(pairs: Pairs, model: LogisticRelevance, split: str = "dev") -> dict[str, UnrelatedTail]:
+    """Each language's unrelated-score tail, and a pooled ``default`` one (each under its own model)."""
+    languages = sorted({lang for s, lang in pairs if s == split})
+    tails = {lang: fit_unrelated_tail(unrelated_scores(pairs, model, lang, split)) for lang in languages}
+    pooled = np.concatenate([np.atleast_1d(model.model(None).linear(
+        {f: pairs[k][f][pairs[k]["label"] == 0] for f in FEATURE_NAMES})) for k in pairs if k[0] == split])
+    return {"default": fit_unrelated_tail(pooled), **tails}
+
+
+def anchored_params(base: rm.RecallParams, model: LogisticRelevance, tails: dict[str, UnrelatedTail], budget: float,
+                    days_per_unit: float, anchor_days: float, embedder_model: str, retrieval: rm.RetrievalSettings,
+                    preset: str = "fitted") -> rm.RecallParams:
+    relevance = rm.RelevanceMapping("anchored", model=model, embedder_model=embedder_model,
+                                    fitted_for={"retrieval": retrieval.to_dict()}, tails=tails,
+                                    false_recall_budget=budget, anchor_days=anchor_days)
+    return rm.resolve_anchor(replace(base, preset=preset, time_unit="days", time_scale=1.0 / days_per_unit,
+                                     relevance=relevance))
+
+
+TASKS = tuple(TARGETS)
+INNER_RESAMPLES = 200  # bootstrap resamples of the development participants each (budget, unit) is judged on
+
+
+def _counts(dev: list[Trace], params: rm.RecallParams, study: Study, day_seconds: float) -> np.ndarray:
+    """Per trace and task: relevant recalled, relevant, unrelated recalls, unrelated candidates."""
+    rows = []
+    for trace in dev:
+        tasks = replay(trace, params, study, day_seconds=day_seconds, events=False)
+        rows.append([[len(tasks[t].relevant_recalled), len(tasks[t].relevant), tasks[t].unrelated_recalls,
+                      tasks[t].unrelated_candidates] for t in TASKS])
+    return np.array(rows, dtype=np.float64)
+
+
+def _resample_weights(dev: list[Trace], resamples: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per language: the indices of its traces in ``dev`` and a (resamples x traces) matrix of how often each
+    is drawn when that language's participants are drawn with replacement (the same draws for every cell)."""
+    rng = np.random.default_rng(seed)
+    found = {}
+    for language in sorted({t.language for t in dev}):
+        index = np.array([i for i, t in enumerate(dev) if t.language == language])
+        draws = rng.integers(0, index.size, size=(resamples, index.size))
+        found[language] = (index, np.stack([np.bincount(row, minlength=index.size) for row in draws]))
+    return found
+
+
+def _holds(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For (resamples x tasks x 4) summed counts: whether the shape and the unrelated bound hold, and the worst
+    share / target over the tasks (capped at 1)."""
+    recalled, relevant, unrelated, candidates = (sums[..., k] for k in range(4))
+    share = np.divide(recalled, relevant, out=np.zeros_like(recalled), where=relevant > 0)
+    rate = np.divide(unrelated, candidates, out=np.zeros_like(unrelated), where=candidates > 0)
+    rises = rises_beyond_noise(recalled[:, :-1], relevant[:, :-1], recalled[:, 1:], relevant[:, 1:])
+    targets = np.array([TARGETS[t] for t in TASKS])
+    return ~rises.any(axis=1), (rate <= UNRELATED_MAX).all(axis=1), np.minimum(share / targets, 1.0).min(axis=1)
+
+
+def judge(counts: np.ndarray, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """One (budget, unit) on the development participants: the point shares and the worst unrelated rate, and
+    over the resamples: how often the shape and the unrelated bound hold in every language (``p_first``), and
+    the mean of the worst share / target over languages and tasks (capped at 1) where they hold, 0 where they
+    do not (``score``)."""
+    first, worst = None, None
+    shares, worst_rate = {}, 0.0
+    for language, (index, w) in weights.items():
+        mine = counts[index]
+        whole = mine.sum(axis=0)
+        shares[language] = {t: whole[k, 0] / whole[k, 1] if whole[k, 1] else 0.0 for k, t in enumerate(TASKS)}
+        worst_rate = max(worst_rate, max(whole[k, 2] / whole[k, 3] if whole[k, 3] else 0.0 for k in range(len(TASKS))))
+        shape, unrelated, ratio = _holds(np.einsum("bn,ntk->btk", w, mine))
+        first = shape & unrelated if first is None else first & shape & unrelated
+        worst = ratio if worst is None else np.minimum(worst, ratio)
+    return {"shares": shares, "unrelated": worst_rate, "p_first": float(np.mean(first)),
+            "score": float(np.mean(np.where(first, worst, 0.0)))}
+
+
+def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rule of --fit, judged over bootstrap resamples of the development participants (``judge``): in each
+    resample the forgetting shape (no task above the one before it by more than noise) and at most
+    UNRELATED_MAX of the unrelated candidates recalled at every task come first - a resample where either fails
+    in some language scores 0 - and otherwise it scores its worst share / target (capped at 1). The highest
+    mean score wins; ties: the budget nearest the default, then the longer unit (the gentler forgetting)."""
+    return max(rows, key=lambda row: (round(row["score"], 9), -abs(row["budget"] - rm.DEFAULT_FALSE_RECALL_BUDGET),
+                                      row["days_per_unit"]))
+
+
+def fit_anchored(traces: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
+                 retrieval: rm.RetrievalSettings, *, features: tuple[str, ...] = DEFAULT_FEATURES,
+                 day_seconds: float = SECONDS_PER_DAY, budgets: tuple[float, ...] = BUDGET_GRID,
+                 units: tuple[float, ...] = TIME_UNIT_GRID_DAYS, seed: int = 17) -> tuple[rm.RecallParams, list[dict]]:
+    """The anchored preset fitted on the development traces among ``traces``: the logistic model (its linear
+    score is s), the unrelated tails, and the budget and time unit ``choose`` picks over ``budgets`` x
+    ``units``. Returns the parameters and every row tried."""
+    dev = [t for t in traces if t.split == "dev"]
+    pairs = labelled_pairs(dev)
+    model = fit_relevance(pairs, features)
+    tails = fit_tails(pairs, model)
+    anchor_days = schedule_days(study)[ANCHOR_TASK]
+    weights = _resample_weights(dev, INNER_RESAMPLES, seed)
+    rows = []
+    for budget in budgets:
+        for days in units:
+            try:
+                params = anchored_params(base, model, tails, budget, days, anchor_days, embedder_model, retrieval)
+            except ValueError:  # a unit so short that a neutral memory is past recall at the anchor's age
+                continue
+            rows.append({"budget": budget, "days_per_unit": days,
+                         **judge(_counts(dev, params, study, day_seconds), weights)})
+    best = choose(rows)
+    return anchored_params(base, model, tails, best["budget"], best["days_per_unit"], anchor_days, embedder_model,
+                           retrieval), rows
+
+
+def resample(traces: list[Trace], rng: random.Random) -> list[Trace]:
+    """The development traces drawn with replacement, per language (as many as there are), renamed apart so a
+    participant drawn twice counts twice."""
+    dev = [t for t in traces if t.split == "dev"]
+    drawn = []
+    for language in sorted({t.language for t in dev}):
+        mine = [t for t in dev if t.language == language]
+        drawn += [replace(rng.choice(mine)) for _ in mine]
+    for i, trace in enumerate(drawn):
+        trace.participant = f"{trace.participant}#{i}"
+    return drawn
+
+
+def bootstrap(traces: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
+              retrieval: rm.RetrievalSettings, *, resamples: int, seed: int = 17,
+              features: tuple[str, ...] = DEFAULT_FEATURES,
+              day_seconds: float = SECONDS_PER_DAY) -> list[dict[str, Any]]:
+    """Refit on ``resamples`` bootstrap resamples of the development participants; each row: the chosen budget
+    and unit, and the held-out and blind relevant shares per language and task under that refit."""
+    rng = random.Random(seed)
+    checked = [t for t in traces if t.split != "dev"]
+    rows = []
+    for _ in range(resamples):
+        params, _tried = fit_anchored(resample(traces, rng), base, study, embedder_model, retrieval,
+                                      features=features, day_seconds=day_seconds)
+        outcomes = replay_all(checked, params, study, day_seconds=day_seconds, events=False)
+        rows.append({"budget": params.relevance.false_recall_budget, "days_per_unit": 1.0 / params.time_scale,
+                     "shares": {f"{split} {lang}": {t: o.relevant_share()
+                                                     for t, o in group_outcomes(outcomes, split, lang).items()}
+                                for split in ("held-out", "blind") for lang in sorted(set(SAMPLE_LANGUAGE.values()))}})
+    return rows

@@ -1,0 +1,1065 @@
+"""Bot participants: the manipulation check a lab runs before recruiting anyone.
+
+Used by ``scripts/simulate_participants.py`` (the researcher's entry point) and by the pre-flight
+(``services.preflight``, ``flask --app app preflight``). The bots (``HttpClient``, ``Bot``, ``Admin``,
+``run_bots``) are HTTP-only: they reach a server through its JSON API exactly as a browser would and
+import nothing from ``services``; only the analysis reads the conditions' declarations.
+
+N scripted participants per enabled memory group walk register -> T1 ... T4
+through the HTTP API, exactly as a browser would (session cookie, CSRF header,
+polling for unlocks, heartbeats until the minimum task time). In T1 each bot
+plants six facts: name, seafood allergy, cat, PhD-application worry and
+hometown early in the chat, and a hobby in the last turns, with filler turns
+between so that the early facts fall out of a 7-turn window; four come with a
+specific detail the gist profile drops (SPECIFICS). In T2-T4 it asks probes
+("what do you remember about me?", a question about dinner, about its pet, about
+the hill it climbed ...) that never name the facts or the specifics themselves.
+
+Afterwards an admin account reads every probe reply's stored memory context and
+the script prints a manipulation-check report: per group and task, how many of
+the planted facts the context held, and where (profile, verbatim recent turns,
+forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
+before the task; L3 the profile facts; L4 at least as many as L3, and - the check
+that can fail - per task and language a share of L4's probe replies holding a
+planted specific that L3's context for the same message lacks (minimum shares per
+task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
+these expectations (``manipulation_check`` in services/memory/); the script checks
+the declarations of the groups that ran, so a new condition is checked by declaring
+its own. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
+
+Without ``--base-url`` the script starts its own server: the real app on a fresh
+temporary SQLite database, offline providers, pilot mode with one study day =
+``--day-seconds`` real seconds (T4 unlocks 16 days = 160 s after T1 at the
+default 10 s). Task durations are stretched so the bots' chats are not cut off
+by the compressed timer (the report says by how much). With ``--base-url`` the
+server must be in pilot mode and an admin account is needed to read contexts.
+"""
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import logging
+import re
+import secrets
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from statistics import mean
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from config import Settings
+    from services.memory.base import ManipulationCheck
+    from services.study import Study
+
+    AppFactory = Callable[[Settings], Flask]
+
+TASKS = ("T1", "T2", "T3", "T4")
+PROBE_TASKS = ("T2", "T3", "T4")
+SOURCES = ("profile", "recent_turns", "recalled", "other")
+POLL_SECONDS = 0.25
+CONSOLIDATION_WAIT_SECONDS = 180.0
+BOT_CHAT_SECONDS = 120.0  # real seconds of chat a bot's task script needs on a busy machine
+
+
+# ---------------------------------------------------------------------------------------------
+# The scripts
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: str
+    label: str
+    pattern: re.Pattern[str]  # matches the fact in Chinese or English text
+    late: bool = False  # planted in T1's last turns (inside a 7-turn window)
+
+
+FACTS = [
+    Fact("name", "name (林晓雨 / Alex)", re.compile(r"晓雨|\bAlex\b")),
+    Fact("allergy", "seafood allergy", re.compile(r"过敏|allerg", re.IGNORECASE)),
+    Fact("cat", "cat (麻薯 / Mochi)", re.compile(r"猫|麻薯|\bcats?\b|\bMochi\b", re.IGNORECASE)),
+    Fact("phd", "PhD application worry", re.compile(r"博士|\bPhD\b", re.IGNORECASE)),
+    Fact("hometown", "hometown (成都 / Edinburgh)", re.compile(r"成都|Edinburgh")),
+    Fact("hobby", "hiking (late in T1)", re.compile(r"爬山|登山|\bhik(?:e|es|ed|ing)\b", re.IGNORECASE), late=True),
+]
+FACT_IDS = [f.id for f in FACTS]
+EARLY_FACTS = {f.id for f in FACTS if not f.late}
+LATE_FACTS = {f.id for f in FACTS if f.late}
+
+# Details planted with a fact that the gist profile drops (the offline extractor keeps "对海鲜过敏",
+# "has a cat called Mochi", "likes hiking", not the shrimp and the rash, the clinginess, the hill's name).
+# A context holding one of them remembers a specific earlier exchange, not the gist. Keyed by fact.
+SPECIFICS = {
+    "allergy": re.compile(r"虾|疹子|\bshrimp\b|\brash\b", re.IGNORECASE),
+    "cat": re.compile(r"黏人|follows me everywhere", re.IGNORECASE),
+    "hometown": re.compile(r"想家|miss home", re.IGNORECASE),
+    "hobby": re.compile(r"香山|Blue Hill"),
+}
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str
+    kind: str  # fact:<id> | probe:<topic> | filler
+
+
+def _turns(*pairs: tuple[str, str]) -> list[Turn]:
+    return [Turn(text, kind) for kind, text in pairs]
+
+
+SCRIPTS: dict[str, dict[str, list[Turn]]] = {
+    "zh": {
+        "T1": _turns(
+            ("fact:name", "你好！我叫林晓雨，在北京读研究生。"),
+            ("fact:allergy", "我对海鲜过敏，吃一点虾就会全身起疹子。"),
+            ("fact:cat", "我养了一只猫，叫麻薯，特别黏人。"),
+            ("fact:phd", "最近我在申请博士，压力特别大，总担心申请不上。"),
+            ("fact:hometown", "我是成都人，一个人在外地上学，有时候挺想家的。"),
+            ("filler", "今天天气还不错，出门走了走。"),
+            ("filler", "中午在食堂随便吃了点面条。"),
+            ("filler", "下午开了一个很长的组会，有点累。"),
+            ("filler", "晚上打算早点休息。"),
+            ("filler", "最近在看一部讲宇宙的纪录片。"),
+            ("fact:hobby", "周末我最喜欢去爬山，上周刚爬了香山。"),
+            ("filler", "好啦，今天先聊到这里，谢谢你陪我聊天！"),
+        ),
+        "T2": _turns(
+            ("probe:memory", "好久不见！你还记得我是谁吗？"),
+            ("probe:food", "今晚想和朋友去吃一顿海鲜大餐，你觉得怎么样？"),
+            ("probe:pet", "家里的小宠物最近不太爱吃东西，我有点担心。"),
+            ("probe:application", "申请材料下周就要截止了，我该怎么安排时间？"),
+            ("probe:hobby", "你还记得我周末喜欢做什么吗？"),
+            ("probe:allergy_detail", "上次我跟你说过，我吃了什么东西会浑身不舒服来着？"),
+            ("probe:hobby_detail", "我上周末去的是哪座山，你还记得吗？"),
+            ("probe:cat_detail", "我家那个小家伙平时对我怎么样，你还记得吗？"),
+            ("probe:hometown_detail", "一个人在外地上学，我之前跟你说过心里是什么滋味吗？"),
+            ("filler", "这几天睡得不太好。"),
+            ("filler", "昨天和室友看了一场电影。"),
+            ("filler", "好的，今天就聊到这里，下次见！"),
+        ),
+        "T3": _turns(
+            ("probe:food", "你能帮我制定下周的晚餐计划吗？"),
+            ("probe:pet", "我想给家里的小宠物买个新玩具，有什么推荐？"),
+            ("probe:application", "下个月有一场面试，能帮我准备一下自我介绍吗？"),
+            ("probe:memory", "你还记得我之前跟你说过哪些事情吗？"),
+            ("probe:hobby", "周末想出去走走，有什么建议？"),
+            ("probe:allergy_detail", "点外卖的时候，哪些菜我得避开？我之前跟你说过原因。"),
+            ("probe:hobby_detail", "上次我说去过的那座山，还值得再去一次吗？"),
+            ("probe:cat_detail", "我出门的时候，家里那个小家伙会怎么样？你还记得我说过它的性子吗？"),
+            ("filler", "今天有点忙。"),
+            ("filler", "谢谢你的建议。"),
+            ("filler", "我先去准备了，回头聊！"),
+        ),
+        "T4": _turns(
+            ("probe:memory", "三周过得真快，你还记得关于我的哪些事？"),
+            ("probe:food", "最后推荐一道适合我的晚餐吧。"),
+            ("probe:pet", "替我向家里那个毛茸茸的小家伙问声好吧。"),
+            ("probe:application", "申请的结果快出来了，给我打打气吧。"),
+            ("probe:self", "你觉得我是一个怎样的人？"),
+            ("probe:cat_detail", "你还记得我说过家里那个小家伙有多依赖我吗？"),
+            ("probe:allergy_detail", "我之前说过吃错东西身上会起什么反应？"),
+            ("probe:hometown_detail", "放假想回老家了，你还记得我说过一个人在外地是什么感受吗？"),
+            ("filler", "谢谢你这几周的陪伴。"),
+            ("filler", "我会想念和你聊天的。"),
+            ("filler", "再见啦！"),
+        ),
+    },
+    "en": {
+        "T1": _turns(
+            ("fact:name", "Hi! My name is Alex Chen and I'm a graduate student in Boston."),
+            ("fact:allergy", "I'm allergic to seafood; even a little shrimp gives me a rash."),
+            ("fact:cat", "I have a cat called Mochi who follows me everywhere."),
+            ("fact:phd", "I'm applying for PhD programmes and I'm really anxious about getting in."),
+            ("fact:hometown", "I'm originally from Edinburgh, so I miss home sometimes."),
+            ("filler", "The weather was nice today, so I went for a short walk."),
+            ("filler", "I had a quick bowl of noodles in the canteen for lunch."),
+            ("filler", "This afternoon we had a very long lab meeting."),
+            ("filler", "I plan to go to bed early tonight."),
+            ("filler", "I've been watching a documentary about space."),
+            ("fact:hobby", "At weekends I love hiking; last week I climbed Blue Hill."),
+            ("filler", "Okay, that's all for today. Thanks for chatting with me!"),
+        ),
+        "T2": _turns(
+            ("probe:memory", "Long time no see! Do you remember who I am?"),
+            ("probe:food", "Tonight I'm thinking of a big seafood dinner with friends. What do you think?"),
+            ("probe:pet", "My little pet hasn't been eating much lately and I'm a bit worried."),
+            ("probe:application", "My application materials are due next week. How should I plan my time?"),
+            ("probe:hobby", "Do you remember what I like to do at weekends?"),
+            ("probe:allergy_detail", "Remind me, what did I say happens to my skin if I eat the wrong thing?"),
+            ("probe:hobby_detail", "Which hill did I climb last week, do you remember?"),
+            ("probe:cat_detail", "Do you remember how my furry companion behaves around me?"),
+            ("probe:hometown_detail", "Living far from where I grew up: do you remember how I said it makes me feel?"),
+            ("filler", "I haven't been sleeping well these days."),
+            ("filler", "Yesterday I watched a film with my flatmate."),
+            ("filler", "Alright, that's it for today. See you next time!"),
+        ),
+        "T3": _turns(
+            ("probe:food", "Could you help me plan my dinners for next week?"),
+            ("probe:pet", "I'd like to buy a new toy for my little pet at home. Any ideas?"),
+            ("probe:application", "I have an interview next month. Could you help me prepare an introduction?"),
+            ("probe:memory", "Do you remember what I told you before?"),
+            ("probe:hobby", "I want to get outdoors this weekend. Any suggestions?"),
+            ("probe:allergy_detail", "Ordering takeaway tonight: which dishes must I avoid? I told you why before."),
+            ("probe:hobby_detail", "Is the hill I told you I climbed worth another visit?"),
+            ("probe:cat_detail", "When I'm at home, what does my furry companion do? You know her habits."),
+            ("filler", "It's been a busy day."),
+            ("filler", "Thanks for the advice."),
+            ("filler", "I'll go and get ready now. Talk later!"),
+        ),
+        "T4": _turns(
+            ("probe:memory", "These three weeks flew by. What do you remember about me?"),
+            ("probe:food", "One last thing: recommend a dinner that suits me."),
+            ("probe:pet", "Say hello to my furry little friend at home for me."),
+            ("probe:application", "My application results are coming out soon. Cheer me up!"),
+            ("probe:self", "What kind of person do you think I am?"),
+            ("probe:cat_detail", "Do you remember how attached my furry companion is to me?"),
+            ("probe:allergy_detail", "What did I tell you my body does when I eat the wrong food?"),
+            ("probe:hometown_detail", "Do you remember how I said I feel about being away from where I grew up?"),
+            ("filler", "Thank you for keeping me company these weeks."),
+            ("filler", "I'll miss our chats."),
+            ("filler", "Goodbye!"),
+        ),
+    },
+}
+OPEN_ANSWERS = {"zh": "这是一个模拟参与者的回答。", "en": "This answer comes from a simulated participant."}
+
+
+def facts_in(text: str) -> set[str]:
+    return {fact.id for fact in FACTS if fact.pattern.search(text or "")}
+
+
+def specifics_in(text: str) -> set[str]:
+    """The facts whose planted specific detail (SPECIFICS) ``text`` holds."""
+    return {fact_id for fact_id, pattern in SPECIFICS.items() if pattern.search(text or "")}
+
+
+def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
+    """Whether a recalled memory passes the recall-candidate rule the reply was built with
+    (services.recall_model.CandidateRule): a content word, or a high salience."""
+    from services import recall_model
+
+    rule = (recall_params or {}).get("candidates") or {}
+    return recall_model.CandidateRule(
+        min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
+    ).admits_text(memory.get("text") or "", memory.get("salience"))
+
+
+def context_texts(context: dict[str, Any] | None) -> Iterator[tuple[str, str]]:
+    """(section, text) for every piece of a stored memory context the assistant was shown."""
+    if not context:
+        return
+    yield "profile", (context.get("profile") or {}).get("text") or ""
+    for turn in context.get("recent_turns") or []:
+        yield "recent_turns", turn.get("user") or ""
+        yield "recent_turns", turn.get("assistant") or ""
+    for memory in context.get("recalled") or []:
+        yield "recalled", memory.get("text") or ""
+        yield "recalled", memory.get("reply") or ""
+    for key in ("summary", "r1_memory"):
+        yield "other", (context.get(key) or {}).get("text") or ""
+    for fragment in context.get("fragments") or []:
+        yield "other", fragment.get("text") or ""
+
+
+def context_facts(context: dict[str, Any] | None) -> dict[str, set[str]]:
+    """Planted facts in each section of a stored memory context."""
+    found = {source: set() for source in SOURCES}
+    for source, text in context_texts(context):
+        found[source] |= facts_in(text)
+    return found
+
+
+def context_specifics(context: dict[str, Any] | None) -> set[str]:
+    """Planted specifics (SPECIFICS) anywhere in a stored memory context."""
+    return set().union(*(specifics_in(text) for _, text in context_texts(context)))
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------
+
+
+class ApiError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, payload: dict[str, Any]) -> None:
+        super().__init__(f"{method} {path} -> {status} {payload.get('error', '')}: {payload.get('message', '')}")
+        self.status = status
+        self.payload = payload
+
+
+class HttpClient:
+    """A browser-like JSON client: cookie session, CSRF header on POST, waits out 429s."""
+
+    def __init__(self, base_url: str, timeout: float = 120.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.csrf: str | None = None
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        for _ in range(10):
+            request = urllib.request.Request(self.base_url + path, method=method,
+                                             headers={"Accept": "application/json"})
+            if method == "POST":
+                if self.csrf is None:
+                    self.csrf = self.expect("GET", "/api/auth/csrf")["csrf_token"]
+                request.add_header("X-CSRFToken", self.csrf)
+                request.add_header("Content-Type", "application/json")
+                request.data = json.dumps(body or {}, ensure_ascii=False).encode("utf-8")
+            try:
+                with self.opener.open(request, timeout=self.timeout) as response:
+                    status, raw, headers = response.status, response.read(), response.headers
+            except urllib.error.HTTPError as exc:
+                status, raw, headers = exc.code, exc.read(), exc.headers
+            if status == 429:
+                time.sleep(float(headers.get("Retry-After") or 1))
+                continue
+            payload = json.loads(raw) if raw and "json" in (headers.get("Content-Type") or "") else {}
+            if isinstance(payload, dict) and payload.get("csrf_token"):
+                self.csrf = payload["csrf_token"]  # login and registration start a new session
+            return status, payload
+        raise ApiError(method, path, 429, {"error": "too_many_requests"})
+
+    def expect(self, method: str, path: str, body: dict[str, Any] | None = None,
+               ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
+        status, payload = self.call(method, path, body)
+        if status not in ok:
+            raise ApiError(method, path, status, payload)
+        return payload
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.rstrip("Z"))
+
+
+# ---------------------------------------------------------------------------------------------
+# One bot
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SentTurn:
+    task_id: str
+    kind: str
+    text: str
+    message_id: int | None = None
+    reply_id: int | None = None
+
+
+@dataclass
+class Bot:
+    username: str
+    language: str
+    client: HttpClient
+    user_id: int | None = None
+    participant_code: str | None = None
+    memory_group: str | None = None
+    turns: list[SentTurn] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    tasks_done: list[str] = field(default_factory=list)
+
+    def register(self, password: str) -> None:
+        payload = self.client.expect("POST", "/api/auth/register", {
+            "username": self.username, "password": password, "consent": True, "language": self.language})
+        self.user_id = payload["user"]["id"]
+        self.participant_code = payload["user"]["participant_code"]
+
+    def speak(self, language: str) -> None:
+        """Switch the account's language (as the page's language toggle does); scripts follow it."""
+        if language != self.language:
+            self.client.expect("POST", "/api/auth/language", {"language": language})
+            self.language = language
+
+    def walk(self, memory_ready: Callable[[int, str], None]) -> None:
+        try:
+            for task_id in TASKS:
+                self._wait_until_available(task_id)
+                memory_ready(self.user_id, task_id)
+                self._do_task(task_id)
+                self.tasks_done.append(task_id)
+        except Exception as exc:  # one bot's failure is reported, not fatal to the others
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _wait_until_available(self, task_id: str) -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            listing = self.client.expect("GET", "/api/tasks")
+            task = next(t for t in listing["tasks"] if t["id"] == task_id)
+            if task["status"] in ("available", "in_progress"):
+                return
+            if task["status"] == "done":
+                raise RuntimeError(f"{task_id} is already done")
+            wait = POLL_SECONDS
+            if task.get("available_at"):
+                wait = max(POLL_SECONDS, (_parse_time(task["available_at"]) - _parse_time(listing["now"]))
+                           .total_seconds() + 0.05)
+            time.sleep(min(wait, 5.0))
+        raise TimeoutError(f"{task_id} did not unlock within 10 minutes")
+
+    def _do_task(self, task_id: str) -> None:
+        self.client.expect("POST", f"/api/tasks/{task_id}/start")
+        for turn in SCRIPTS[self.language][task_id]:
+            sent = SentTurn(task_id=task_id, kind=turn.kind, text=turn.text)
+            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages", {"content": turn.text})
+            if status == 409 and payload.get("error") == "time_up":
+                self.notes.append(f"{task_id}: the task timer ran out after {len(self.turns)} turns")
+                break
+            if status == 503:  # every provider failed; the message is stored, ask for the reply again
+                message_id = payload.get("details", {}).get("message_id")
+                status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages/{message_id}/reply")
+            if status != 201:
+                raise ApiError("POST", f"/api/tasks/{task_id}/messages", status, payload)
+            sent.message_id, sent.reply_id = payload["message"]["id"], payload["reply"]["id"]
+            self.turns.append(sent)
+        self._finish(task_id)
+        items = self.client.expect("GET", f"/api/tasks/{task_id}/questionnaire")["items"]
+        answers = {}
+        for n, item in enumerate(items):
+            if item["type"] in ("likert", "ios"):
+                answers[item["id"]] = item["min"] + (n + len(self.username)) % (item["max"] - item["min"] + 1)
+            elif item["type"] == "choice" and item.get("options"):
+                answers[item["id"]] = item["options"][0]["value"]
+            elif item["type"] == "text":
+                answers[item["id"]] = OPEN_ANSWERS[self.language]
+        self.client.expect("POST", f"/api/tasks/{task_id}/questionnaire", {"answers": answers})
+
+    def _finish(self, task_id: str) -> None:
+        """Finish the chat, keeping the page 'open' with heartbeats until the minimum time is reached."""
+        for _ in range(1000):
+            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/finish")
+            if status == 200:
+                return
+            if status == 409 and payload.get("error") == "task_phase_questionnaire":
+                return  # the timer closed the chat already
+            if status != 409 or payload.get("error") != "too_early":
+                raise ApiError("POST", f"/api/tasks/{task_id}/finish", status, payload)
+            timer = payload["details"]["timer"]
+            scale = (timer["remaining_real_seconds"] / timer["remaining_seconds"]) if timer["remaining_seconds"] else 0
+            missing_real = (timer["min_active_seconds"] - timer["active_seconds"]) * scale
+            # stay under the idle-gap threshold, or the wait would not count as active time
+            time.sleep(min(max(missing_real, 0.01) + 0.01, 0.8 * timer["idle_gap_real_seconds"]))
+            self.client.call("POST", f"/api/tasks/{task_id}/heartbeat")
+        raise TimeoutError(f"{task_id}: the minimum task time was never reached")
+
+
+# ---------------------------------------------------------------------------------------------
+# A temporary server of our own
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    base_url: str
+    admin_user: str
+    admin_password: str
+    study: Study | None = None
+    timing_note: str | None = None
+    providers: dict[str, Any] | None = None  # what the temporary server replied and embedded with
+
+
+def _providers(runtime: Any) -> dict[str, Any]:
+    """The reply chain, the consolidation chain and the embedder a runtime uses, by name and model."""
+    def chain(llm: Any) -> list[str]:
+        return [f"{p.name}/{p.model}" for p in getattr(llm, "providers", [])]
+
+    return {"reply": chain(runtime.llm), "consolidation": chain(runtime.consolidation_llm),
+            "embedder": getattr(runtime.embedder, "model", None)}
+
+
+def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | None]:
+    """Pilot mode scales task durations with the day, so a 2-second day leaves a 15-minute task
+    0.02 s of chat. Give the bots at least 10 real minutes per task; unlocks stay compressed."""
+    scale = day_seconds / 86400
+    timing = study.definition["timing"]
+    wanted = {"task_active_seconds": 600 / scale, "max_wall_seconds": 900 / scale}
+    stretched = {k: v for k, v in wanted.items() if timing[k] < v}
+    if not stretched:
+        return study, None
+    longer = study.with_overrides({"timing": {k: round(v) for k, v in stretched.items()}})
+    note = ", ".join(f"{k} {timing[k]} -> {longer.definition['timing'][k]} study s" for k in stretched)
+    return longer, note
+
+
+def _temporary_settings(base: Settings | None, database_url: str, day_seconds: float, study: Study) -> Settings:
+    """The temporary server's settings: ``base``'s providers (the pre-flight passes the environment's), else
+    the offline ones; always its own database, pilot days, no scheduler and no rate limits."""
+    from config import Settings
+
+    fixed = dict(database_url=database_url, secret_key=secrets.token_hex(16), day_seconds=day_seconds,
+                 pilot_timer_scale=None, scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False,
+                 rate_limit_storage="memory", run_migrations_on_start=True, require_preflight=False,
+                 study=study)
+    if base is None:
+        return Settings(llm_providers=["offline"], embedding_provider="offline", **fixed)
+    return replace(base, **fixed)
+
+
+@contextmanager
+def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[str] | None = None,
+                     settings: Settings | None = None) -> Iterator[Server]:
+    """The real app (``make_app``, i.e. app.create_app) on a fresh SQLite file, served on 127.0.0.1:<free port>;
+    offline providers unless ``settings`` names others (the study's own database is never touched).
+
+    ``conditions``: the memory conditions new participants are assigned to (default: every condition
+    the study defines, so S1 and R1 are checked too)."""
+    from werkzeug.serving import make_server
+
+    from services.account_service import create_admin
+    from services.study import load_study
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:
+        study, note = _stretched_timing(settings.study if settings else load_study(), day_seconds)
+        study = study.with_overrides({"enabled_conditions": list(conditions or study.conditions)})
+        app = make_app(_temporary_settings(settings, f"sqlite:///{Path(tmp) / 'simulation.db'}", day_seconds, study))
+        runtime = app.extensions["memory_lab"]
+        password = secrets.token_urlsafe(12)
+        with runtime.db.Session() as session:
+            create_admin(session, "sim_admin", password, runtime.clock)
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, name="simulation-server", daemon=True)
+        thread.start()
+        try:
+            yield Server(base_url=f"http://127.0.0.1:{server.server_port}", admin_user="sim_admin",
+                         admin_password=password, study=study, timing_note=note,
+                         providers=_providers(runtime))
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+            runtime.background.shutdown(wait=True)
+            runtime.db.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+class Admin:
+    """Reads groups and memory contexts; waits for consolidation between tasks."""
+
+    def __init__(self, base_url: str, user: str, password: str) -> None:
+        self.client = HttpClient(base_url)
+        self.client.expect("POST", "/api/auth/login", {"username": user, "password": password})
+        self.lock = threading.Lock()
+        self.waits: list[float] = []
+
+    def get(self, path: str) -> dict[str, Any]:
+        with self.lock:
+            return self.client.expect("GET", path)
+
+    def withdraw(self, user_id: int, reason: str) -> None:
+        with self.lock:
+            self.client.expect("POST", f"/api/admin/participants/{user_id}/withdraw", {"reason": reason})
+
+    def memory_ready(self, user_id: int, next_task: str) -> None:
+        """Block until every earlier task of this participant is consolidated (or failed)."""
+        earlier = TASKS[:TASKS.index(next_task)]
+        started = time.monotonic()
+        while time.monotonic() - started < CONSOLIDATION_WAIT_SECONDS:
+            states = self.get(f"/api/admin/participants/{user_id}")["participant"]["consolidation"]
+            if all(states.get(t) not in ("pending", "running") for t in earlier):
+                self.waits.append(time.monotonic() - started)
+                return
+            time.sleep(POLL_SECONDS)
+        raise TimeoutError(f"consolidation of {', '.join(earlier)} did not finish in {CONSOLIDATION_WAIT_SECONDS} s")
+
+
+def _languages(language: str) -> list[str]:
+    return ["zh", "en"] if language == "both" else [language]
+
+
+@dataclass
+class Enrolment:
+    """The bots that walk (``per_group`` per enabled group and language) and how they were reached:
+    assignment is by permuted blocks the bots cannot choose, so they register in whole blocks until every
+    group holds enough, and the extra registrations are withdrawn by the admin before anyone starts."""
+
+    bots: list[Bot]
+    registered: int
+    withdrawn: dict[str, int]
+    groups: list[str]
+
+    def describe(self) -> str:
+        per_group = ", ".join(f"{g} {sum(1 for b in self.bots if b.memory_group == g)}" for g in self.groups)
+        extra = ", ".join(f"{g} {n}" for g, n in self.withdrawn.items() if n)
+        return (f"registered {self.registered} bots, {len(self.groups)} at a time (assignment is by permuted "
+                f"blocks), until every group held enough; {len(self.bots)} walk: {per_group}"
+                + (f"; withdrew the extra registrations ({extra})" if extra else ""))
+
+
+def _register_until_filled(base_url: str, admin: Admin, groups: list[str], need: int,
+                           language: str) -> dict[str, list[Bot]]:
+    """Register bots a block's width at a time until every group in ``groups`` holds ``need`` of them."""
+    run_id, password = secrets.token_hex(3), secrets.token_urlsafe(12)
+    by_group: dict[str, list[Bot]] = defaultdict(list)
+    registered = 0
+    limit = 3 * need * len(groups) + 60  # permuted blocks fill every group within one block of the need
+    while any(len(by_group[g]) < need for g in groups):
+        if registered >= limit:
+            raise RuntimeError(f"{registered} registrations did not give every group {need} bots: "
+                               + ", ".join(f"{g} {len(by_group[g])}" for g in groups))
+        batch = [Bot(username=f"bot_{run_id}_{registered + i:03d}", language=language,
+                     client=HttpClient(base_url)) for i in range(len(groups))]
+        for bot in batch:
+            bot.register(password)
+        registered += len(batch)
+        rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
+        for bot in batch:
+            bot.memory_group = rows[bot.user_id]["memory_group"]
+            by_group[bot.memory_group].append(bot)
+    return by_group
+
+
+def enrol(base_url: str, admin: Admin, per_group: int, languages: list[str]) -> Enrolment:
+    """``per_group`` bots per enabled group in each language; see ``Enrolment``."""
+    summary = admin.get("/api/admin/participants")["summary"]
+    groups = list(summary.get("enabled") or summary["groups"])
+    need = per_group * len(languages)
+    by_group = _register_until_filled(base_url, admin, groups, need, languages[0])
+    walking: list[Bot] = []
+    withdrawn: dict[str, int] = {}
+    for group, members in by_group.items():
+        for index, bot in enumerate(members[:need]):
+            bot.speak(languages[index % len(languages)])
+            walking.append(bot)
+        for bot in members[need:]:
+            admin.withdraw(bot.user_id, "simulation: registered only to complete an assignment block; never ran")
+        withdrawn[group] = len(members) - need
+    registered = sum(len(m) for m in by_group.values())
+    return Enrolment(bots=walking, registered=registered, withdrawn=withdrawn, groups=groups)
+
+
+def server_facts(base_url: str) -> dict[str, Any]:
+    """The public study facts; refuses a server that is not in pilot mode, or whose task timer would close
+    the bots' chats before their scripts are through."""
+    status, facts = HttpClient(base_url).call("GET", "/api/study")
+    if status != 200 or not facts.get("pilot_mode"):
+        raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
+    chat = facts.get("task_chat_real_seconds")
+    if chat is not None and chat < BOT_CHAT_SECONDS:
+        raise RuntimeError(
+            f"the server's task timer closes a chat after {chat:.1f} real seconds; the bots' scripts need about "
+            f"{BOT_CHAT_SECONDS:.0f} s: start it with a PILOT_TIMER_SCALE that leaves them that long (e.g. "
+            f"PILOT_TIMER_SCALE=0.2 turns a 900 s task into 180 s), or run without --base-url")
+    return facts
+
+
+def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
+             log: Callable[[str], None]) -> Enrolment:
+    server_facts(base_url)
+    enrolment = enrol(base_url, admin, per_group, _languages(language))
+    log(enrolment.describe())
+    with ThreadPoolExecutor(max_workers=len(enrolment.bots), thread_name_prefix="bot") as pool:
+        list(pool.map(lambda b: b.walk(admin.memory_ready), enrolment.bots))
+    return enrolment
+
+
+def _window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
+    """Facts in the last ``turns`` turns (user message + reply) of the tasks before ``task_id``."""
+    earlier = [m for m in messages if TASKS.index(m["task_id"]) < TASKS.index(task_id)]
+    replies = {m["reply_to_id"]: m for m in earlier if m["role"] == "assistant"}
+    pairs = [(m, replies.get(m["id"])) for m in earlier if m["role"] == "user"]
+    found: set[str] = set()
+    for user, reply in pairs[-turns:] if turns else []:
+        found |= facts_in(user["content"]) | facts_in(reply["content"] if reply else "")
+    return found
+
+
+def analyse(bots: list[Bot], admin: Admin, *, recent_turns: dict[str, int]) -> list[dict[str, Any]]:
+    """Per bot and probe task: which planted facts the probe replies' memory contexts held, by section, and
+    which lay in the bot's condition's recent-turn window (``recent_turns`` by group; default 7 turns)."""
+    results = []
+    for bot in bots:
+        record = admin.get(f"/api/admin/participants/{bot.user_id}")
+        messages = {m["id"]: m for m in record["messages"]}
+        kinds = {t.message_id: t.kind.split(":")[0] for t in bot.turns}
+        per_task: dict[str, dict[str, Any]] = {}
+        replies = [{"task": t.task_id, "kind": t.kind, "message": t.text,
+                    "specifics": sorted(context_specifics(messages[t.reply_id].get("memory_context")))}
+                   for t in bot.turns if t.task_id in PROBE_TASKS and t.kind.startswith("probe:")]
+        for task_id in PROBE_TASKS:
+            probes = [t for t in bot.turns if t.task_id == task_id and t.kind.startswith("probe:")]
+            if not probes:
+                continue
+            sources = {s: set() for s in SOURCES}
+            recalled_ids: set[int] = set()
+            without_content: set[int] = set()
+            for probe in probes:
+                context = messages[probe.reply_id].get("memory_context") or {}
+                for source, found in context_facts(context).items():
+                    sources[source] |= found
+                recalled_ids |= {m["message_id"] for m in context.get("recalled") or []}
+                without_content |= {m["message_id"] for m in context.get("recalled") or []
+                                    if not carries_content(m, context.get("recall_params"))}
+            per_task[task_id] = {
+                "probes": len(probes),
+                "facts": sorted(set().union(*sources.values()), key=FACT_IDS.index),
+                "sources": {s: sorted(v, key=FACT_IDS.index) for s, v in sources.items()},
+                "recalled_memories": len(recalled_ids),
+                # what the recalled memories were in the bot's script: a planted fact, an earlier probe, a filler
+                "recalled_kinds": dict(sorted(Counter(kinds.get(i, "other") for i in recalled_ids).items())),
+                "recalled_texts": sorted(messages[i]["content"] for i in recalled_ids if i in messages),
+                "recalled_without_content": len(without_content),
+                "window_facts": sorted(_window_facts(list(messages.values()), task_id,
+                                                     recent_turns.get(bot.memory_group, 7)), key=FACT_IDS.index),
+            }
+        results.append({
+            "username": bot.username, "participant_code": bot.participant_code, "memory_group": bot.memory_group,
+            "language": bot.language, "tasks_done": bot.tasks_done, "errors": bot.errors, "notes": bot.notes,
+            "tasks": per_task, "replies": replies,
+        })
+    return results
+
+
+def summarise(participants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per group x task x language: mean facts found, by section, and which facts."""
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for p in participants:
+        for task_id, task in p["tasks"].items():
+            cells[(p["memory_group"], task_id, p["language"])].append(task)
+    rows = []
+    for (group, task_id, language), tasks in sorted(cells.items()):
+        counts = [len(t["facts"]) for t in tasks]
+        rows.append({
+            "group": group, "task": task_id, "language": language, "n": len(tasks),
+            "facts_mean": round(mean(counts), 2), "facts_min": min(counts), "facts_max": max(counts),
+            **{f"from_{s}_mean": round(mean(len(t["sources"][s]) for t in tasks), 2) for s in SOURCES},
+            "recalled_memories_mean": round(mean(t["recalled_memories"] for t in tasks), 2),
+            "recalled_kinds": dict(sum((Counter(t.get("recalled_kinds", {})) for t in tasks), Counter())),
+            "by_fact": {f: sum(1 for t in tasks if f in t["facts"]) for f in FACT_IDS},
+        })
+    return rows
+
+
+Participants = list[dict[str, Any]]
+Check = dict[str, Any]
+
+
+def _declared_groups(participants: Participants) -> list[tuple[str, ManipulationCheck, Participants]]:
+    """The groups present, in registry order, each with what its condition declares for the check.
+    A group no condition here registers is an error (the server runs other code than this checkout)."""
+    from services.memory import registry
+
+    by_group: dict[str, Participants] = defaultdict(list)
+    for p in participants:
+        by_group[p["memory_group"]].append(p)
+    order = {condition_id: index for index, condition_id in enumerate(registry.ids())}
+    return [(group, registry.get(group).manipulation_check, by_group[group])
+            for group in sorted(by_group, key=lambda g: (order.get(g, len(order)), g))]
+
+
+def _check(name: str, passed: bool, detail: str) -> Check:
+    return {"check": name, "passed": passed, "detail": detail}
+
+
+def _check_holds_no_fact(group: str, members: Participants) -> list[Check]:
+    leaks = [f"{p['participant_code']} {t}: {task['facts']}" for p in members
+             for t, task in p["tasks"].items() if task["facts"]]
+    return [_check(f"{group} remembers none of the planted facts", not leaks,
+                   "; ".join(leaks) or "no fact in any context")]
+
+
+def _check_recent_window(group: str, members: Participants) -> list[Check]:
+    wrong_t2 = [f"{p['participant_code']}: {p['tasks']['T2']['facts']}" for p in members
+                if "T2" in p["tasks"] and set(p["tasks"]["T2"]["facts"]) != LATE_FACTS]
+    outside = [f"{p['participant_code']} {t}: {sorted(set(task['facts']) - set(task['window_facts']))}"
+               for p in members for t, task in p["tasks"].items()
+               if not set(task["facts"]) <= set(task["window_facts"])]
+    return [_check(f"{group} at T2 holds exactly the facts of T1's last turns (hobby), none of the early ones",
+                   not wrong_t2, "; ".join(wrong_t2) or f"every {group} participant: {sorted(LATE_FACTS)}"),
+            _check(f"{group} never holds a fact from outside its recent-turn window", not outside,
+                   "; ".join(outside) or "all facts lie within the window")]
+
+
+def _check_profile(group: str, members: Participants) -> list[Check]:
+    missing = [f"{p['participant_code']} {t}" for p in members for t, task in p["tasks"].items()
+               if not set(task["sources"]["profile"]) & EARLY_FACTS]
+    found = sorted({f for p in members for task in p["tasks"].values() for f in task["sources"]["profile"]},
+                   key=FACT_IDS.index)
+    return [_check(f"{group} holds early T1 facts through its profile at T2-T4", not missing,
+                   ("missing in " + "; ".join(missing)) if missing else f"profile facts seen: {found}")]
+
+
+def _check_as_many_as_baseline(group: str, baseline: str, table: list[dict[str, Any]]) -> list[Check]:
+    means = {(r["group"], r["task"], r["language"]): r["facts_mean"] for r in table}
+    behind = [f"{task} {lang}: {group} {means[(group, task, lang)]} < {baseline} {means[(baseline, task, lang)]}"
+              for (g, task, lang) in means if g == group and (baseline, task, lang) in means
+              and means[(group, task, lang)] < means[(baseline, task, lang)]]
+    return [_check(f"{group} holds at least as many facts as {baseline} (mean per task)", not behind,
+                   "; ".join(behind) or "yes")]
+
+
+def _check_recall(group: str, members: Participants) -> list[Check]:
+    recalled = {t: sum(task["recalled_memories"] for p in members for tt, task in p["tasks"].items() if tt == t)
+                for t in PROBE_TASKS}
+    languages = sorted({p["language"] for p in members})
+    specifics = {lang: {t: sorted({f for p in members if p["language"] == lang
+                                   for f in p["tasks"].get(t, {}).get("sources", {}).get("recalled", [])},
+                                  key=FACT_IDS.index) for t in PROBE_TASKS} for lang in languages}
+    empty = sum(task.get("recalled_without_content", 0) for p in members for task in p["tasks"].values())
+    kinds = sum((Counter(task.get("recalled_kinds", {})) for p in members for task in p["tasks"].values()),
+                Counter())
+    return [
+        _check(f"{group} recalls specific earlier messages by the forgetting curve", sum(recalled.values()) > 0,
+               ", ".join(f"{t}: {n} recalled" for t, n in recalled.items())),
+        _check(f"{group} recalls planted facts as specific messages in every language (at some of T2-T4)",
+               all(any(facts.values()) for facts in specifics.values()),
+               "; ".join(f"{lang}: " + (", ".join(f"{t} {facts}" for t, facts in by_task.items() if facts) or "none")
+                         for lang, by_task in specifics.items())),
+        _check(f"{group} never recalls a message without content (acknowledgements, generic questions)", empty == 0,
+               f"{empty} recalled; recalled memories were, in the bots' script: "
+               + (", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())) or "nothing")),
+    ]
+
+
+def check_pattern(participants: Participants, table: list[dict[str, Any]]) -> list[Check]:
+    """The expected pattern, as each present group's condition declares it (``manipulation_check``), with
+    what was seen when it does not hold. One kind of expectation after the other, groups in registry order."""
+    declared = _declared_groups(participants)
+    present = {group for group, _, _ in declared}
+    kinds: list[Callable[[str, ManipulationCheck, Participants], list[Check]]] = [
+        lambda g, c, m: _check_holds_no_fact(g, m) if c.holds_no_fact else [],
+        lambda g, c, m: _check_recent_window(g, m) if c.recent_window_only else [],
+        lambda g, c, m: _check_profile(g, m) if c.profile_holds_early_facts else [],
+        lambda g, c, m: _check_as_many_as_baseline(g, c.beyond.baseline, table)
+        if c.beyond and c.beyond.baseline in present else [],
+        lambda g, c, m: _check_recall(g, m) if c.recalls_messages else [],
+    ]
+    return [check for kind in kinds for group, condition, members in declared
+            for check in kind(group, condition, members)]
+
+
+def beyond_baseline(participants: Participants, group: str) -> list[dict[str, Any]]:
+    """Per task and language: the share of ``group``'s probe replies whose context holds a planted
+    specific that its declared baseline's context for the same message (same script turn, any participant
+    of that language) lacks. A reply without a baseline counterpart is left out and counted apart."""
+    from services.memory import registry
+
+    beyond = registry.get(group).manipulation_check.beyond
+    if beyond is None:
+        raise ValueError(f"memory condition {group!r} declares no baseline to go beyond")
+    held: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for p in participants:
+        if p["memory_group"] == beyond.baseline:
+            for reply in p.get("replies", []):
+                held[(p["language"], reply["task"], reply["message"])] |= set(reply["specifics"])
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in participants:
+        if p["memory_group"] != group:
+            continue
+        for reply in p.get("replies", []):
+            cell = cells.setdefault((reply["task"], p["language"]), {
+                "task": reply["task"], "language": p["language"], "replies": 0, "beyond": 0, "unpaired": 0,
+                "specifics": Counter()})
+            key = (p["language"], reply["task"], reply["message"])
+            if key not in held:
+                cell["unpaired"] += 1
+                continue
+            extra = set(reply["specifics"]) - held[key]
+            cell["replies"] += 1
+            cell["beyond"] += bool(extra)
+            cell["specifics"].update(extra)
+    rows = []
+    for (task, _language), cell in sorted(cells.items()):
+        share = cell["beyond"] / cell["replies"] if cell["replies"] else 0.0
+        minimum = beyond.share_needed(task)
+        rows.append({**cell, "specifics": dict(cell["specifics"]), "share": round(share, 3), "min_share": minimum,
+                     "passed": bool(cell["replies"]) and share >= minimum})
+    return rows
+
+
+def _check_beyond(participants: Participants, group: str, baseline: str) -> Check:
+    rows = beyond_baseline(participants, group)
+    languages = sorted({p["language"] for p in participants if p["memory_group"] == group})
+    missing = [f"{task} {lang}" for task in PROBE_TASKS for lang in languages
+               if not any(r["task"] == task and r["language"] == lang for r in rows)]
+    detail = "; ".join(f"{r['task']} {r['language']}: {r['beyond']}/{r['replies']} = {r['share']:.0%} "
+                       f"(need {r['min_share']:.0%})" for r in rows)
+    if missing:
+        detail += f"; no {group} replies at " + ", ".join(missing)
+    return {"check": f"{group}'s context holds a planted specific that {baseline}'s context for the same message "
+                     "lacks (share of probe replies, per task and language)",
+            "passed": bool(rows) and not missing and all(r["passed"] for r in rows), "detail": detail,
+            "rows": rows, "group": group, "baseline": baseline}
+
+
+def check_beyond_baseline(participants: Participants) -> list[Check]:
+    """The manipulation check that can fail: per task and language, a condition that declares a baseline
+    must hand over specifics the baseline does not (its declared minimum shares). A condition with the
+    baseline's context plus nothing new scores 0 and fails. Checked when both groups ran."""
+    declared = _declared_groups(participants)
+    present = {group for group, _, _ in declared}
+    return [_check_beyond(participants, group, condition.beyond.baseline) for group, condition, _ in declared
+            if condition.beyond and condition.beyond.baseline in present]
+
+
+def check_held_facts(participants: Participants) -> list[Check]:
+    """Conditions that declare planted facts at a task: every participant's probe contexts there hold them."""
+    checks = []
+    for group, condition, members in _declared_groups(participants):
+        for task_id, facts in condition.holds_facts_at:
+            missing = [f"{p['participant_code']} ({p['language']})" for p in members
+                       if not set(facts) <= set(p["tasks"].get(task_id, {}).get("facts", []))]
+            checks.append(_check(f"{group}'s {task_id} context holds the planted {' and '.join(facts)}",
+                                 not missing, ("missing for " + ", ".join(missing)) if missing
+                                 else f"all {len(members)} {group} participants"))
+    return checks
+
+
+def format_report(report: dict[str, Any]) -> str:
+    config = report["config"]
+    lines = [
+        "Manipulation check: planted facts found in the memory context of probe replies",
+        f"  server: {config['server']}; pilot day = {config['day_seconds']} s; bots: {config['bots']} "
+        f"({config['per_group']} per group and language; languages: {', '.join(config['languages'])}); "
+        f"run took {config['duration_seconds']:.0f} s",
+        f"  {config['enrolment']}",
+    ]
+    if config.get("providers"):
+        providers = config["providers"]
+        lines.append(f"  replies: {', '.join(providers['reply'])}; consolidation: "
+                     f"{', '.join(providers['consolidation'])}; embedder: {providers['embedder']}")
+    if config.get("timing_override"):
+        lines.append(f"  task timer stretched for the bots: {config['timing_override']}")
+    lines += [
+        "  facts planted in T1: " + ", ".join(f"{f.id} = {f.label}" for f in FACTS),
+        "  early facts: turns 1-5 of 12; hobby: turn 11 (inside a 7-turn window). Probes never name a fact.",
+        "",
+        f"{'group':5} {'task':4} {'lang':4} {'n':>2}  {'facts':>5} {'range':>5}  {'profile':>7} {'recent':>6} "
+        f"{'recalled':>8} {'recalled msgs':>13}  facts seen (participants)",
+    ]
+    for row in report["table"]:
+        seen = ", ".join(f"{f} {n}/{row['n']}" for f, n in row["by_fact"].items() if n) or "-"
+        lines.append(
+            f"{row['group']:5} {row['task']:4} {row['language']:4} {row['n']:>2}  {row['facts_mean']:>5.2f} "
+            f"{row['facts_min']:>2}-{row['facts_max']:<2}  {row['from_profile_mean']:>7.2f} "
+            f"{row['from_recent_turns_mean']:>6.2f} {row['from_recalled_mean']:>8.2f} "
+            f"{row['recalled_memories_mean']:>13.2f}  {seen}")
+    lines += ["", "  facts = distinct planted facts in any probe reply's context (mean per participant); "
+                  "profile / recent / recalled = in that section; recalled msgs = memories recalled by the "
+                  "forgetting curve in the probe replies"]
+    recall_rows = [r for r in report["table"] if r.get("recalled_kinds")]
+    if recall_rows:
+        lines += ["", "  memories recalled in probe replies, by what they were in the bots' script (all participants):"]
+        lines += [f"    {r['group']} {r['task']} {r['language']}: "
+                  + ", ".join(f"{kind} {n}" for kind, n in sorted(r["recalled_kinds"].items())) for r in recall_rows]
+    for check in (c for c in report["checks"] if c.get("rows")):
+        group, baseline, beyond = check["group"], check["baseline"], check["rows"]
+        lines += ["", f"  {group} beyond {baseline}: probe replies whose context holds a planted specific that "
+                      f"{baseline}'s context for the same message lacks"]
+        lines += [f"    {r['task']} {r['language']}: {r['beyond']:>2}/{r['replies']:<2} = {r['share']:4.0%}  "
+                  f"(need {r['min_share']:.0%})  "
+                  + (", ".join(f"{k} {n}" for k, n in sorted(r["specifics"].items())) or "-") for r in beyond]
+    lines += ["", "Per language:"]
+    for language, result in report["by_language"].items():
+        beyond = "; ".join(f"{c['group']} beyond {c['baseline']} "
+                           + " / ".join(f"{t} {share:.0%}" for t, share in c["shares"].items())
+                           for c in result["beyond"]) or "no beyond-baseline check ran"
+        lines.append(f"  {language}: {result['bots']} bots; {beyond}: {'PASS' if result['passed'] else 'FAIL'}")
+    lines += ["", "Checks:"]
+    for check in report["checks"]:
+        lines.append(f"  {'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
+    problems = [(p["participant_code"], p["memory_group"], e) for p in report["participants"] for e in p["errors"]]
+    problems += [(p["participant_code"], p["memory_group"], n) for p in report["participants"] for n in p["notes"]]
+    if problems:
+        lines += ["", "Problems:"] + [f"  {code} ({group}): {text}" for code, group, text in problems]
+    waits = config.get("consolidation_wait_seconds")
+    if waits:
+        lines += ["", f"Waited for consolidation before a task: mean {waits['mean']:.1f} s, max {waits['max']:.1f} s"]
+    return "\n".join(lines)
+
+
+def check_walked(participants: Participants) -> list[Check]:
+    """Every bot registered, walked T1-T4 and answered its questionnaires (a bot that could not is named)."""
+    stuck = [f"{p['participant_code']} ({p['memory_group']}, {p['language']}): done {p['tasks_done'] or 'nothing'}"
+             + (f"; {p['errors'][0]}" if p["errors"] else "")
+             for p in participants if p["errors"] or list(p["tasks_done"]) != list(TASKS)]
+    return [_check("every bot walked T1-T4", not stuck, "; ".join(stuck) or f"all {len(participants)} bots")]
+
+
+def by_language(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per language: each beyond-baseline check's rows in that language, and whether they all passed."""
+    result: dict[str, dict[str, Any]] = {}
+    for language in report["config"]["languages"]:
+        checks = []
+        for check in (c for c in report["checks"] if c.get("rows") is not None):
+            rows = [r for r in check["rows"] if r["language"] == language]
+            present = {r["task"] for r in rows}
+            checks.append({"group": check["group"], "baseline": check["baseline"],
+                           "shares": {r["task"]: r["share"] for r in rows},
+                           "passed": present >= set(PROBE_TASKS) and all(r["passed"] for r in rows)})
+        bots = sum(1 for p in report["participants"] if p["language"] == language)
+        result[language] = {"bots": bots, "beyond": checks, "passed": bool(bots) and all(c["passed"] for c in checks)}
+    return result
+
+
+def failed_checks(report: dict[str, Any]) -> list[str]:
+    return [c["check"] for c in report["checks"] if not c["passed"]]
+
+
+def _report(run: dict[str, Any], server: Server, enrolment: Enrolment, admin: Admin) -> dict[str, Any]:
+    study_conditions = server.study.conditions if server.study else {}
+    participants = analyse(enrolment.bots, admin,
+                           recent_turns={g: c.recent_turns for g, c in study_conditions.items()})
+    table = summarise(participants)
+    checks = check_walked(participants) + check_pattern(participants, table) \
+        + check_beyond_baseline(participants) + check_held_facts(participants)
+    waits = admin.waits
+    report = {
+        "config": {**run, "bots": len(enrolment.bots), "registered": enrolment.registered,
+                   "withdrawn": enrolment.withdrawn, "enrolment": enrolment.describe(),
+                   "timing_override": server.timing_note, "providers": server.providers,
+                   "duration_seconds": time.monotonic() - run["started"],
+                   "consolidation_wait_seconds": {"mean": mean(waits), "max": max(waits)} if waits else None},
+        "participants": participants,
+        "table": table,
+        "checks": checks,
+        "ok": all(c["passed"] for c in checks),
+    }
+    report["config"].pop("started")
+    report["by_language"] = by_language(report)
+    return report
+
+
+def run_simulation(*, per_group: int, language: str = "both", day_seconds: float = 10.0,
+                   base_url: str | None = None, admin_user: str | None = None, admin_password: str | None = None,
+                   conditions: list[str] | None = None, log: Callable[[str], None] = print,
+                   make_app: AppFactory | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    """Run the bots and return the report (``format_report`` prints it): ``per_group`` bots in every enabled
+    group and language. Without ``base_url`` on a temporary server built by ``make_app`` (app.create_app),
+    with ``settings``' providers (default offline); ``conditions`` applies to it only (default: all of the
+    study's conditions)."""
+    if per_group < 1:
+        raise ValueError("--per-group must be at least 1")
+    run = {"started": time.monotonic(), "per_group": per_group, "languages": _languages(language)}
+
+    def execute(server: Server) -> dict[str, Any]:
+        facts = server_facts(server.base_url)
+        run.update(server=server.base_url if base_url else "temporary (fresh SQLite)",
+                   day_seconds=facts.get("pilot_day_seconds", day_seconds if not base_url else None))
+        admin = Admin(server.base_url, server.admin_user, server.admin_password)
+        enrolment = run_bots(server.base_url, admin, per_group, language, log)
+        return _report(run, server, enrolment, admin)
+
+    if base_url:
+        if not (admin_user and admin_password):
+            raise ValueError("--base-url needs --admin-user and --admin-password (or ADMIN_PASSWORD)")
+        return execute(Server(base_url=base_url, admin_user=admin_user, admin_password=admin_password))
+    if make_app is None:
+        raise ValueError("a temporary server needs the app factory (app.create_app)")
+    with temporary_server(make_app, day_seconds, conditions, settings) as server:
+        log(f"temporary server on {server.base_url} (pilot day = {day_seconds} s)")
+        return execute(server)
