@@ -193,5 +193,5 @@ def test_tab_and_cr_at_the_start_of_a_cell_are_escaped():
     assert safe_cell("\t=1", escape_formulas=True) == "'\t=1"
     assert safe_cell("\r=1", escape_formulas=True) == "'\r=1"
     assert safe_cell("a\x00b", escape_formulas=True) == "ab"
-    assert safe_cell(-2.5, escape_formulas=True) == -2.5
+    assert safe_cell(-2.5, escape_formulas=True) == "-2.5"  # a number: written at the stated precision, never escaped
     assert safe_cell("=1", escape_formulas=False) == "=1"
