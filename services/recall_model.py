@@ -10,9 +10,10 @@ Every function accepts plain floats or numpy arrays and broadcasts; given only
 scalars it returns a float. Two translations sit in front of the formula and
 are what calibration is about (docs/recall_calibration.md):
 
-* ``relevance`` maps the embedder's raw cosine to ``r`` in [0, 1]. E5-style
+* ``RelevanceMapping`` maps the retriever's scores to ``r`` in [0, 1]. E5-style
   embedders give unrelated sentences cosines around 0.85, so raw cosine as
-  ``r`` would make everything relevant.
+  ``r`` would make everything relevant. The default (``anchored``) makes ``r``
+  an index on a false-recall budget, not a probability.
 * ``elapsed_time`` turns real seconds into ``t`` in the configured unit
   (days, hours or turns, times a scale), honouring pilot mode's short days.
 
@@ -481,7 +482,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
     unless ``preset`` is passed), ``memory.recall.overrides``, then ``overrides``.
     The app resolves them once, when the study is loaded (``Study.memory.recall``)."""
     presets = config.get("presets") or {}
-    name = preset or config.get("preset") or "calibrated"
+    name = preset or config.get("preset") or "anchored"
     if name not in presets:
         raise ValueError(f"unknown recall preset {name!r}; known: {', '.join(sorted(presets)) or 'none'}")
     values = {k: v for k, v in config.items() if k in _PARAM_KEYS + _OPTIONAL_KEYS}
