@@ -190,7 +190,8 @@ class RelevanceMapping:
     other), the fitted upper tail of the development participants' *unrelated* candidates' s. The
     score above which a share ``false_recall_budget`` of them lies lands exactly on ``anchor_r``, the
     curve's bar for a neutral memory (e = 0, g = g0_base) ``anchor_days`` study days old (T2's unlock
-    offset); r rises smoothly through it (``services.memory.relevance.anchored_index``).
+    offset); r rises smoothly through it with the tail's local scale at the anchor
+    (``services.memory.relevance.anchored_index``).
     ``embedder_model`` names the model the bounds or fit were measured for: they mean nothing
     for another embedder."""
 
@@ -225,9 +226,9 @@ class RelevanceMapping:
                 raise ValueError(f"{self.method} relevance needs its model and the retriever's scores")
             if self.method == "logistic":
                 return _result(self.model.predict({**scores, "cosine": cos}, language))
-            tail = self.tail(language)
-            return _result(anchored_index(self.model.linear({**scores, "cosine": cos}, language),
-                                          self.anchor_score(language), tail.scale, self.anchor_r))
+            anchor = self.anchor_score(language)
+            return _result(anchored_index(self.model.linear({**scores, "cosine": cos}, language), anchor,
+                                          self.tail(language).local_scale(anchor), self.anchor_r))
         floor, ceiling = self.bounds(language)
         return _result(np.clip((cos - floor) / (ceiling - floor), 0.0, 1.0))
 
@@ -449,7 +450,7 @@ def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> 
         fitted = {lang: UnrelatedTail.from_dict(tail) for lang, tail in tails.items()}
     except (KeyError, TypeError) as exc:
         raise ValueError(f"recall relevance 'anchored' needs anchor_days and tails of threshold, share and scale "
-                         f"({exc})") from exc
+                         f"(and optionally shape) ({exc})") from exc
     if not math.isfinite(budget) or not 0.0 < budget < min(t.share for t in fitted.values()):
         raise ValueError(f"recall relevance false_recall_budget must lie in (0, "
                          f"{min(t.share for t in fitted.values()):g}) (the fitted tails' share), got {budget}")
