@@ -267,7 +267,8 @@ def fit_gpd(excesses: ArrayLike) -> tuple[float, float]:
     def search(thetas: np.ndarray) -> None:
         nonlocal best
         thetas = thetas[(thetas != 0.0) & (thetas * y.max() > -1.0)]
-        shapes = np.mean(np.log1p(np.outer(thetas, y)), axis=1)
+        shapes = np.concatenate([np.mean(np.log1p(np.outer(chunk, y)), axis=1)  # bounded memory for large n
+                                 for chunk in np.array_split(thetas, max(1, thetas.size * y.size // 2**22))])
         ok = (shapes >= MIN_SHAPE) & (shapes < 1.0) & (shapes / thetas > 0)
         if not np.any(ok):
             return
