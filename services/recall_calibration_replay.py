@@ -338,9 +338,11 @@ def traces_for(study: Study, embedder, params: rm.RecallParams, retrieval: rm.Re
                day_seconds: float = SECONDS_PER_DAY, participants: list[str] | None = None) -> list[Trace]:
     """The traces of the sample's participants (default: all of them)."""
     chosen = participants if participants is not None else list(SAMPLE)
-    texts = [m[0] for p in chosen for messages in SAMPLE[p].values() for m in messages]
-    embedder.embed_queries(texts)  # one batch each: far faster than a task at a time
-    embedder.embed_passages(texts)
+    first = min(schedule_days(study), key=schedule_days(study).get)
+    # one batch each, far faster than a task at a time; the first task's messages are never queries
+    embedder.embed_queries([m[0] for p in chosen for task, messages in SAMPLE[p].items() if task != first
+                            for m in messages])
+    embedder.embed_passages([m[0] for p in chosen for messages in SAMPLE[p].values() for m in messages])
     return [trace_participant(p, study, embedder, params, retrieval, day_seconds=day_seconds) for p in chosen]
 
 

@@ -383,7 +383,8 @@ def _format_search(report: CalibrationReport) -> list[str]:
     out.append("  the chosen unit, every budget:")
     out += [_search_line(row, row["budget"] == budget) for row in report.search if row["days_per_unit"] == days]
     out.append("  unrelated-score tails (dev): " + "; ".join(
-        f"{lang}: above {tail.threshold:.2f} {tail.share:.0%}, scale {tail.scale:.2f}, anchor s = "
+        f"{lang}: above {tail.threshold:.2f} {tail.share:.0%}, scale {tail.scale:.2f}, shape {tail.shape:.3f}, "
+        f"anchor s = "
         f"{relevance.anchor_score(None if lang == 'default' else lang):.2f}" for lang, tail in relevance.tails.items())
         + f"; the anchor's r = {relevance.anchor_r:.3f} (bar of a neutral memory {relevance.anchor_days:g} days old)")
     return out + _format_bootstrap(report)

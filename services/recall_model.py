@@ -10,9 +10,10 @@ Every function accepts plain floats or numpy arrays and broadcasts; given only
 scalars it returns a float. Two translations sit in front of the formula and
 are what calibration is about (docs/recall_calibration.md):
 
-* ``relevance`` maps the embedder's raw cosine to ``r`` in [0, 1]. E5-style
+* ``RelevanceMapping`` maps the retriever's scores to ``r`` in [0, 1]. E5-style
   embedders give unrelated sentences cosines around 0.85, so raw cosine as
-  ``r`` would make everything relevant.
+  ``r`` would make everything relevant. The default (``anchored``) makes ``r``
+  an index on a false-recall budget, not a probability.
 * ``elapsed_time`` turns real seconds into ``t`` in the configured unit
   (days, hours or turns, times a scale), honouring pilot mode's short days.
 
@@ -189,7 +190,8 @@ class RelevanceMapping:
     other), the fitted upper tail of the development participants' *unrelated* candidates' s. The
     score above which a share ``false_recall_budget`` of them lies lands exactly on ``anchor_r``, the
     curve's bar for a neutral memory (e = 0, g = g0_base) ``anchor_days`` study days old (T2's unlock
-    offset); r rises smoothly through it (``services.memory.relevance.anchored_index``).
+    offset); r rises smoothly through it with the tail's local scale at the anchor
+    (``services.memory.relevance.anchored_index``).
     ``embedder_model`` names the model the bounds or fit were measured for: they mean nothing
     for another embedder."""
 
@@ -224,9 +226,9 @@ class RelevanceMapping:
                 raise ValueError(f"{self.method} relevance needs its model and the retriever's scores")
             if self.method == "logistic":
                 return _result(self.model.predict({**scores, "cosine": cos}, language))
-            tail = self.tail(language)
-            return _result(anchored_index(self.model.linear({**scores, "cosine": cos}, language),
-                                          self.anchor_score(language), tail.scale, self.anchor_r))
+            anchor = self.anchor_score(language)
+            return _result(anchored_index(self.model.linear({**scores, "cosine": cos}, language), anchor,
+                                          self.tail(language).local_scale(anchor), self.anchor_r))
         floor, ceiling = self.bounds(language)
         return _result(np.clip((cos - floor) / (ceiling - floor), 0.0, 1.0))
 
@@ -448,7 +450,7 @@ def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> 
         fitted = {lang: UnrelatedTail.from_dict(tail) for lang, tail in tails.items()}
     except (KeyError, TypeError) as exc:
         raise ValueError(f"recall relevance 'anchored' needs anchor_days and tails of threshold, share and scale "
-                         f"({exc})") from exc
+                         f"(and optionally shape) ({exc})") from exc
     if not math.isfinite(budget) or not 0.0 < budget < min(t.share for t in fitted.values()):
         raise ValueError(f"recall relevance false_recall_budget must lie in (0, "
                          f"{min(t.share for t in fitted.values()):g}) (the fitted tails' share), got {budget}")
@@ -481,7 +483,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
     unless ``preset`` is passed), ``memory.recall.overrides``, then ``overrides``.
     The app resolves them once, when the study is loaded (``Study.memory.recall``)."""
     presets = config.get("presets") or {}
-    name = preset or config.get("preset") or "calibrated"
+    name = preset or config.get("preset") or "anchored"
     if name not in presets:
         raise ValueError(f"unknown recall preset {name!r}; known: {', '.join(sorted(presets)) or 'none'}")
     values = {k: v for k, v in config.items() if k in _PARAM_KEYS + _OPTIONAL_KEYS}

@@ -187,57 +187,115 @@ def log_loss(model: LogisticModel, scores: Mapping[str, ArrayLike], labels: Arra
 
 
 # The tail starts at the (1 - TAIL_SHARE) quantile of the unrelated scores: with ~230 unrelated development
-# pairs per language, ~46 exceedances fix the tail's one parameter (its mean excess) to within ~15 %.
+# pairs per language, ~46 exceedances fix the tail's scale and shape.
 TAIL_SHARE = 0.2
+# The fitted shape is held at or above this: below −0.5 the maximum-likelihood estimate is not regular, and a
+# bound that tight would put the tail's end point just above the largest score seen.
+MIN_SHAPE = -0.5
+_THETA_GRID = 4000
 
 
 @dataclass(frozen=True)
 class UnrelatedTail:
-    """The upper tail of the linear scores of *unrelated* candidates, fitted as exponential above
-    ``threshold`` (a generalised Pareto tail with shape 0): a share ``share`` of the unrelated candidates
-    score above ``threshold``, and above it their share falls by e with every ``scale`` of score,
+    """The upper tail of the linear scores of *unrelated* candidates, a generalised Pareto tail above
+    ``threshold``: a share ``share`` of the unrelated candidates score above ``threshold``, and above it
 
-        P(s_unrelated > s) = share · exp(−(s − threshold) / scale),  s ≥ threshold.
+        P(s_unrelated > s) = share · (1 + shape·(s − threshold)/scale)^(−1/shape),  s ≥ threshold,
 
-    Smooth, one free parameter (the mean excess, its maximum-likelihood estimate), and unbounded: it
-    extrapolates beyond the largest score seen instead of stopping there as an empirical CDF does."""
+    (shape 0: share · exp(−(s − threshold)/scale), the exponential tail of the fifth round). A negative shape
+    gives a lighter, bounded tail (nothing above threshold − scale/shape), a positive one a heavier tail.
+    Smooth, and fitted by maximum likelihood (``fit_unrelated_tail``)."""
 
     threshold: float
     share: float
     scale: float
+    shape: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.share < 1.0 or not self.scale > 0.0 or not np.isfinite(self.threshold):
             raise ValueError(f"an unrelated-score tail needs 0 < share < 1, scale > 0 and a finite threshold, "
                              f"got {self.share}, {self.scale}, {self.threshold}")
+        if not MIN_SHAPE <= self.shape < 1.0:
+            raise ValueError(f"an unrelated-score tail needs a shape in [{MIN_SHAPE:g}, 1), got {self.shape}")
 
     def quantile(self, budget: float) -> float:
         """The score above which a share ``budget`` (< ``share``) of unrelated candidates lies."""
         if not 0.0 < budget < self.share:
             raise ValueError(f"a false-recall budget must lie in (0, {self.share:g}) for this tail, got {budget}")
-        return self.threshold + self.scale * float(np.log(self.share / budget))
+        log_ratio = float(np.log(self.share / budget))
+        if self.shape == 0.0:
+            return self.threshold + self.scale * log_ratio
+        return self.threshold + self.scale * float(np.expm1(self.shape * log_ratio)) / self.shape
 
     def exceedance(self, score: ArrayLike) -> np.ndarray:
-        """The fitted share of unrelated candidates scoring above ``score`` (≥ threshold)."""
-        return self.share * np.exp(-(np.asarray(score, dtype=np.float64) - self.threshold) / self.scale)
+        """The fitted share of unrelated candidates scoring above ``score`` (≥ threshold); 0 beyond a bounded
+        tail's end point."""
+        z = (np.asarray(score, dtype=np.float64) - self.threshold) / self.scale
+        if self.shape == 0.0:
+            return self.share * np.exp(-z)
+        base = np.maximum(1.0 + self.shape * z, 0.0)
+        with np.errstate(divide="ignore"):
+            return self.share * np.exp(-np.log(base) / self.shape)
+
+    def local_scale(self, score: float) -> float:
+        """The tail's scale at ``score`` (≥ threshold, below a bounded tail's end point): the excess over it is
+        again generalised Pareto, with this scale and the same shape (the exponential's scale is constant)."""
+        return self.scale + self.shape * (score - self.threshold)
 
     def to_dict(self) -> dict[str, float]:
-        return {"threshold": self.threshold, "share": self.share, "scale": self.scale}
+        return {"threshold": self.threshold, "share": self.share, "scale": self.scale, "shape": self.shape}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> UnrelatedTail:
-        return cls(float(raw["threshold"]), float(raw["share"]), float(raw["scale"]))
+        return cls(float(raw["threshold"]), float(raw["share"]), float(raw["scale"]), float(raw.get("shape", 0.0)))
+
+
+def fit_gpd(excesses: ArrayLike) -> tuple[float, float]:
+    """(scale, shape) of a generalised Pareto distribution for positive ``excesses`` by maximum likelihood,
+    the shape held in [MIN_SHAPE, 1).
+
+    Grimshaw's profile: with θ = shape/scale, the likelihood's best shape for a given θ is
+    mean(log(1 + θ·y)), which leaves a one-dimensional profile log-likelihood
+    −n·log(shape/θ) − n·(1 + shape), searched on a grid of θ (θ → 0 is the exponential, whose
+    log-likelihood −n·log(mean y) − n is a candidate too) and refined on a finer grid around its best."""
+    y = np.asarray(excesses, dtype=np.float64)
+    if y.size < 2 or not np.all(y > 0):
+        raise ValueError("fitting a generalised Pareto tail needs at least 2 positive excesses")
+    n, mean = y.size, float(np.mean(y))
+    best = (-n * np.log(mean) - n, mean, 0.0)
+
+    def search(thetas: np.ndarray) -> None:
+        nonlocal best
+        thetas = thetas[(thetas != 0.0) & (thetas * y.max() > -1.0)]
+        shapes = np.concatenate([np.mean(np.log1p(np.outer(chunk, y)), axis=1)  # bounded memory for large n
+                                 for chunk in np.array_split(thetas, max(1, thetas.size * y.size // 2**22))])
+        ok = (shapes >= MIN_SHAPE) & (shapes < 1.0) & (shapes / thetas > 0)
+        if not np.any(ok):
+            return
+        loglik = -n * np.log(shapes[ok] / thetas[ok]) - n * (1.0 + shapes[ok])
+        i = int(np.argmax(loglik))
+        if loglik[i] > best[0]:
+            best = (float(loglik[i]), float(shapes[ok][i] / thetas[ok][i]), float(shapes[ok][i]))
+
+    lowest = -1.0 / float(y.max())
+    search(np.concatenate([np.linspace(lowest, 0.0, _THETA_GRID, endpoint=False)[1:],
+                           np.geomspace(1e-6 / mean, 1e3 / mean, _THETA_GRID)]))
+    if best[2] != 0.0:
+        theta = best[2] / best[1]
+        search(np.linspace(theta * 0.98, theta * 1.02, _THETA_GRID))
+    return best[1], best[2]
 
 
 def fit_unrelated_tail(scores: ArrayLike, share: float = TAIL_SHARE) -> UnrelatedTail:
-    """The exponential tail of ``scores`` above their (1 − share) quantile, by maximum likelihood (the scale
-    is the mean excess over the threshold)."""
+    """The generalised Pareto tail of ``scores`` above their (1 − share) quantile, by maximum likelihood
+    (``fit_gpd``)."""
     values = np.sort(np.asarray(scores, dtype=np.float64))
     if values.size < 10:
         raise ValueError("fitting an unrelated-score tail needs at least 10 unrelated scores")
     threshold = float(np.quantile(values, 1.0 - share))
     above = values[values > threshold]
-    return UnrelatedTail(threshold, above.size / values.size, float(np.mean(above - threshold)))
+    scale, shape = fit_gpd(above - threshold)
+    return UnrelatedTail(threshold, above.size / values.size, scale, shape)
 
 
 def anchored_index(score: ArrayLike, anchor: float, scale: float, anchor_r: float) -> np.ndarray:
@@ -245,9 +303,12 @@ def anchored_index(score: ArrayLike, anchor: float, scale: float, anchor_r: floa
 
     It equals ``anchor_r`` exactly at ``anchor``, rises smoothly and strictly with s, tends to 0 far below
     and to 1 far above, and stays below 1 for every finite s (computed as exp(−λ·e^{−z}), λ = −ln anchor_r;
-    in double precision r is capped just below 1, ≥ 35 scales above the anchor). With the exponential tail
-    e^{−z} is the fitted share of unrelated candidates above s over the budget, so r ≥ bar ⟺ that share is
-    at most budget · ln(bar) / ln(anchor_r): r is an index on the false-recall budget, not a probability."""
+    in double precision r is capped just below 1, ≥ 35 scales above the anchor). With an exponential tail and
+    its scale, e^{−z} is the fitted share of unrelated candidates above s over the budget, so r ≥ bar ⟺ that
+    share is at most budget · ln(bar) / ln(anchor_r); with a generalised Pareto tail and its local scale at the
+    anchor (``UnrelatedTail.local_scale``) this holds to first order around the anchor, and r stays defined
+    and smooth beyond a bounded tail's end point: r is an index on the false-recall budget, not a
+    probability."""
     if not 0.0 < anchor_r < 1.0:
         raise ValueError(f"the anchored relevance needs a bar in (0, 1) at the anchor, got {anchor_r}")
     z = (np.asarray(score, dtype=np.float64) - anchor) / scale

@@ -227,9 +227,9 @@ def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_a
     assert no_decay[0].tolist() == pytest.approx([1.0, 1.0, 0.0, 1.0])
 
 
-def test_l4_with_the_calibrated_relevance_reads_the_retriever_scores():
+def test_l4_with_the_default_relevance_reads_the_retriever_scores():
     params = rm.resolve_recall_params(load_study().memory.recall_config)
-    assert params.relevance.method == "logistic"
+    assert params.relevance.method == "anchored"
     cosines = np.array([[0.85, 0.85, 0.85]])
     retrieval = [Scores(lexical=np.array([3.0, 0.0, 0.0]), cosine=cosines[0], lexical_z=np.array([1.41, -0.71, -0.71]),
                         dense_z=np.array([0.0, 0.0, 0.0]), fused=np.array([2.12, -1.06, -1.06]))]

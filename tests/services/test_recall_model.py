@@ -209,6 +209,24 @@ def test_the_budget_in_the_study_file_moves_the_anchor():
             < narrower.relevance.anchor_score(language)
 
 
+def test_the_anchor_is_the_fitted_tails_budget_quantile_and_a_tail_without_shape_loads_as_exponential():
+    config = load_study().memory.recall_config
+    relevance = rm.resolve_recall_params(config).relevance
+    for language in ("zh", "en", None):
+        tail = relevance.tail(language)
+        assert tail.shape < 0.0  # the development tails are lighter than exponential (docs: sixth round)
+        assert tail.exceedance(relevance.anchor_score(language)) == pytest.approx(relevance.false_recall_budget)
+    fifth_round = load_study().as_dict()["memory"]["recall"]  # a preset written before tails had a shape
+    for tail in fifth_round["presets"]["anchored"]["relevance"]["tails"].values():
+        del tail["shape"]
+    old = rm.resolve_recall_params(fifth_round).relevance
+    for language in ("zh", "en"):
+        tail = old.tail(language)
+        assert tail.shape == 0.0
+        assert old.anchor_score(language) == pytest.approx(
+            tail.threshold + tail.scale * np.log(tail.share / old.false_recall_budget))
+
+
 def test_an_anchored_preset_needs_its_tails_and_a_reachable_bar():
     config = load_study().memory.recall_config
     with pytest.raises(ValueError, match="tails"):

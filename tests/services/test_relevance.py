@@ -97,6 +97,63 @@ def test_the_exponential_tail_recovers_a_known_scale_and_its_quantile_is_the_bud
         rel.fit_unrelated_tail([0.1, 0.2])
 
 
+def _gpd_sample(rng, size, scale, shape, location=0.0):
+    """Generalised Pareto draws by the inverse CDF."""
+    return location + scale / shape * (rng.random(size) ** -shape - 1.0)
+
+
+@pytest.mark.parametrize("shape", [-0.3, -0.1, 0.2])
+def test_the_generalised_pareto_fit_recovers_a_known_shape_and_its_quantile_is_the_budget(shape):
+    rng = np.random.default_rng(11)
+    scale, shape_hat = rel.fit_gpd(_gpd_sample(rng, 10000, 0.7, shape))
+    assert shape_hat == pytest.approx(shape, abs=0.03)
+    assert scale == pytest.approx(0.7, rel=0.05)
+    # the whole score distribution generalised Pareto: its excess over the 80th percentile keeps the shape
+    scores = _gpd_sample(rng, 20000, 0.7, shape, location=-1.0)
+    tail = rel.fit_unrelated_tail(scores)
+    assert tail.shape == pytest.approx(shape, abs=0.05)
+    for budget in (0.01, 0.02, 0.05):
+        anchor = tail.quantile(budget)
+        assert np.mean(scores > anchor) == pytest.approx(budget, rel=0.15)
+        assert tail.exceedance(anchor) == pytest.approx(budget)
+
+
+def test_the_generalised_pareto_fit_keeps_the_exponential_when_the_data_are_exponential():
+    scale, shape = rel.fit_gpd(np.random.default_rng(3).exponential(scale=0.5, size=10000))
+    assert abs(shape) < 0.03 and scale == pytest.approx(0.5, rel=0.05)
+    with pytest.raises(ValueError, match="positive excesses"):
+        rel.fit_gpd([0.5, 0.0, 1.0])
+
+
+def test_a_tail_without_a_shape_is_the_exponential_and_the_shape_is_validated():
+    old = rel.UnrelatedTail.from_dict({"threshold": -1.0, "share": 0.2, "scale": 0.8})  # a fifth-round preset
+    assert old.shape == 0.0 and old.quantile(0.02) == pytest.approx(-1.0 + 0.8 * np.log(10.0))
+    assert old.local_scale(3.0) == 0.8
+    bounded = rel.UnrelatedTail(-1.0, 0.2, 0.8, -0.25)
+    assert rel.UnrelatedTail.from_dict(bounded.to_dict()) == bounded
+    assert bounded.quantile(0.02) < old.quantile(0.02)  # a lighter tail: a lower anchor for the same budget
+    assert bounded.exceedance(np.array([-1.0 + 0.8 / 0.25, 100.0])) == pytest.approx([0.0, 0.0])  # its end point
+    for shape in (-0.6, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="shape"):
+            rel.UnrelatedTail(-1.0, 0.2, 0.8, shape)
+
+
+def test_the_index_on_a_bounded_tail_tracks_its_budget_near_the_anchor_and_stays_smooth_beyond_its_end():
+    tail, budget, bar = rel.UnrelatedTail(-1.0, 0.2, 0.8, -0.25), 0.02, 0.797
+    anchor = tail.quantile(budget)
+    scale = tail.local_scale(anchor)
+    assert 0.0 < scale < tail.scale
+    end = tail.threshold - tail.scale / tail.shape
+    grid = np.arange(anchor - 3.0, end + 20.0, 1e-3)
+    r = rel.anchored_index(grid, anchor, scale, bar)
+    assert np.all(np.diff(r) >= 0) and np.all(r < 1.0) and np.max(np.diff(r)) < 1e-3
+    assert np.all(np.diff(r[grid < end + 5.0]) > 0)  # strictly increasing through and past the end point
+    # near the anchor, the index's e^{−z} is the fitted share of unrelated candidates above s over the budget
+    near = anchor + np.array([-0.05, 0.05])
+    z = (near - anchor) / scale
+    assert np.exp(-z) == pytest.approx(tail.exceedance(near) / budget, rel=2e-3)
+
+
 def test_the_anchored_index_is_smooth_strictly_increasing_and_below_one():
     anchor, scale, bar = 1.2, 0.9, 0.797
     assert rel.anchored_index(anchor, anchor, scale, bar) == pytest.approx(bar, abs=1e-15)
