@@ -4,27 +4,11 @@
     python scripts/simulate_participants.py --per-group 2 --base-url http://127.0.0.1:8000 \\
         --admin-user admin --admin-password ...
 
-N scripted participants per enabled memory group and language walk register -> T1 ... T4
-through the HTTP API, exactly as a browser would (session cookie, CSRF header,
-polling for unlocks, heartbeats until the minimum task time). In T1 each bot
-plants six facts: name, seafood allergy, cat, PhD-application worry and
-hometown early in the chat, and a hobby in the last turns, with filler turns
-between so that the early facts fall out of a 7-turn window; four come with a
-specific detail the gist profile drops (SPECIFICS). In T2-T4 it asks probes
-("what do you remember about me?", a question about dinner, about its pet, about
-the hill it climbed ...) that never name the facts or the specifics themselves.
-
-Afterwards an admin account reads every probe reply's stored memory context and
-the script prints a manipulation-check report: per group and task, how many of
-the planted facts the context held, and where (profile, verbatim recent turns,
-forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
-before the task; L3 the profile facts; L4 at least as many as L3, and - the check
-that can fail - per task and language a share of L4's probe replies holding a
-planted specific that L3's context for the same message lacks (minimum shares per
-task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
-these expectations (``manipulation_check`` in services/memory/); the script checks
-the declarations of the groups that ran, so a new condition is checked by declaring
-its own. The report gives each language's figures apart. Exit code 0 when every check
+N scripted participants per enabled memory group and language walk register -> T1 ... T4 through the
+HTTP API, plant facts in T1 and probe for them in T2-T4; an admin account then reads every probe reply's
+stored memory context and the script prints the manipulation-check report (what the bots plant and ask,
+and what each condition is expected to hold: ``services/simulation.py``'s docstring). The report gives
+each language's figures apart. Exit code 0 when every check
 passes; 1 when one fails (a bot that could not walk T1-T4 is a failed check), naming the
 failed checks on stderr; 2 when the run itself could not happen (no server, not pilot mode).
 
