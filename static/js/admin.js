@@ -213,7 +213,8 @@ function showLogin(message) {
 
 function columns() {
   const base = [
-    { key: "participant_code", label: t("admin.col.code"),
+    // codes are opaque: sorted character by character, so "P51…" comes before "P5D…" (no numeric runs)
+    { key: "participant_code", label: t("admin.col.code"), plain: true,
       cell: (r) => h("a", { href: `#/participant/${r.id}` }, r.participant_code || `#${r.id}`) },
     { key: "username", label: t("admin.col.username"), cell: (r) => r.username },
     { key: "memory_group", label: t("admin.col.group"), cell: (r) => h("span.badge.group", r.memory_group || "–") },
@@ -322,11 +323,12 @@ function sortValue(column, row) {
   return row[column.key];
 }
 
-function compare(a, b) {
+function compare(a, b, plain = false) {
   if (a === b) return 0;
   if (a === null || a === undefined) return 1;
   if (b === null || b === undefined) return -1;
   if (typeof a === "number" && typeof b === "number") return a - b;
+  if (plain) return String(a) < String(b) ? -1 : 1;
   return String(a).localeCompare(String(b), undefined, { numeric: true });
 }
 
@@ -347,7 +349,7 @@ function sortedRows(rows) {
   const column = columns().find((c) => c.key === state.sort.key);
   const sorted = [...rows];
   sorted.sort((x, y) => {
-    const primary = column ? compare(sortValue(column, x), sortValue(column, y)) : compare(x.id, y.id);
+    const primary = column ? compare(sortValue(column, x), sortValue(column, y), column.plain) : compare(x.id, y.id);
     return primary * state.sort.dir || compare(x.id, y.id);
   });
   return sorted;
