@@ -324,6 +324,9 @@ def issue_return_link(session: Session, user: User, tasks: TaskService, *, purpo
     token = secrets.token_urlsafe(TOKEN_BYTES)
     now = tasks.clock.now()
     if purpose in ROTATED_PURPOSES:
+        # the participant lock before this Core write, not after it at the flush: taking it after a row
+        # lock on return_links deadlocks with an erasure (database.participant_lock)
+        hold_participant(session, user.id)
         session.execute(update(ReturnLink).where(ReturnLink.user_id == user.id, ReturnLink.purpose == purpose,
                                                  ReturnLink.revoked_at.is_(None)).values(revoked_at=now))
     expires = study_end(user, tasks)
