@@ -98,12 +98,20 @@ def live_server(tmp_path_factory) -> LiveServer:
     runtime = app.extensions["memory_lab"]
     replies = SwitchableReplies(runtime.llm.providers[0])
     runtime.llm.providers[0] = replies
+    for base_url in served(app, "browser-test-server"):
+        yield LiveServer(base_url=base_url, app=app, replies=replies)
+
+
+def served(app, name: str):
+    """Yield the base URL of ``app`` served on 127.0.0.1 (a free port) by a thread called ``name``; then
+    stop the server, the app's background work and its database connections."""
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="browser-test-server", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
-    yield LiveServer(base_url=f"http://127.0.0.1:{server.server_port}", app=app, replies=replies)
+    yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     thread.join(timeout=5)
+    runtime = app.extensions["memory_lab"]
     runtime.background.shutdown()
     runtime.db.dispose()
 
@@ -126,13 +134,13 @@ def browser():
 
 
 def page_factory(browser, base_url: str, **context_options):
-    """Yield ``factory(width=..., height=...)`` -> a page in a fresh browser context (its own cookies)
+    """Yield ``factory(width=..., height=..., locale=...)`` -> a page in a fresh browser context (its own cookies)
     on ``base_url``; close the contexts afterwards. Uncaught JavaScript errors on any page fail the test."""
     contexts = []
     errors: list[str] = []
 
-    def factory(width: int = 1280, height: int = 900):
-        context = browser.new_context(base_url=base_url, locale="zh-CN", viewport={"width": width, "height": height},
+    def factory(width: int = 1280, height: int = 900, locale: str = "zh-CN"):
+        context = browser.new_context(base_url=base_url, locale=locale, viewport={"width": width, "height": height},
                                       **context_options)
         context.set_default_timeout(10_000)
         contexts.append(context)

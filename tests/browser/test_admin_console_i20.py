@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from database.models import User
+from tests.browser.conftest import page_factory
 
 pytestmark = pytest.mark.browser
 
@@ -19,22 +20,10 @@ ENGLISH_WORDS = re.compile(r"\b(done|pending|failed|active|withdrawn|locked|task
 @pytest.fixture
 def context_page(browser, live_server):
     """context_page(locale, width, height) -> a page in a fresh context with that browser language."""
-    contexts = []
-    errors: list[str] = []
-
-    def factory(locale: str = "zh-CN", width: int = 1280, height: int = 800):
-        context = browser.new_context(base_url=live_server.base_url, locale=locale,
-                                      viewport={"width": width, "height": height})
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        page = context.new_page()
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        return page
-
-    yield factory
-    for context in contexts:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    pages = page_factory(browser, live_server.base_url)
+    factory = next(pages)
+    yield lambda locale="zh-CN", width=1280, height=800: factory(width, height, locale=locale)
+    next(pages, None)  # closes the contexts and fails on JavaScript errors
 
 
 def sign_in(page, username: str, password: str) -> None:

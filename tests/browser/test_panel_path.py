@@ -10,17 +10,15 @@ and PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from datetime import UTC
 
 import pytest
 from playwright.sync_api import expect
 from sqlalchemy import select
-from werkzeug.serving import make_server
 
 from database.models import Message, TaskSession, User
-from tests.browser.conftest import page_factory
+from tests.browser.conftest import page_factory, served
 from tests.browser.test_participant_page import answer_questionnaire, assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -51,15 +49,8 @@ def panel_server(tmp_path_factory):
         "T2": {"completion_code": T2_CODE},
     }}, "timing": {"min_participant_messages": 1}})  # one message per task keeps this walk short
     app = create_app(settings)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="panel-browser-server", daemon=True)
-    thread.start()
-    yield app, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(timeout=5)
-    runtime = app.extensions["memory_lab"]
-    runtime.background.shutdown()
-    runtime.db.dispose()
+    for base_url in served(app, "panel-browser-server"):
+        yield app, base_url
 
 
 @pytest.fixture

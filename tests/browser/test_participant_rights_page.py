@@ -8,7 +8,6 @@ PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -17,7 +16,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import User
-from tests.browser.conftest import HttpParticipant, page_factory
+from tests.browser.conftest import HttpParticipant, page_factory, served
 from tests.browser.test_participant_page import assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -29,7 +28,6 @@ LINES = ["你好，我叫小周，喜欢骑车。", "最近在准备考试。", 
 
 @pytest.fixture(scope="module")
 def rights_server(tmp_path_factory):
-    from werkzeug.serving import make_server
 
     from app import create_app
     from config import Settings
@@ -48,15 +46,8 @@ def rights_server(tmp_path_factory):
         task["unlock_offset_days"] = 0
     settings.study = settings.study.with_overrides({"tasks": tasks})
     app = create_app(settings)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="rights-browser-server", daemon=True)
-    thread.start()
-    yield app, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(timeout=5)
-    runtime = app.extensions["memory_lab"]
-    runtime.background.shutdown()
-    runtime.db.dispose()
+    for base_url in served(app, "rights-browser-server"):
+        yield app, base_url
 
 
 @pytest.fixture
