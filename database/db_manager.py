@@ -6,6 +6,8 @@ as a context manager. Schema changes are applied only through Alembic.
 """
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -162,10 +164,30 @@ def alembic_config(url: str):
 def _sqlite_pragmas(busy_timeout_ms: int) -> Callable[..., None]:
     def on_connect(dbapi_connection, _record) -> None:
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA journal_mode=WAL")
         # deleted and overwritten rows are zeroed in the file, so erased text does not linger in free space
         cursor.execute("PRAGMA secure_delete=ON")
-        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        _ensure_wal(cursor, busy_timeout_ms / 1000)
         cursor.close()
     return on_connect
+
+
+def _ensure_wal(cursor, patience: float) -> None:
+    """Switch the file to write-ahead logging unless it already is (the mode is stored in the file).
+    Reading or switching the mode while another connection opens the same file can answer "database
+    is locked" at once, without the busy handler (SQLite takes those locks without waiting), so a
+    burst of new connections retries for up to the busy timeout instead of failing a request."""
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
