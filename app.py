@@ -3,7 +3,7 @@
 ``create_app(settings)`` builds the same app for the server, the ``flask`` CLI,
 the scheduler and the tests. ``python app.py`` applies migrations, creates the
 first admin (printing a generated password once) and serves on
-127.0.0.1:$PORT (8000) with waitress (threads and connection limits: services/serving.py).
+127.0.0.1:$PORT (8000) with waitress (threads and connection limits: services/hosting/serving.py).
 ``scripts/serve.py`` (``make serve``) serves the same app with gunicorn on PostgreSQL.
 """
 from __future__ import annotations
@@ -26,14 +26,14 @@ from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
 from routes import http_safety
 from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
-from services import preflight
-from services.account_service import session_user
-from services.clock import Clock
-from services.errors import StudyError, Unavailable
+from services.hosting.runtime import build_runtime
+from services.hosting.serving import rate_limits, warm_up
 from services.llm.chain import LLMService
-from services.runtime import build_runtime
-from services.serving import rate_limits, warm_up
-from services.study import StudyDefinitionError
+from services.participants.account_service import session_user
+from services.platform.clock import Clock
+from services.platform.errors import StudyError, Unavailable
+from services.research import preflight
+from services.study.definition import StudyDefinitionError
 
 log = logging.getLogger("memory_lab")
 csrf = CSRFProtect()
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
 def _trust_proxies(app: Flask) -> None:
     """Behind PROXY_HOPS reverse proxies the client's address and scheme come from X-Forwarded-*
     (per-address rate limits would otherwise see every participant as the proxy)."""
-    from services.serving import ServingConfig
+    from services.hosting.serving import ServingConfig
 
     hops = ServingConfig.from_env().proxy_hops
     if hops:
@@ -168,7 +168,7 @@ def _register_cli(app: Flask) -> None:
     @click.argument("username")
     def create_admin_command(username: str) -> None:
         """Create an admin (password from ADMIN_PASSWORD, or prompted)."""
-        from services.account_service import create_admin
+        from services.participants.account_service import create_admin
 
         password = os.environ.get("ADMIN_PASSWORD") or click.prompt(
             "Password", hide_input=True, confirmation_prompt=True)
@@ -185,7 +185,7 @@ def _register_cli(app: Flask) -> None:
     @click.option("--dry-run", is_flag=True, help="print what would change; write nothing")
     def consolidate_command(user: str | None, all_pending: bool, dry_run: bool) -> None:
         """Consolidate finished tasks by hand (same as scripts/manual_consolidation.py)."""
-        from services.consolidation_service import ConsolidationService, describe, manual_consolidation
+        from services.memory.consolidation_service import ConsolidationService, describe, manual_consolidation
 
         service = ConsolidationService(runtime.db, runtime.settings, llm=runtime.consolidation_llm,
                                        embedder=runtime.embedder, clock=runtime.clock)
@@ -215,7 +215,7 @@ def _register_cli(app: Flask) -> None:
                   help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
     def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
-        from services.export_service import ExportOptions, write_export
+        from services.research.export_service import ExportOptions, write_export
 
         options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
         result = write_export(runtime, out, options=options)
@@ -225,7 +225,7 @@ def _register_cli(app: Flask) -> None:
     @click.option("--reminders", is_flag=True, help="also send reminder e-mails (needs REMINDERS_ENABLED=1)")
     def run_jobs_command(reminders: bool) -> None:
         """Run the scheduler's jobs once: consolidation sweep, overdue marking (e.g. from cron)."""
-        from services.scheduler import run_jobs_once
+        from services.operations.scheduler import run_jobs_once
 
         click.echo(_run_jobs_summary(run_jobs_once(runtime, reminders=reminders)))
 
@@ -240,7 +240,7 @@ def _limiter_storage(settings: Settings, runtime: Any) -> dict[str, Any]:
         # work answers 503 if the database is really down
         return {"RATELIMIT_STORAGE_URI": f"{rate_limit_store.SCHEME}://",
                 "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}, "RATELIMIT_SWALLOW_ERRORS": True}
-    from services import memory_rate_limits
+    from services.platform import memory_rate_limits
 
     return {"RATELIMIT_STORAGE_URI": f"{memory_rate_limits.SCHEME}://", "RATELIMIT_STORAGE_OPTIONS": {}}
 
@@ -265,7 +265,7 @@ def _register_payments_cli(app: Flask) -> None:
     @click.option("--upload", is_flag=True, help="only id,amount rows for the panel's bulk payment upload")
     def payments_command(out: str, upload: bool) -> None:
         """What each participant is owed: per-task compensation and completion bonus (study file)."""
-        from services.payments import payment_rows, payments_csv
+        from services.participants.payments import payment_rows, payments_csv
 
         with runtime.db.Session() as session:
             rows = payment_rows(session, runtime.study)
@@ -308,7 +308,7 @@ def _register_preflight_cli(app: Flask) -> None:
 
 def bootstrap_admin_once(app: Flask) -> None:
     """Print a generated admin password once, on the first start with no admin."""
-    from services.account_service import bootstrap_admin
+    from services.participants.account_service import bootstrap_admin
 
     runtime = app.extensions["memory_lab"]
     with runtime.db.Session() as session:
@@ -327,12 +327,12 @@ def configure_console_logging(environ: dict[str, str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
     logging.getLogger("apscheduler").setLevel(level)
-    logging.getLogger("services.scheduler").setLevel(level)
+    logging.getLogger("services.operations.scheduler").setLevel(level)
 
 
 def check_time_scale_on_start(app: Flask) -> None:
     """Refuse (SystemExit) a PILOT_DAY_SECONDS other than the one the database was run with, unless allowed."""
-    from services.time_scale import TimeScaleChanged, check_time_scale
+    from services.platform.time_scale import TimeScaleChanged, check_time_scale
 
     runtime = app.extensions["memory_lab"]
     settings = runtime.settings
@@ -367,7 +367,7 @@ def _serve() -> int:
     runtime = app.extensions["memory_lab"]
     warm_up(runtime)  # the embedder (and its pin check) and jieba, before the first participant
     if runtime.settings.scheduler_enabled:
-        from services.scheduler import start_scheduler
+        from services.operations.scheduler import start_scheduler
 
         start_scheduler(app)
     port = int(os.environ.get("PORT", "8000"))
@@ -380,7 +380,7 @@ def _serve() -> int:
     bootstrap_admin_once(app)  # last before serving, so nothing scrolls it away
     from waitress import serve
 
-    from services.serving import ServingConfig, raise_open_file_limit
+    from services.hosting.serving import ServingConfig, raise_open_file_limit
 
     serving = ServingConfig.from_env()
     raise_open_file_limit(serving.connection_limit)

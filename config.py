@@ -3,7 +3,7 @@
 ``Settings`` holds deployment facts read from environment variables (or an
 untracked ``.env`` file): database URL, secrets, provider chain, pilot mode,
 and the study definition in use - loaded and validated once by
-``services.study.load_study`` from ``data/study/default_study.json`` and the
+``services.study.definition.load_study`` from ``data/study/default_study.json`` and the
 file named in ``STUDY_CONFIG``.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.study import Study, load_study
+from services.study.definition import Study, load_study
 
 BASE_DIR = Path(__file__).resolve().parent
 DATA_DIR = BASE_DIR / "data"
@@ -108,7 +108,7 @@ class Settings:
     # the address participants reach the study at, for return links sent by reminders
     # (pages use the address the request came to when this is unset)
     public_base_url: str | None = None
-    # Fernet key for participants' contact details (services.contacts); unset: none are stored
+    # Fernet key for participants' contact details (services.participants.contacts); unset: none are stored
     contact_encryption_key: str | None = None
     # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
     db_busy_timeout_seconds: float = 10.0
@@ -116,7 +116,7 @@ class Settings:
     panel_allowlist_path: str | None = None
     run_migrations_on_start: bool = True
     # ALLOW_TIME_SCALE_CHANGE=1: start although the database was run under another PILOT_DAY_SECONDS
-    # (services.time_scale records the change in the audit log); refused otherwise
+    # (services.platform.time_scale records the change in the audit log); refused otherwise
     allow_time_scale_change: bool = False
     # CONSOLIDATION_LEASE_SECONDS: how long a consolidation run that died holds its task (default 900 s; in pilot
     # mode scaled with the day, at least 60 s)

@@ -1,6 +1,6 @@
 """SQLAlchemy 2.0 typed models: the study's data.
 
-Times are naive UTC ``datetime`` values taken from ``services.clock`` (never
+Times are naive UTC ``datetime`` values taken from ``services.platform.clock`` (never
 ``datetime.now()`` directly), so tests and pilot runs can move time.
 Every schema change is an Alembic revision under ``database/migrations``.
 """
@@ -452,7 +452,7 @@ class Lease(Base):
 
 class DatabaseSetting(Base):
     """A fact recorded with the data it governs, e.g. ``day_seconds``: the time scale every stored unlock
-    time and memory age was made under, so a restart with another one is noticed (services.time_scale)."""
+    time and memory age was made under, so a restart with another one is noticed (services.platform.time_scale)."""
 
     __tablename__ = "database_settings"
 
@@ -462,7 +462,7 @@ class DatabaseSetting(Base):
 
 
 class PreflightReport(Base):
-    """One pre-flight run (``flask --app app preflight``, ``services.preflight``): the study definition it
+    """One pre-flight run (``flask --app app preflight``, ``services.research.preflight``): the study definition it
     proved the manipulation for (``study_hash``), the providers it ran with, and each check's figures and
     verdict. Registration waits for a passing one when REQUIRE_PREFLIGHT is set."""
 

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from werkzeug.routing import IntegerConverter
 
 from database.models import User
-from services.errors import BadInput, Forbidden, Unauthorised
-from services.input_checks import MAX_DB_ID, check_json_text
-from services.runtime import Runtime
+from services.hosting.runtime import Runtime
+from services.participants.input_checks import MAX_DB_ID, check_json_text
+from services.platform.errors import BadInput, Forbidden, Unauthorised
 
 
 def runtime() -> Runtime:
@@ -109,7 +109,7 @@ limiter = Limiter(key_func=_limit_identity, headers_enabled=True)
 
 
 def configured_limit(name: str):
-    """A limit set in the environment (services.serving.RATE_LIMIT_DEFAULTS), read per request."""
+    """A limit set in the environment (services.hosting.serving.RATE_LIMIT_DEFAULTS), read per request."""
     return lambda: current_app.config["MEMORY_LAB_RATE_LIMITS"][name]
 
 

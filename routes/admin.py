@@ -4,9 +4,11 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
-from services import admin_service, erasure_service, panel_service, preflight
-from services.chat_service import task_service
-from services.clock import utc_iso
+from services.chat.chat_service import task_service
+from services.operations import admin_service
+from services.participants import erasure_service, panel_service
+from services.platform.clock import utc_iso
+from services.research import preflight
 
 bp = Blueprint("admin", __name__, url_prefix="/api/admin")
 

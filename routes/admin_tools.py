@@ -4,11 +4,13 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, request
 
 from routes.access import admin_required, current, db_session, ok, runtime
-from services import admin_service, payments, plots
-from services.clock import utc_iso
-from services.errors import BadInput
-from services.export_service import ExportOptions, export_runtime
-from services.input_checks import bounded_int
+from services.operations import admin_service
+from services.participants import payments
+from services.participants.input_checks import bounded_int
+from services.platform.clock import utc_iso
+from services.platform.errors import BadInput
+from services.research import plots
+from services.research.export_service import ExportOptions, export_runtime
 
 bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
 

@@ -17,9 +17,10 @@ from routes.access import (
     ok,
     runtime,
 )
-from services import account_service, preflight
-from services.input_checks import check_json_text
-from services.languages import LANGUAGES
+from services.participants import account_service
+from services.participants.input_checks import check_json_text
+from services.research import preflight
+from services.text.languages import LANGUAGES
 
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
 
@@ -124,7 +125,7 @@ def me():
 def set_language():
     language = json_body().get("language")
     if language not in LANGUAGES:
-        from services.errors import BadInput
+        from services.platform.errors import BadInput
 
         raise BadInput("language must be zh or en", code="invalid_language")
     user = current()

@@ -8,7 +8,7 @@ from flask import Blueprint, current_app, send_from_directory
 from sqlalchemy import text
 
 from routes.access import admin_required, db_session, ok, runtime
-from services.languages import LANGUAGES
+from services.text.languages import LANGUAGES
 
 bp = Blueprint("pages", __name__)
 OPENAPI = Path(__file__).resolve().parent.parent / "static" / "openapi.json"

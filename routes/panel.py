@@ -18,10 +18,11 @@ from routes.access import (
     runtime,
 )
 from routes.auth import user_view
-from services import account_service, contacts, panel_service, preflight
-from services.chat_service import task_service
-from services.clock import parse_utc_iso, utc_iso
-from services.errors import BadInput, NotFound
+from services.chat.chat_service import task_service
+from services.participants import account_service, contacts, panel_service
+from services.platform.clock import parse_utc_iso, utc_iso
+from services.platform.errors import BadInput, NotFound
+from services.research import preflight
 
 bp = Blueprint("panel", __name__)
 

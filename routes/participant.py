@@ -24,11 +24,11 @@ from routes.access import (
     participant_required,
     runtime,
 )
-from services import chat_service
-from services.chat_service import serialise_message, task_service
-from services.clock import utc_iso
-from services.panel_service import completion_for
-from services.questionnaire_service import items_for_task, store_answers, validate_answers
+from services.chat import chat_service
+from services.chat.chat_service import serialise_message, task_service
+from services.participants.panel_service import completion_for
+from services.platform.clock import utc_iso
+from services.study.questionnaire_service import items_for_task, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
 

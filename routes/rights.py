@@ -10,10 +10,10 @@ from flask import Blueprint, make_response, render_template, request
 from flask_login import logout_user
 
 from routes.access import current, db_session, json_body, ok, participant_required, runtime
-from services import participant_rights
-from services.chat_service import task_service
-from services.consent import consent_copy
-from services.languages import LANGUAGES
+from services.chat.chat_service import task_service
+from services.participants import participant_rights
+from services.participants.consent import consent_copy
+from services.text.languages import LANGUAGES
 
 bp = Blueprint("rights", __name__)
 

@@ -43,11 +43,11 @@ from sqlalchemy import func, insert, select
 from config import SECONDS_PER_DAY
 from database.db_manager import Database
 from database.models import Message, TaskSession, User
-from services import recall_model as rm
-from services.clock import ManualClock
-from services.embedding_service import to_blob
+from services.llm.embedding_service import to_blob
 from services.memory.hybrid import ForgettingCurveSearch
-from services.study import Study, load_study
+from services.platform.clock import ManualClock
+from services.recall import recall_model as rm
+from services.study.definition import Study, load_study
 
 DIM = 384
 PLANTED = 3  # memories close to the query, so the recall path with updates is exercised

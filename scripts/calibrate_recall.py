@@ -16,7 +16,7 @@ target; ``--strict`` exits 2 on any of them.
     .venv/bin/python scripts/calibrate_recall.py [--strict] [--preset seed_literal]
     .venv/bin/python scripts/calibrate_recall.py --fit [--bootstrap 20] [--write-preset NAME]
 
-The logic lives in services/recall_calibration*.py; the numbers and the reasoning behind the default
+The logic lives in services/research/recall_calibration*.py; the numbers and the reasoning behind the default
 preset: docs/recall_calibration.md.
 """
 from __future__ import annotations
@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 
 from config import SECONDS_PER_DAY
-from services.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
-from services.recall_calibration_fit import DEFAULT_FEATURES
-from services.recall_calibration_replay import FEATURE_NAMES
-from services.recall_calibration_report import format_report, save_plot
-from services.study import DEFAULT_STUDY_FILE, load_study
+from services.research.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
+from services.research.recall_calibration_fit import DEFAULT_FEATURES
+from services.research.recall_calibration_replay import FEATURE_NAMES
+from services.research.recall_calibration_report import format_report, save_plot
+from services.study.definition import DEFAULT_STUDY_FILE, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "docs" / "_generated" / "recall_calibration.png"

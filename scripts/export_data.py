@@ -17,10 +17,10 @@ import argparse
 
 from config import Settings
 from database.db_manager import Database
-from services.background import BackgroundRunner
-from services.clock import Clock
-from services.export_service import ExportOptions, write_export
-from services.runtime import Runtime
+from services.hosting.runtime import Runtime
+from services.platform.background import BackgroundRunner
+from services.platform.clock import Clock
+from services.research.export_service import ExportOptions, write_export
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,8 @@ import sys
 
 from config import Settings
 from database.db_manager import Database
-from services.clock import Clock
-from services.consolidation_service import ConsolidationService, describe, manual_consolidation
+from services.memory.consolidation_service import ConsolidationService, describe, manual_consolidation
+from services.platform.clock import Clock
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ LoCoMo (default): for every QA item each method ranks the turns of the item's co
 against the question; the script prints evidence recall@k overall and per category for the dev
 conversations (0-4, the only ones tuned on), the held-out ones (5-9) and all together, beside the
 LoCoMo paper's DRAGON reference, plus what the evidence normalisation repaired and dropped.
-Methods: bm25, dense (offline embedder), fused (the hybrid retriever of services/memory/retrieval.py),
+Methods: bm25, dense (offline embedder), fused (the hybrid retriever of services/recall/retrieval.py),
 l4 (the forgetting curve re-ranking dense), l4_t0 (the same with t = 0), s1 (fuzzy score).
 
 MemoryBank (--dataset memorybank --language zh|en): with --evidence FILE (labelled questions, a JSON
@@ -12,8 +12,8 @@ list of {"user", "qid": "<user>#<i>", "evidence": [{"date", "index"}]}) the same
 without it, only which stored days each method retrieves.
 
 Unless --no-deployed, every study condition is then run through its real code on a throwaway
-database (services/memory_bench_deployed.py) and the script reports, per condition, the evidence
-share of the context it builds, items and tokens per question. Logic: services/memory_bench.py.
+database (services/research/memory_bench_deployed.py) and the script reports, per condition, the evidence
+share of the context it builds, items and tokens per question. Logic: services/research/memory_bench.py.
 
     .venv/bin/python scripts/memory_bench.py [--data ../shared/bench] [--methods bm25,dense,fused,l4,l4_t0,s1]
         [--conversations 0-9] [--limit-qa N] [--deployed-qa N] [--k 5,10,25] [--json-out FILE]
@@ -35,9 +35,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from services import memory_bench as mb
-from services.recall_model import resolve_recall_params
-from services.study import load_study
+from services.recall.recall_model import resolve_recall_params
+from services.research import memory_bench as mb
+from services.study.definition import load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "bench"
@@ -117,8 +117,8 @@ def build_context(methods: list[str], ks: list[int], cache_dir: Path, l4_preset:
     ctx = mb.BenchContext(methods=methods, ks=ks, fusion=fusion or mb.FusionSettings())
     if not mb.EMBEDDING_METHODS & set(methods):
         return ctx
+    from services.llm.providers.offline import OfflineEmbeddingProvider
     from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
-    from services.providers.offline import OfflineEmbeddingProvider
 
     embedder = OfflineEmbeddingProvider()
     ctx.cache = mb.EmbeddingCache(cache_dir, embedder, progress=log)
@@ -153,7 +153,7 @@ def fusion_settings(args: argparse.Namespace) -> mb.FusionSettings:
 def deployed_run(histories: list[Any], ctx: mb.BenchContext) -> dict[str, dict[str, Any]]:
     """Every study condition's real context for every probe of ``histories`` (the memory_bench_deployed
     harness), per condition: evidence share, items and tokens per question."""
-    from services import memory_bench_deployed as md
+    from services.research import memory_bench_deployed as md
 
     with md.deployed_runtime(md.CachedEmbedder(ctx.cache)) as runtime:
         bench = md.DeployedBench(runtime)
@@ -207,7 +207,7 @@ def run_locomo(args: argparse.Namespace, ctx: mb.BenchContext) -> dict[str, Any]
     print()
     print("\n".join(mb.format_tables(summary, args.methods, args.k)))
     if deployed_possible(args, ctx):
-        from services import memory_bench_deployed as md
+        from services.research import memory_bench_deployed as md
 
         histories = []
         for conv in conversations:
@@ -239,7 +239,7 @@ def run_memorybank(args: argparse.Namespace, ctx: mb.BenchContext) -> dict[str, 
         report = {**mb.describe_memorybank(users, ctx), "language": args.language, "problems": problems}
         print("\n".join(mb.format_memorybank(report, args.language)))
         return {"dataset": "memorybank", "memorybank": report}
-    from services import memory_bench_deployed as md
+    from services.research import memory_bench_deployed as md
 
     labelled = mb.load_labelled_evidence(args.evidence, users)
     methods = mb.method_recalls(mb.evaluate_labelled(users, labelled, ctx), args.k)

@@ -12,7 +12,7 @@ import sys
 
 from config import Settings
 from database.db_manager import Database
-from services.study import StudyDefinitionError
+from services.study.definition import StudyDefinitionError
 
 
 def main(argv: list[str] | None = None) -> int:

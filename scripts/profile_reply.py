@@ -36,7 +36,7 @@ def _app(database_url: str, model_url: str):
                       RATE_LIMIT_MESSAGES_PER_ACCOUNT="100000 per minute", SCHEDULER_ENABLED="0",
                       SESSION_COOKIE_SECURE="0")
     from app import create_app
-    from services.serving import warm_up
+    from services.hosting.serving import warm_up
 
     app = create_app()
     runtime = app.extensions["memory_lab"]

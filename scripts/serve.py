@@ -6,7 +6,7 @@
 Refuses to start (exit 2, saying why) without a PostgreSQL ``DATABASE_URL`` or without
 ``SECRET_KEY`` in the environment: every process and every host must share both; and when
 its connection budget (WEB_HOSTS x WEB_WORKERS x (DB_POOL_SIZE + DB_MAX_OVERFLOW + 4
-background) + 5, services.serving.connection_budget) exceeds what PostgreSQL allows
+background) + 5, services.hosting.serving.connection_budget) exceeds what PostgreSQL allows
 (``SHOW max_connections`` less the superuser reserve, or DB_MAX_CONNECTIONS behind pgbouncer). The
 session cookie is ``Secure`` unless ``SESSION_COOKIE_SECURE=0`` (plain-HTTP lab LAN).
 
@@ -14,7 +14,7 @@ Before any worker starts, this process applies migrations, checks the embedder p
 creates the first admin (printing its password once). Each worker then builds its own app
 (engine, thread pools, scheduler); the ``scheduler`` lease lets exactly one of them run the
 scheduler's jobs, on this host or another. Threads, connection limits and timeouts:
-services/serving.py; the reverse proxy in front: README, "Several hosts".
+services/hosting/serving.py; the reverse proxy in front: README, "Several hosts".
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import os
 import sys
 
 import config  # noqa: F401 - loads .env before the environment is checked
-from services.serving import (
+from services.hosting.serving import (
     ServingConfig,
     allowed_connections,
     connection_budget,
@@ -38,7 +38,7 @@ def _prepare(serving: ServingConfig) -> str | None:
     process; returns why the workers must not start (None when they may)."""
     from app import bootstrap_admin_once, check_time_scale_on_start, create_app
     from config import Settings
-    from services.runtime import check_embedder
+    from services.hosting.runtime import check_embedder
 
     settings = Settings.from_env()
     app = create_app(settings)
@@ -72,7 +72,7 @@ def build_application(serving: ServingConfig, bind: str):
             app = create_app()
             warm_up(app.extensions["memory_lab"])
             if app.extensions["memory_lab"].settings.scheduler_enabled:
-                from services.scheduler import start_scheduler
+                from services.operations.scheduler import start_scheduler
 
                 start_scheduler(app)  # in every worker; the scheduler lease picks the one that runs jobs
             return app
@@ -92,10 +92,10 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per migration plugin is noise
     # APScheduler's line per job run buries what matters; which process leads the jobs
-    # (services.scheduler, INFO) stays visible here, where several processes share them
+    # (services.operations.scheduler, INFO) stays visible here, where several processes share them
     logging.getLogger("apscheduler").setLevel((os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper())
     serving = ServingConfig.from_env()
-    from services.study import StudyDefinitionError
+    from services.study.definition import StudyDefinitionError
 
     try:
         refused = _prepare(serving)

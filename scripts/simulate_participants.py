@@ -7,7 +7,7 @@
 N scripted participants per enabled memory group and language walk register -> T1 ... T4 through the
 HTTP API, plant facts in T1 and probe for them in T2-T4; an admin account then reads every probe reply's
 stored memory context and the script prints the manipulation-check report (what the bots plant and ask,
-and what each condition is expected to hold: ``services/simulation.py``'s docstring). The report gives
+and what each condition is expected to hold: ``services/research/simulation.py``'s docstring). The report gives
 each language's figures apart. Exit code 0 when every check
 passes; 1 when one fails (a bot that could not walk T1-T4 is a failed check), naming the
 failed checks on stderr; 2 when the run itself could not happen (no server, not pilot mode).
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from app import create_app
 from config import Settings
-from services.simulation import ApiError, failed_checks, format_report, run_simulation
+from services.research.simulation import ApiError, failed_checks, format_report, run_simulation
 
 
 def main(argv: list[str] | None = None) -> int:

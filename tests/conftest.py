@@ -14,8 +14,8 @@ import pytest
 
 from config import Settings
 from database.db_manager import Database
-from services.clock import ManualClock
-from services.study import load_study
+from services.platform.clock import ManualClock
+from services.study.definition import load_study
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -173,7 +173,7 @@ ADMIN_PASSWORD = "admin-password-1"
 
 @pytest.fixture
 def admin_client(app):
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     runtime = app.extensions["memory_lab"]
     with runtime.db.Session() as session:

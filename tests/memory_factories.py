@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from database.models import Assignment, Message, TaskSession, User
-from services.clock import ManualClock
+from services.platform.clock import ManualClock
 
 # T1 of the scenario in SPEC/issue 3: name, seafood allergy, a cat and PhD-application anxiety are told
 # in the first four turns; six more turns push the first three out of L2's seven-turn window.
@@ -79,7 +79,7 @@ class CachedEmbedder:
     """The real offline embedder with a per-process cache: tests embed the same scenario texts many times."""
 
     def __init__(self) -> None:
-        from services.providers.offline import OfflineEmbeddingProvider
+        from services.llm.providers.offline import OfflineEmbeddingProvider
 
         self._inner = OfflineEmbeddingProvider()
         self.name, self.model, self.dim = self._inner.name, self._inner.model, self._inner.dim

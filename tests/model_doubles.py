@@ -1,5 +1,5 @@
 """Test doubles for a model's *output* (the real SDK paths are tested against local wire-format
-servers in tests/services/test_providers_*.py): a model that answers from a script, and one that
+servers in tests/services/llm/test_providers_*.py): a model that answers from a script, and one that
 is down."""
 from __future__ import annotations
 

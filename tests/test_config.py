@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from services.study import StudyDefinitionError, load_study
+from services.study.definition import StudyDefinitionError, load_study
 
 
 def test_study_config_file_replaces_parts_of_the_definition(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ def test_the_password_notice_is_a_framed_block():
 
 @pytest.fixture
 def restore_loggers():
-    names = ("apscheduler", "services.scheduler", "alembic")
+    names = ("apscheduler", "services.operations.scheduler", "alembic")
     levels = {name: logging.getLogger(name).level for name in names}
     yield
     for name, level in levels.items():

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from app import create_app
 from database.models import PreflightReport, User
-from services import preflight
+from services.research import preflight
 
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
 

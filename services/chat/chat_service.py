@@ -26,20 +26,20 @@ from sqlalchemy.orm import Session
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
 from database.participant_lock import ParticipantErased
-from services.clock import utc_iso
-from services.consolidation_service import ConsolidationService
-from services.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
-from services.languages import prompt_language
-from services.leases import LeaseBusy, participant_guard
+from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
+from services.memory.consolidation_service import ConsolidationService
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
-from services.quality import parse_signals
-from services.runtime import Runtime
-from services.study import Study
-from services.timer_service import TaskService
+from services.participants.quality import parse_signals
+from services.platform.clock import utc_iso
+from services.platform.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
+from services.platform.leases import LeaseBusy, participant_guard
+from services.study.definition import Study
+from services.study.timer_service import TaskService
+from services.text.languages import prompt_language
 
 log = logging.getLogger(__name__)
 ERASED = "this participant's data has been erased"
@@ -124,7 +124,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
                    signals: dict[str, Any] | None = None, key: str | None = None) -> Message:
     """Validate and commit the participant's message. Nothing is stored if it is refused.
 
-    ``signals`` holds the optional data-quality fields the page sends (services.quality)."""
+    ``signals`` holds the optional data-quality fields the page sends (services.participants.quality)."""
     quality = parse_signals(signals or {})
     if not isinstance(content, str) or not content.strip():
         raise BadInput("the message is empty", code="empty_message")
@@ -338,7 +338,7 @@ def _turn_upkeep(runtime: Runtime, reply_id: int) -> None:
             return
         user_id = reply.user_id
     # One upkeep at a time per participant, across every process: two would race for the memory's
-    # next version number. The guard is a database lease (services.leases), not an in-process lock.
+    # next version number. The guard is a database lease (services.platform.leases), not an in-process lock.
     try:
         with participant_guard(db, user_id), db.session() as session:
             reply = session.get(Message, reply_id)

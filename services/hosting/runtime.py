@@ -10,14 +10,14 @@ from typing import Any
 
 from config import Settings
 from database.db_manager import BACKGROUND_POOL_SIZE, Database
-from services.background import BackgroundRunner
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
-from services.failure_log import make_failure_recorder
 from services.llm.chain import LLMService
+from services.llm.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
 from services.llm.factory import build_llm_service
 from services.memory import registry
-from services.study import Study
+from services.platform.background import BackgroundRunner
+from services.platform.clock import Clock
+from services.platform.failure_log import make_failure_recorder
+from services.study.definition import Study
 
 
 @dataclass
@@ -65,7 +65,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
     if db is None:
-        from services.serving import ServingConfig
+        from services.hosting.serving import ServingConfig
 
         serving = ServingConfig.from_env()
         db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,

@@ -233,13 +233,15 @@ def warm_up(runtime: Any) -> None:
     garbage collector's reach with ``gc.freeze()``: it lives as long as the process, and each
     full collection otherwise walked all of it again, a 150-350 ms pause of every request
     thread that landed in the middle of a class's first burst."""
-    from services.embedding_service import check_embedder_pinned
-    from services.keywords import keyword_set
-    from services.preflight import warn_embedder_mismatch
+    from services.llm.embedding_service import check_embedder_pinned
+    from services.recall.recall_model import embedder_warning
+    from services.text.keywords import keyword_set
 
     with runtime.db.Session() as session:
         check_embedder_pinned(session, runtime.embedder)
-    warn_embedder_mismatch(runtime.study, runtime.embedder.model)  # the preset's r would mean nothing
+    warning = embedder_warning(runtime.study.memory.recall, runtime.embedder.model)
+    if warning:  # the preset's r would mean nothing; the admin console shows it too (preflight_status)
+        log.warning("%s", warning)
     keyword_set("预热词典")
     gc.collect()
     gc.freeze()

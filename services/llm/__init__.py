@@ -7,6 +7,6 @@
 * ``chain``   — ``LLMService``: the fallback chain, for blocking and streamed replies.
 * ``factory`` — ``build_llm_service``: the chain named in the settings.
 
-Providers (``services/providers/``) import ``types``, ``wire`` and ``retry``, never the chain.
+Providers (``services/llm/providers/``) import ``types``, ``wire`` and ``retry``, never the chain.
 This file imports nothing, so importing ``services.llm.types`` never pulls the chain in.
 """

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from services.llm.providers import build_embedding_provider
 from services.llm.types import MALFORMED_RESPONSE, FailureHook, ProviderError
-from services.providers import build_embedding_provider
 
 
 class EmbeddingProvider(Protocol):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from services.llm.chain import LLMService
+from services.llm.providers import build_chat_provider
 from services.llm.retry import RetryPolicy
 from services.llm.types import FailureHook
-from services.providers import build_chat_provider
 
 
 def build_llm_service(settings: Any, chain: list[str] | None = None, on_failure: FailureHook | None = None,

@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, TaskSession, User
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider
 from services.llm.chain import LLMService
+from services.llm.embedding_service import EmbeddingProvider
 from services.memory.context import MemoryContext
-from services.recall_model import RecallParams
-from services.study import Study
+from services.platform.clock import Clock
+from services.recall.recall_model import RecallParams
+from services.study.definition import Study
 
 
 @dataclass

@@ -5,7 +5,7 @@ Run after a task's chat has closed - by the chat service off the request path
 (``scripts/manual_consolidation.py``, ``flask consolidate``). For one task session:
 
 1. **Profile (conditions that ``consolidates_profile``)**: the task's conversation is merged into the participant's
-   latest gist profile (``services.profile``), by the consolidation LLM chain or,
+   latest gist profile (``services.memory.profile.schema``), by the consolidation LLM chain or,
    when that chain is answered by the offline template responder (not an LLM),
    by the rule-based extractor (``source="offline-rules"``). Every success writes
    a new ``ProfileVersion`` (kind ``gist``); old versions stay. An LLM answer
@@ -58,16 +58,15 @@ from config import Settings
 from database.db_manager import Database, transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from database.participant_lock import ParticipantErased, hold_participant
-from services import recall_model
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, build_embedder, to_blob
-from services.failure_log import failure_values
 from services.llm.chain import LLMService
+from services.llm.embedding_service import EmbeddingProvider, build_embedder, to_blob
 from services.llm.factory import build_llm_service
 from services.llm.types import AllProvidersFailed
 from services.memory import registry
 from services.memory.base import Upkeep
-from services.profile import (
+from services.memory.profile.extraction import extract_profile_delta
+from services.memory.profile.llm_merge import ProfileUpdateFailed, update_profile_with_llm
+from services.memory.profile.schema import (
     apply_delta,
     detect_language,
     empty_profile,
@@ -75,10 +74,11 @@ from services.profile import (
     render_profile,
     validation_errors,
 )
-from services.profile_extraction import extract_profile_delta
-from services.profile_llm import ProfileUpdateFailed, update_profile_with_llm
-from services.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
-from services.study import Study
+from services.platform.clock import Clock
+from services.platform.failure_log import failure_values
+from services.recall import recall_model
+from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
+from services.study.definition import Study
 
 log = logging.getLogger(__name__)
 

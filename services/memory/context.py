@@ -20,7 +20,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from database.models import Message, ProfileVersion, TaskSession
-from services.languages import prompt_language
+from services.text.languages import prompt_language
 
 SECTION_TITLES = {
     "profile": {"zh": "用户画像", "en": "User profile"},

@@ -5,13 +5,13 @@ from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
 from database.models import Message, TaskSession
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider
+from services.llm.embedding_service import EmbeddingProvider
 from services.memory import registry
 from services.memory.base import BuildRequest
 from services.memory.context import MemoryContext
-from services.recall_model import RecallParams
-from services.study import Study
+from services.platform.clock import Clock
+from services.recall.recall_model import RecallParams
+from services.study.definition import Study
 
 
 class MemoryEngine:

@@ -1,7 +1,7 @@
 """L3 gist: the consolidated user profile (gist) + the last few turns before this task.
 
-Consolidation merges each finished task into the profile (``services.profile``,
-run by ``services.consolidation_service`` for conditions that ``consolidates_profile``).
+Consolidation merges each finished task into the profile (``services.memory.profile.schema``,
+run by ``services.memory.consolidation_service`` for conditions that ``consolidates_profile``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy import select
 from database.models import ProfileVersion
 from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import MemoryContext, recent_turns, render_turns
-from services.profile import render_profile
+from services.memory.profile.schema import render_profile
 
 
 def latest_profile(request: BuildRequest, context: MemoryContext) -> dict[str, Any] | None:

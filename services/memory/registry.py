@@ -14,7 +14,7 @@ from services.memory.recursive_summary import RecursiveSummaryCondition
 from services.memory.sensory import SensoryCondition
 from services.memory.structured_summary import StructuredSummaryCondition
 from services.memory.working import WorkingCondition
-from services.study import Study
+from services.study.definition import Study
 
 
 class UnknownCondition(ValueError):

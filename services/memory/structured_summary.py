@@ -41,11 +41,7 @@ from sqlalchemy.orm import Session
 
 from config import SECONDS_PER_DAY
 from database.models import Message, ProfileVersion, TaskSession, User
-from services.clipping import PUNCTUATION, clip
-from services.clock import Clock
-from services.embedding_service import EmbeddingProvider, from_blob, to_blob
-from services.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
-from services.languages import prompt_language
+from services.llm.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.llm.types import ProviderError
 from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition, Upkeep
 from services.memory.context import (
@@ -57,7 +53,6 @@ from services.memory.context import (
     render_tagged,
     render_turns,
 )
-from services.memory.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
 from services.memory.versioned_json import (
     LANGUAGE_NAMES,
     OFFLINE_SOURCE,
@@ -71,8 +66,13 @@ from services.memory.versioned_json import (
     schema_errors,
     strip_tag,
 )
-from services.recall_model import RelevanceMapping
-from services.study import Study, thaw
+from services.platform.clock import Clock
+from services.recall.recall_model import RelevanceMapping
+from services.recall.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
+from services.study.definition import Study, thaw
+from services.text.clipping import PUNCTUATION, clip
+from services.text.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
+from services.text.languages import prompt_language
 
 log = logging.getLogger(__name__)
 

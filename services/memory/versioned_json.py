@@ -2,7 +2,7 @@
 
 S1's structured summary and R1's recursive memory are both JSON documents a model
 rewrites; each rewrite becomes a new ``ProfileVersion`` of its kind and old versions
-stay. Parsing and schema checks come from ``services.structured_output``.
+stay. Parsing and schema checks come from ``services.text.structured_output``.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import ProfileVersion, ProviderFailure
-from services.keywords import detect_language
 from services.llm.chain import LLMService
 from services.llm.types import AllProvidersFailed, ChatProvider, ChatRequest, ChatResult, ProviderError
-from services.structured_output import StructuredOutputError, parse_json_object, validate
+from services.text.keywords import detect_language
+from services.text.structured_output import StructuredOutputError, parse_json_object, validate
 
 OFFLINE_SOURCE = "offline-rules"
 ModelChain = LLMService | ChatProvider  # a provider chain, or one provider on its own (tests, tools)

@@ -23,17 +23,17 @@ from database.models import (
     TaskSession,
     User,
 )
-from services.account_service import FAILED_LOGIN_WINDOW, failed_logins
-from services.chat_service import serialise_message
-from services.clock import utc_iso
-from services.consolidation_service import ConsolidationService
-from services.erasure_service import tombstone
-from services.errors import BadInput, Conflict, NotFound
-from services.panel_service import link_summary
-from services.quality import participant_quality, typing_flags
-from services.runtime import Runtime
-from services.study import Study
-from services.timer_service import TaskService
+from services.chat.chat_service import serialise_message
+from services.hosting.runtime import Runtime
+from services.memory.consolidation_service import ConsolidationService
+from services.participants.account_service import FAILED_LOGIN_WINDOW, failed_logins
+from services.participants.erasure_service import tombstone
+from services.participants.panel_service import link_summary
+from services.participants.quality import participant_quality, typing_flags
+from services.platform.clock import utc_iso
+from services.platform.errors import BadInput, Conflict, NotFound
+from services.study.definition import Study
+from services.study.timer_service import TaskService
 
 PARTICIPANT_STATUSES = ("active", "withdrawn", "erased")
 

@@ -16,7 +16,7 @@ them on a timer.
   monitor; a failure is retried on later runs, three attempts in all). Each
   reminder carries a fresh personal return link. Channels (``REMINDER_CHANNELS``):
   ``email`` by SMTP, to the address the participant gave (stored encrypted,
-  services.contacts) or the lab's ``participant_code,email`` CSV named by
+  services.participants.contacts) or the lab's ``participant_code,email`` CSV named by
   ``REMINDER_CONTACTS``; ``webhook``, a JSON POST to ``REMINDER_WEBHOOK_URL``
   that the lab forwards by SMS, WeChat or the panel's messages. Withdrawn and
   erased participants are never contacted. ``REMINDER_DIGEST_TO`` additionally
@@ -47,13 +47,14 @@ from sqlalchemy.orm import Session
 from config import Settings
 from database.db_manager import LEASE_POOL_SIZE
 from database.models import AuditLog, Reminder, User
-from services import admin_service, panel_service
-from services.chat_service import catch_up_turn_upkeep
-from services.clock import parse_utc_iso
-from services.contacts import decrypted_contacts
-from services.leases import SchedulerLeadership
-from services.runtime import Runtime
-from services.timer_service import TaskService
+from services.chat.chat_service import catch_up_turn_upkeep
+from services.hosting.runtime import Runtime
+from services.operations import admin_service
+from services.participants import panel_service
+from services.participants.contacts import decrypted_contacts
+from services.platform.clock import parse_utc_iso
+from services.platform.leases import SchedulerLeadership
+from services.study.timer_service import TaskService
 
 log = logging.getLogger(__name__)
 
@@ -521,7 +522,7 @@ def start_scheduler(app, *, start: bool = True):
     """Put the jobs on an APScheduler BackgroundScheduler and start it.
 
     Every server process may start one; the ``scheduler`` lease in the database makes
-    exactly one of them run the jobs (services.leases.SchedulerLeadership), and another
+    exactly one of them run the jobs (services.platform.leases.SchedulerLeadership), and another
     takes over within a lease period when that process dies."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.background import BackgroundScheduler

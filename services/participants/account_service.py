@@ -23,13 +23,13 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from zxcvbn import zxcvbn
 
 from database.models import AuditLog, LoginAddress, User, username_key
-from services.assignment_service import assign
-from services.clock import Clock, utc_iso
-from services.consent import record_consent
-from services.errors import BadInput, Conflict, Unauthorised
-from services.input_checks import MAX_DB_ID, check_text
-from services.languages import prompt_language
-from services.study import Study
+from services.participants.consent import record_consent
+from services.participants.input_checks import MAX_DB_ID, check_text
+from services.platform.clock import Clock, utc_iso
+from services.platform.errors import BadInput, Conflict, Unauthorised
+from services.study.assignment_service import assign
+from services.study.definition import Study
+from services.text.languages import prompt_language
 
 USERNAME = re.compile(r"^[\w.\-]{3,32}$")
 # erasure renames an account to erased-<code>; nobody may register such a name first

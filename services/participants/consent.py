@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from database.models import ConsentText, User
-from services.clock import utc_iso
-from services.errors import NotFound
-from services.study import Consent, Study
-from services.timer_service import localised
+from services.platform.clock import utc_iso
+from services.platform.errors import NotFound
+from services.study.definition import Consent, Study
+from services.study.timer_service import localised
 
 
 def _wording(consent: Consent) -> dict[str, Any]:

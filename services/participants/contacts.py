@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from database.models import ContactDetail, User
 from database.participant_lock import hold_participant
-from services.errors import BadInput, Conflict
+from services.platform.errors import BadInput, Conflict
 
 CHANNELS = ("email", "webhook")
 EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")

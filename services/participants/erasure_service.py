@@ -9,7 +9,7 @@ transaction, in foreign-key order. It works over the tables the models declare,
 so a table added later with a ``user_id`` is erased too.
 
 It happens once, and apart from the participant's own activity: it holds the
-participant lease (``services.leases``: their memory upkeep is not running) and,
+participant lease (``services.platform.leases``: their memory upkeep is not running) and,
 inside its transaction, the participant's ``users`` row exclusively
 (``database.participant_lock``): it waits for their writes under way, deletes what
 they wrote, and a write arriving after it is refused (410), as is a second erasure
@@ -39,10 +39,10 @@ from database import rate_limit_store
 from database.db_manager import Database
 from database.models import AuditLog, Base, Message, ProviderFailure, User, username_key
 from database.participant_lock import TOMBSTONE_TABLES, lock_for_erasure
-from services.clock import utc_iso
-from services.errors import BadInput, Conflict, NotFound, Unavailable
-from services.leases import LeaseBusy, participant_guard
 from services.memory.hybrid import ForgettingCurveSearch
+from services.platform.clock import utc_iso
+from services.platform.errors import BadInput, Conflict, NotFound, Unavailable
+from services.platform.leases import LeaseBusy, participant_guard
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.errors import BadInput
+from services.platform.errors import BadInput
+from services.text.cells import BAD_CHARACTERS
 
-_BAD_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
 _ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 # The database's integer columns are 32-bit on PostgreSQL: a larger id names nothing.
 MAX_DB_ID = 2**31 - 1
@@ -22,7 +22,7 @@ MAX_DB_ID = 2**31 - 1
 
 def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text, or None when it can."""
-    match = _BAD_CHARACTERS.search(value)
+    match = BAD_CHARACTERS.search(value)
     if match is None:
         return None
     return "contains a NUL character" if match.group() == "\x00" else "contains an unpaired UTF-16 surrogate"
@@ -62,12 +62,3 @@ def bounded_int(raw: str | None, *, name: str, low: int, high: int, default: int
         raise BadInput(f"{name} must be a whole number from {low} to {high}", code=f"invalid_{name}",
                        details={name: raw[:40]})
     return int(raw)
-
-
-def printable(value: str) -> str:
-    """Stored text made safe to encode: NULs dropped, unpaired surrogates shown as U+FFFD.
-
-    For views and CSV cells of rows stored before the checks above existed."""
-    if _BAD_CHARACTERS.search(value) is None:
-        return value
-    return _BAD_CHARACTERS.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", value)

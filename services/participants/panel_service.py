@@ -41,12 +41,12 @@ from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.account_service import enrol, hash_password
-from services.clock import Clock, utc_iso
-from services.errors import BadInput, Conflict, Forbidden, NotFound
-from services.languages import LANGUAGES
-from services.study import Study
-from services.timer_service import TaskService
+from services.participants.account_service import enrol, hash_password
+from services.platform.clock import Clock, utc_iso
+from services.platform.errors import BadInput, Conflict, Forbidden, NotFound
+from services.study.definition import Study
+from services.study.timer_service import TaskService
+from services.text.languages import LANGUAGES
 
 PANEL_USERNAME_PREFIX = "panel:"  # ':' never passes the register form's username rule
 LINK_PATH = "/r/"

@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, User
-from services.clock import utc_iso
-from services.erasure_service import erase_participant
-from services.errors import BadInput, Conflict, Forbidden
-from services.study import Study
-from services.timer_service import TaskService, localised
+from services.participants.erasure_service import erase_participant
+from services.platform.clock import utc_iso
+from services.platform.errors import BadInput, Conflict, Forbidden
+from services.study.definition import Study
+from services.study.timer_service import TaskService, localised
 
 ERASURE_REASON = "withdrew and asked for erasure (the participant's own request)"
 

@@ -24,8 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, TaskSession, User
-from services.export_service import safe_cell
-from services.study import Study
+from services.study.definition import Study
+from services.text.cells import safe_cell
 
 SHEET_COLUMNS = ["participant_code", "external_id", "status", "tasks_done", "completed_tasks", "first_completed_at",
                  "last_completed_at", "task_amount", "bonus", "total", "currency", "incomplete_tasks"]

@@ -27,8 +27,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import Message, QuestionnaireResponse
-from services.errors import BadInput
-from services.study import Study, TypingChecks
+from services.platform.errors import BadInput
+from services.study.definition import Study, TypingChecks
 
 TOO_FAST = "too_fast"
 TOO_FEW_KEYSTROKES = "too_few_keystrokes"

@@ -25,7 +25,7 @@ from sqlalchemy.exc import OperationalError
 from database.db_manager import Database
 from database.models import ProviderFailure
 from database.participant_lock import ParticipantErased, hold_participant
-from services.clock import Clock
+from services.platform.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 
 from database.db_manager import Database
 from database.models import Lease
-from services.clock import Clock
+from services.platform.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ PARTICIPANT_WAIT_SECONDS = 120.0
 POLL_SECONDS = 0.05
 
 
-# the host's real clock (services.clock.Clock), never a study's ManualClock: leases measure liveness
+# the host's real clock (services.platform.clock.Clock), never a study's ManualClock: leases measure liveness
 utc_now = Clock().now
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, DatabaseSetting
-from services.clock import Clock
+from services.platform.clock import Clock
 
 KEY = "day_seconds"
 

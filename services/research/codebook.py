@@ -15,13 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.study import Study, Task
+from services.study.definition import Study, Task
+from services.text.cells import NUMBER_DECIMALS
 
 INTEGER, NUMBER, STRING, DATETIME, BOOLEAN, JSON_TEXT = (
     "integer", "number", "string", "datetime (UTC, YYYY-MM-DD HH:MM:SS)", "boolean (1/0)", "JSON text")
 
-# CSV cells hold non-integer numbers fixed-point at most this many decimals (services.export_service.number_text)
-NUMBER_DECIMALS = 6
 
 LIKERT_ANCHORS = {"zh": "1 = 完全不同意 … 7 = 完全同意", "en": "1 = strongly disagree … 7 = strongly agree"}
 

@@ -1,6 +1,6 @@
 """The data export: one zip that R, SPSS, Excel or pandas can read as it is.
 
-Files (columns documented in ``services.codebook``):
+Files (columns documented in ``services.research.codebook``):
 participants.csv, task_sessions.csv, messages.csv (long, one row per message),
 questionnaires_long.csv (one row per item answer), questionnaires_wide.csv
 (one row per participant, ``T1_<item>`` ...), profiles.csv (every version),
@@ -20,7 +20,7 @@ alone). ``escape_formulas=False`` turns this off for analysis tools that never e
 NUL characters are dropped from CSV cells and unpaired surrogates (only in rows stored before input
 was checked) become U+FFFD. The JSON/JSONL files keep the raw text, escaped by JSON itself.
 
-Non-integer numbers are written in CSV cells at a stated precision (``number_text``): fixed-point,
+Non-integer numbers are written in CSV cells at a stated precision (``services.text.cells.number_text``): fixed-point,
 at most ``NUMBER_DECIMALS`` decimal places, trailing zeros dropped (``0.10800000000000001`` is
 ``0.108``), never in exponent notation; the codebook says so.
 """
@@ -52,10 +52,10 @@ from database.models import (
     TaskSession,
     User,
 )
-from services import codebook, preflight
-from services.input_checks import printable
-from services.quality import attention_items, attention_passed, typing_flags, typing_rates
-from services.study import Study
+from services.participants.quality import attention_items, attention_passed, typing_flags, typing_rates
+from services.research import codebook, preflight
+from services.study.definition import Study
+from services.text.cells import json_text, safe_cell, time_text
 
 CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionnaires_long.csv",
              "questionnaires_wide.csv", "profiles.csv", "recall_events.csv", "consolidation_runs.csv",
@@ -63,9 +63,6 @@ CSV_FILES = ("participants.csv", "task_sessions.csv", "messages.csv", "questionn
 REPLY_CONTEXTS = "reply_contexts.jsonl"
 # Keys a STUDY_CONFIG file should never hold, dropped from study_config.json all the same.
 SECRET_KEY_PATTERN = re.compile(r"api[_-]?key|secret|password|passwd|credential|access[_-]?token", re.IGNORECASE)
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-NUMBER_DECIMALS = codebook.NUMBER_DECIMALS
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
 @dataclass
@@ -80,57 +77,6 @@ class ExportResult:
     data: bytes
     files: dict[str, int] = field(default_factory=dict)  # file -> data rows (CSV/JSONL) or 1
     generated_at: datetime | None = None
-
-
-def _time(value: datetime | None) -> str | None:
-    return value.isoformat(sep=" ", timespec="seconds") if value else None
-
-
-def json_text(value: Any, **kwargs: Any) -> str:
-    """``json.dumps`` as UTF-8-safe text: unpaired surrogates in old rows are written as \\u escapes."""
-    text = json.dumps(value, ensure_ascii=False, **kwargs)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True, **kwargs)
-    return text
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json_text(value, sort_keys=True)
-
-
-def number_text(value: float) -> str:
-    """A float as a CSV cell: fixed-point, at most NUMBER_DECIMALS decimals, no trailing zeros, no ``-0``."""
-    if value != value or value in (float("inf"), float("-inf")):
-        return str(value)
-    text = f"{value:.{NUMBER_DECIMALS}f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
-
-
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float):
-        return number_text(value)
-    if isinstance(value, datetime):
-        return _time(value)
-    if isinstance(value, (dict, list)):
-        return _json(value)
-    return value
-
-
-def safe_cell(value: Any, *, escape_formulas: bool) -> Any:
-    """A CSV cell that encodes as UTF-8 and, when asked, cannot start a spreadsheet formula."""
-    value = _cell(value)
-    if not isinstance(value, str):
-        return value
-    value = printable(value)
-    if escape_formulas and value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
-        return "'" + value
-    return value
 
 
 def scrub_secrets(value: Any) -> Any:
@@ -410,7 +356,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
                                       include_reply_contexts=include_contexts)
         archive.writestr("codebook.csv", _csv_bytes(files["codebook.csv"], rows, bom=options.bom))
         result.files["codebook.csv"] = len(rows)
-        stamp = _time(generated_at)
+        stamp = time_text(generated_at)
         archive.writestr("codebook.md", codebook.codebook_markdown(
             rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom,
             escape_formulas=options.escape_formulas))

@@ -10,11 +10,11 @@ among the k best-scored turns, averaged over items, overall and per category.
 
 Methods, each a turns-by-questions score matrix plus a tie-break:
 
-* ``bm25`` - BM25 (Okapi) over the turns, tokenised with ``services.keywords``.
+* ``bm25`` - BM25 (Okapi) over the turns, tokenised with ``services.text.keywords``.
 * ``dense`` - cosine between the offline embedder's query and passage vectors.
-* ``fused`` - the deployed hybrid retriever (``services.memory.retrieval``): weighted sum of the
+* ``fused`` - the deployed hybrid retriever (``services.recall.retrieval``): weighted sum of the
   z-scored BM25 (over the turn plus its previous turns in the same session) and the z-scored cosine.
-* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall_model``) used as
+* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall.recall_model``) used as
   the ranking score over the dense cosines, with ``t`` the time from the turn's
   session to the question (asked at the last session) and ``g`` the never-recalled
   ``g0`` from the turn's lexicon salience; ties (for instance every turn whose
@@ -28,7 +28,7 @@ MemoryBank (Zhong et al., AAAI 2024) has probing questions but no gold answers:
 ``load_labelled_evidence`` reads evidence labelled by someone (each exchange, the user's message
 and the reply, is one memory) and ``evaluate_labelled`` scores recall@k on them; without labels
 ``describe_memorybank`` only reports which stored days the methods retrieve. What the conditions
-themselves hand the model is measured by ``services.memory_bench_deployed``.
+themselves hand the model is measured by ``services.research.memory_bench_deployed``.
 The data are read where they lie (``../shared/bench``) and never copied.
 """
 from __future__ import annotations
@@ -49,10 +49,10 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from services import recall_model as rm
-from services.keywords import keyword_jaccard, keyword_set, tokenize
-from services.memory.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
-from services.salience import lexicon_scores
+from services.recall import recall_model as rm
+from services.recall.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
+from services.recall.salience import lexicon_scores
+from services.text.keywords import keyword_jaccard, keyword_set, tokenize
 
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -515,7 +515,7 @@ def session_neighbours(texts: Sequence[str], sessions: Sequence[Any], window: in
 
 def retrieval_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray,
                      questions: Sequence[str], query_vectors: np.ndarray, fusion: FusionSettings) -> list[Scores]:
-    """Per question, every turn's scores from ``services.memory.retrieval.HybridRetriever``."""
+    """Per question, every turn's scores from ``services.recall.retrieval.HybridRetriever``."""
     docs = [RetrievalDoc(i, text, neighbour, vector)
             for i, (text, neighbour, vector) in enumerate(zip(texts, neighbours, turn_vectors, strict=True))]
     retriever = HybridRetriever(docs, fusion.weights, k1=fusion.k1, b=fusion.b)
@@ -524,7 +524,7 @@ def retrieval_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vecto
 
 def fused_scores(texts: Sequence[str], neighbours: Sequence[str], turn_vectors: np.ndarray, questions: Sequence[str],
                  query_vectors: np.ndarray, fusion: FusionSettings) -> np.ndarray:
-    """questions × turns fused scores of ``services.memory.retrieval.HybridRetriever``."""
+    """questions × turns fused scores of ``services.recall.retrieval.HybridRetriever``."""
     scores = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, fusion)
     return np.vstack([s.fused for s in scores]) if texts else np.zeros((len(questions), 0))
 

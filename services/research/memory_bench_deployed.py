@@ -1,6 +1,6 @@
 """What each memory condition actually hands the model, measured through the deployed code.
 
-The ranking benchmark (``services.memory_bench``) asks how well a ranker orders the turns. This
+The ranking benchmark (``services.research.memory_bench``) asks how well a ranker orders the turns. This
 module asks what the study's conditions put into the prompt, with their real gates and cut-offs:
 a benchmark history (a LoCoMo conversation, a MemoryBank user) is written into a throwaway SQLite
 database with the real migrated schema, once per condition of the study, as a participant of that
@@ -190,8 +190,8 @@ def deployed_runtime(embedder: Any) -> Iterator[Any]:
     """A Runtime on a throwaway migrated SQLite database: offline chains, consolidation and
     per-turn upkeep run inline, a manual clock, the given embedder."""
     from config import Settings
-    from services.clock import ManualClock
-    from services.runtime import build_runtime
+    from services.hosting.runtime import build_runtime
+    from services.platform.clock import ManualClock
 
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
@@ -226,7 +226,7 @@ class DeployedBench:
     # -- writing the history the way the chat would leave it ------------------
 
     def _store(self, history: BenchHistory, condition: str) -> tuple[int, dict[str, int]]:
-        from services import chat_service
+        from services.chat import chat_service
 
         clock = self.runtime.clock
         keys: dict[str, int] = {}

@@ -36,10 +36,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
-from services import recall_model
-from services.errors import BadInput, NotFound
-from services.input_checks import MAX_DB_ID, bounded_int
-from services.study import Study
+from services.participants.input_checks import MAX_DB_ID, bounded_int
+from services.platform.errors import BadInput, NotFound
+from services.recall import recall_model
+from services.study.definition import Study
 
 CJK_FONT_FAMILY = "Noto Sans CJK SC"
 LANGUAGES = ("zh", "en")

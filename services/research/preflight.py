@@ -4,10 +4,10 @@
 consolidation chains) and never touches the study's database while it checks:
 
 (a) **calibration** of the active recall preset for the configured embedder
-    (``services.recall_calibration.check_active_preset``). An embedder the preset was not fitted for is
+    (``services.research.recall_calibration.check_active_preset``). An embedder the preset was not fitted for is
     refused with ``PresetEmbedderMismatch`` (its message names ``calibrate_recall.py --fit --write-preset``):
     ``r`` would mean nothing.
-(b) **the bot manipulation check** for every enabled condition (``services.simulation``: bots walk T1-T4
+(b) **the bot manipulation check** for every enabled condition (``services.research.simulation``: bots walk T1-T4
     through the HTTP API of a temporary app on a temporary SQLite database, in pilot mode, in both languages,
     and every condition's declared expectations are checked, e.g. L4 beyond L3, the planted allergy for S1/R1).
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,14 +31,13 @@ from sqlalchemy.orm import Session
 
 from config import Settings
 from database.models import PreflightReport
-from services import simulation
-from services.clock import Clock, utc_iso
-from services.embedding_service import EmbeddingProvider, build_embedder
-from services.errors import Unavailable
-from services.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
-from services.study import Study
-
-log = logging.getLogger(__name__)
+from services.llm.embedding_service import EmbeddingProvider, build_embedder
+from services.platform.clock import Clock, utc_iso
+from services.platform.errors import Unavailable
+from services.recall import recall_model
+from services.research import simulation
+from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
+from services.study.definition import Study
 
 PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
 
@@ -52,20 +50,7 @@ def study_hash(study: Study) -> str:
 
 def embedder_warning(study: Study, embedder_model: str) -> str | None:
     """Why ``r`` means nothing with this embedder, or None when the active preset was fitted for it."""
-    recall = study.memory.recall
-    if recall.relevance.measured_for(embedder_model):
-        return None
-    return (f"the configured embedder is {embedder_model}, but the active recall preset {recall.preset!r} was "
-            f"fitted for {recall.relevance.embedder_model}: its relevance r means nothing for this embedder; "
-            "run scripts/calibrate_recall.py --fit --write-preset")
-
-
-def warn_embedder_mismatch(study: Study, embedder_model: str) -> str | None:
-    """At start-up: log the mismatch (the admin console shows it too, through ``preflight_status``)."""
-    warning = embedder_warning(study, embedder_model)
-    if warning:
-        log.warning("%s", warning)
-    return warning
+    return recall_model.embedder_warning(study.memory.recall, embedder_model)
 
 
 # -- the stored reports -------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ fits one on the development participants: ``fit=True``) and returns a ``Calibrat
 ``check_active_preset`` is the pre-flight's question: does the study's active preset, with the
 configured embedder, meet the pre-registered targets on the held-out and blind participants?
 ``scripts/calibrate_recall.py`` is the command line over these functions. The sample and its replay
-live in ``services.recall_calibration_replay``, the fits in ``services.recall_calibration_fit``, the
-report in ``services.recall_calibration_report``.
+live in ``services.research.recall_calibration_replay``, the fits in ``services.research.recall_calibration_fit``, the
+report in ``services.research.recall_calibration_report``.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from config import SECONDS_PER_DAY
-from services import recall_model as rm
-from services.recall_calibration_fit import DEFAULT_FEATURES, bootstrap, fit_anchored
-from services.recall_calibration_replay import (
+from services.recall import recall_model as rm
+from services.research.recall_calibration_fit import DEFAULT_FEATURES, bootstrap, fit_anchored
+from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
     SAMPLE,
     MemoEmbedder,
@@ -34,13 +34,13 @@ from services.recall_calibration_replay import (
     study_gaps,
     traces_for,
 )
-from services.recall_calibration_report import (
+from services.research.recall_calibration_report import (
     CalibrationReport,
     checked_failures,
     outcome_figures,
     recall_ceilings,
 )
-from services.study import Study, load_study
+from services.study.definition import Study, load_study
 
 TURN_GAPS = (0.0, 3.0, 10.0, 20.0, 40.0)
 
@@ -49,11 +49,11 @@ def configured_embedder(name: str | None = None):
     """The study's embedder (``EMBEDDING_PROVIDER``, offline by default)."""
     name = name or os.environ.get("EMBEDDING_PROVIDER") or "offline"
     if name == "offline":
-        from services.providers.offline import OfflineEmbeddingProvider
+        from services.llm.providers.offline import OfflineEmbeddingProvider
 
         return OfflineEmbeddingProvider()
     from config import Settings
-    from services.embedding_service import build_embedder
+    from services.llm.embedding_service import build_embedder
 
     return build_embedder(Settings.from_env(embedding_provider=name))
 

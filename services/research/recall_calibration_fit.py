@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from config import SECONDS_PER_DAY
-from services import recall_model as rm
-from services.memory.relevance import LogisticRelevance, UnrelatedTail, fit_monotone, fit_unrelated_tail
-from services.recall_calibration_replay import (
+from services.recall import recall_model as rm
+from services.recall.relevance import LogisticRelevance, UnrelatedTail, fit_monotone, fit_unrelated_tail
+from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
     SAMPLE_LANGUAGE,
     TARGETS,
@@ -28,7 +28,7 @@ from services.recall_calibration_replay import (
     rises_beyond_noise,
     schedule_days,
 )
-from services.study import Study
+from services.study.definition import Study
 
 DEFAULT_FEATURES = ("fused", "dense_z", "cosine")
 # Curve time units tried by --fit, in days per unit (t = study days / unit).

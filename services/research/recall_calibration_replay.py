@@ -24,13 +24,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from config import SECONDS_PER_DAY
-from services import recall_model as rm
-from services.clock import ManualClock
-from services.memory.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
-from services.salience import lexicon_scores
-from services.study import Study
+from services.platform.clock import ManualClock
+from services.recall import recall_model as rm
+from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
+from services.recall.salience import lexicon_scores
+from services.study.definition import Study
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 SAMPLE_FILE = DATA_DIR / "recall_sample.json"
 PROBES_FILE = DATA_DIR / "recall_probes.json"
 RULE_CHECK_FILE = DATA_DIR / "candidate_rule_check.json"
@@ -272,8 +272,8 @@ def sample_salience(text: str, scores: tuple[float, float, float] | None, weight
 def sample_reply(text: str, language: str) -> str:
     """The reply an exchange of the sample carries: the offline responder's, given no memory (the sample
     has no assistant turns; a pilot run's replies come from the same responder)."""
+    from services.llm.providers.offline import OfflineChatProvider
     from services.llm.types import ChatRequest
-    from services.providers.offline import OfflineChatProvider
 
     request = ChatRequest(messages=[{"role": "user", "content": text}], language=language)
     return OfflineChatProvider().complete(request).text

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from config import SECONDS_PER_DAY
-from services import recall_model as rm
-from services.recall_calibration_replay import (
+from services.recall import recall_model as rm
+from services.research.recall_calibration_replay import (
     CHECKED_SPLITS,
     FEATURE_NAMES,
     RULE_CHECK,

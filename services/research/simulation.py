@@ -1,7 +1,7 @@
 """Bot participants: the manipulation check a lab runs before recruiting anyone.
 
 Used by ``scripts/simulate_participants.py`` (the researcher's entry point) and by the pre-flight
-(``services.preflight``, ``flask --app app preflight``). The bots (``HttpClient``, ``Bot``, ``Admin``,
+(``services.research.preflight``, ``flask --app app preflight``). The bots (``HttpClient``, ``Bot``, ``Admin``,
 ``run_bots``) are HTTP-only: they reach a server through its JSON API exactly as a browser would and
 import nothing from ``services``; only the analysis reads the conditions' declarations.
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from config import Settings
     from services.memory.base import ManipulationCheck
-    from services.study import Study
+    from services.study.definition import Study
 
     AppFactory = Callable[[Settings], Flask]
 
@@ -247,8 +247,8 @@ def specifics_in(text: str) -> set[str]:
 
 def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
     """Whether a recalled memory passes the recall-candidate rule the reply was built with
-    (services.recall_model.CandidateRule): a content word, or a high salience."""
-    from services import recall_model
+    (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
+    from services.recall import recall_model
 
     rule = (recall_params or {}).get("candidates") or {}
     return recall_model.CandidateRule(
@@ -516,8 +516,8 @@ def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[
     the study defines, so S1 and R1 are checked too)."""
     from werkzeug.serving import make_server
 
-    from services.account_service import create_admin
-    from services.study import load_study
+    from services.participants.account_service import create_admin
+    from services.study.definition import load_study
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="memory-lab-sim-") as tmp:

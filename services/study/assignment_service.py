@@ -16,8 +16,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from database.models import Assignment, AssignmentCounter, AuditLog, User
-from services.clock import Clock
-from services.study import Study
+from services.platform.clock import Clock
+from services.study.definition import Study
 
 
 def permuted_block(conditions: list[str], multiple: int, seed: int | None, block_index: int) -> list[str]:

@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from services.languages import LANGUAGES
-from services.mappings import deep_merge
-from services.recall_model import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
+from services.platform.mappings import deep_merge
+from services.recall.recall_model import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
+from services.text.languages import LANGUAGES
 
-DEFAULT_STUDY_FILE = Path(__file__).resolve().parent.parent / "data" / "study" / "default_study.json"
+DEFAULT_STUDY_FILE = Path(__file__).resolve().parents[2] / "data" / "study" / "default_study.json"
 ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
 ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
@@ -104,7 +104,7 @@ class Limits:
 @dataclass(frozen=True)
 class TypingChecks:
     """When a typed chat message is implausible for a person at a keyboard (scripted or typed elsewhere):
-    judged by services.quality.typing_flags on the characters typed, i.e. not pasted."""
+    judged by services.participants.quality.typing_flags on the characters typed, i.e. not pasted."""
     min_chars: int  # messages with fewer typed characters are not judged
     max_chars_per_second: float  # more typed characters per second of typing than this is flagged
     min_keystrokes_per_char: float  # fewer key presses per typed character than this is flagged

@@ -7,13 +7,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import QuestionnaireResponse, TaskSession
-from services.clock import Clock
-from services.errors import BadInput, Conflict
-from services.study import Study, Task
-from services.timer_service import localised
+from services.platform.clock import Clock
+from services.platform.errors import BadInput, Conflict
+from services.study.definition import Study, Task
+from services.study.timer_service import localised
 
 # "attention": an instructed-response check, shown as a scale (or as choices when it has options);
-# its expected answer stays on the server (services.quality counts the failures)
+# its expected answer stays on the server (services.participants.quality counts the failures)
 ITEM_TYPES = {"likert", "ios", "choice", "text", "attention"}
 
 

@@ -22,9 +22,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, Message, TaskSession, User
-from services.clock import Clock, utc_iso
-from services.errors import Conflict, Forbidden, NotFound
-from services.study import Study, Task
+from services.platform.clock import Clock, utc_iso
+from services.platform.errors import Conflict, Forbidden, NotFound
+from services.study.definition import Study, Task
 
 
 class TaskService:

@@ -175,7 +175,7 @@ def screenshot():
 
 @pytest.fixture(scope="session")
 def admin_account(live_server) -> tuple[str, str]:
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     runtime = live_server.runtime
     with runtime.db.Session() as session:

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from database.models import PreflightReport
-from services import preflight
+from services.research import preflight
 from tests.browser.test_admin_page import log_in
 
 pytestmark = pytest.mark.browser

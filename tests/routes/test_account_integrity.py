@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from database.models import User
-from services.account_service import hash_password
+from services.participants.account_service import hash_password
 from tests.conftest import ADMIN_PASSWORD, ApiClient
 
 OWNER = {"REMOTE_ADDR": "10.0.0.1"}
@@ -47,7 +47,7 @@ def test_erasure_succeeds_when_an_older_account_holds_the_erased_name(app, make_
 @pytest.fixture
 def limited_app(settings, clock, database, monkeypatch):
     from app import create_app
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     monkeypatch.setenv("RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT", "20 per hour")
     settings.rate_limits_enabled = True

@@ -129,7 +129,7 @@ def test_stored_bad_text_never_breaks_the_export_or_the_admin_views(app, make_pa
         user_id = session.scalar(select(User.id).where(User.username == "legacy"))
     plant_bad_rows(app, user_id)
 
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     with app.extensions["memory_lab"].db.Session() as session:
         create_admin(session, "labadmin", ADMIN_PASSWORD, app.extensions["memory_lab"].clock)
@@ -188,7 +188,7 @@ def test_formula_cells_are_escaped_by_default_and_documented(app, make_participa
 
 
 def test_tab_and_cr_at_the_start_of_a_cell_are_escaped():
-    from services.export_service import safe_cell
+    from services.text.cells import safe_cell
 
     assert safe_cell("\t=1", escape_formulas=True) == "'\t=1"
     assert safe_cell("\r=1", escape_formulas=True) == "'\r=1"

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 
 from database.models import Message, ProviderFailure, User
 from services.llm.chain import LLMService
-from services.providers.offline import OfflineChatProvider
+from services.llm.providers.offline import OfflineChatProvider
 from tests.conftest import ApiClient, walk_task
 from tests.model_doubles import DownModel
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.serving import rate_limits
+from services.hosting.serving import rate_limits
 from tests.conftest import ApiClient
 
 
@@ -35,7 +35,7 @@ def test_two_hundred_participants_from_one_address_all_get_in(limited_app, monke
 
     from werkzeug.security import generate_password_hash
 
-    from services import account_service
+    from services.participants import account_service
 
     # What is tested is the limiter; 200 scrypt hashes would take over a minute of CPU here.
     monkeypatch.setattr(account_service, "generate_password_hash",

@@ -11,8 +11,8 @@ from cryptography.fernet import Fernet
 from sqlalchemy import inspect, select, text
 
 from database.models import Assignment, AuditLog, User
-from services.export_service import ExportOptions, export_runtime
-from services.study import build_study
+from services.research.export_service import ExportOptions, export_runtime
+from services.study.definition import build_study
 from tests.conftest import ApiClient, walk_task
 
 # Distinctive strings that can only come from the participant being erased.
@@ -186,8 +186,8 @@ def test_erasure_needs_the_admin_role(app, make_participant):
 
 
 def test_erasure_empties_this_process_recall_cache(app, clock, study, admin_client):
-    from services import recall_model as rm
     from services.memory.hybrid import ForgettingCurveSearch
+    from services.recall import recall_model as rm
 
     api = _enter(app, PANEL_IDS[0])
     walk_task(api, clock, "T1", [MESSAGES[0]], study=study)
@@ -252,7 +252,7 @@ def test_erasure_removes_the_participants_rate_limit_counters(settings, clock, d
     from app import create_app
     from database.models import RateLimitCounter
     from database.rate_limit_store import login_subject
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
     from tests.conftest import ADMIN_PASSWORD
 
     settings.rate_limits_enabled = True

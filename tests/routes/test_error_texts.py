@@ -33,7 +33,7 @@ DYNAMIC_VALUES = {
     "invalid_": None,  # filled from the bounded_int(name=...) calls below
 }
 # Codes that are not errors a page can receive: a benchmark's participant-code pattern.
-NOT_API_ERRORS = {"services/memory_bench_deployed.py"}
+NOT_API_ERRORS = {"services/research/memory_bench_deployed.py"}
 
 
 def server_sources() -> list[Path]:

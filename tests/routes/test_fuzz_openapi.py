@@ -30,8 +30,8 @@ def fuzz_target(tmp_path_factory, migrated_sqlite_template):
     """One app for the whole module (building one per operation would take most of the minute)."""
     from app import create_app
     from config import Settings
-    from services.account_service import create_admin
-    from services.clock import ManualClock
+    from services.participants.account_service import create_admin
+    from services.platform.clock import ManualClock
 
     path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
     shutil.copyfile(migrated_sqlite_template, path)

@@ -250,7 +250,7 @@ def test_pilot_timer_scale_keeps_tasks_long_enough_for_a_person(settings, clock,
 
 
 def test_choice_items_accept_only_their_options(app, make_participant, clock, study):
-    from services.questionnaire_service import items_for_task, validate_answers
+    from services.study.questionnaire_service import items_for_task, validate_answers
 
     t4 = study.task("T4")
     items = items_for_task(study, t4, "en")
@@ -260,7 +260,7 @@ def test_choice_items_accept_only_their_options(app, make_participant, clock, st
     good = {i["id"]: (i["min"] if i["type"] in ("likert", "ios") else "ok") for i in items}
     good[choice["id"]] = "key_facts"
     assert validate_answers(items, good, 2000)[choice["id"]] == "key_facts"
-    from services.errors import BadInput
+    from services.platform.errors import BadInput
 
     for bad in ("all", 1, ["key_facts"]):
         with pytest.raises(BadInput) as err:

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from database.models import PreflightReport
-from services import preflight
-from services.export_service import ExportOptions, build_export
+from services.research import preflight
+from services.research.export_service import ExportOptions, build_export
 
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
 
@@ -111,17 +111,17 @@ def test_admin_console_state_follows_the_reports(app, admin_client, clock, study
 def test_a_configured_embedder_the_preset_was_not_fitted_for_is_logged_at_start_and_shown(
         settings, clock, database, caplog):
     from app import create_app
-    from services.serving import warm_up
+    from services.hosting.serving import warm_up
     from tests.conftest import ADMIN_PASSWORD, ApiClient
 
     mismatched = replace(settings, study=settings.study.with_overrides(OTHER_EMBEDDER))
     app = create_app(mismatched, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="services.preflight"):
+    with caplog.at_level(logging.WARNING, logger="services.hosting.serving"):
         warm_up(app.extensions["memory_lab"])  # what make run and make serve do before serving
-    warnings = [r.getMessage() for r in caplog.records if r.name == "services.preflight"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "services.research.preflight"]
     assert any("fitted for text-embedding-v3" in w and "calibrate_recall.py --fit --write-preset" in w
                for w in warnings)
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     runtime = _runtime(app)
     with runtime.db.Session() as session:

@@ -90,7 +90,7 @@ def test_a_stream_cut_before_its_first_token_falls_back_without_the_participant_
 
 @pytest.fixture
 def admin_client_for():
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
 
     def make(app):
         runtime = app.extensions["memory_lab"]

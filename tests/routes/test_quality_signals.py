@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from services.export_service import ExportOptions, export_runtime
-from services.study import build_study
+from services.research.export_service import ExportOptions, export_runtime
+from services.study.definition import build_study
 
 PASTED = "这是一段从别处复制过来的很长的回答，内容工整得不像随手打的字。"
 TYPED = "我今天自己打字聊天。"
@@ -97,7 +97,7 @@ def test_pasted_message_and_failed_check_reach_the_record_the_monitor_and_the_ex
 
 
 def test_an_attention_item_needs_an_expected_answer_in_range():
-    from services.study import StudyDefinitionError, load_study
+    from services.study.definition import StudyDefinitionError, load_study
 
     definition = load_study().as_dict()
     definition["instruments"]["attention_check"]["items"][0]["expected"] = 9
@@ -151,7 +151,7 @@ def test_scripted_typing_is_flagged_in_the_monitor_and_the_export(app, make_part
 
 
 def test_typing_thresholds_are_validated_in_the_study_file(study):
-    from services.study import StudyDefinitionError
+    from services.study.definition import StudyDefinitionError
 
     with pytest.raises(StudyDefinitionError, match="typing_checks"):
         study.with_overrides({"typing_checks": {"max_chars_per_second": 0}})

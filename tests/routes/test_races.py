@@ -67,7 +67,7 @@ def count(app, model, *where) -> int:
 
 
 def test_simultaneous_task_starts_make_one_attempt(app, make_participant, monkeypatch):
-    from services.timer_service import TaskService
+    from services.study.timer_service import TaskService
 
     api = make_participant("starter")
     api.get("/api/tasks")
@@ -103,7 +103,7 @@ def test_simultaneous_retries_of_one_message_store_one_reply(app, make_participa
 
 
 def test_names_differing_in_case_registered_at_once_make_one_account(app, monkeypatch):
-    from services import account_service
+    from services.participants import account_service
 
     gate = FirstCallBarrier(3)
     monkeypatch.setattr(account_service, "hash_password", gate.wrap(account_service.hash_password))
@@ -225,7 +225,7 @@ class Http:
 
 
 def _admin(app, base: str) -> Http:
-    from services.account_service import create_admin
+    from services.participants.account_service import create_admin
     from tests.conftest import ADMIN_PASSWORD
 
     runtime = app.extensions["memory_lab"]
@@ -260,7 +260,7 @@ def leftovers(app, user_id: int) -> dict[str, int]:
     """Rows still belonging to ``user_id``, in every table the models declare with a ``user_id`` (so a table
     added later is checked too) except the tombstone's own (users, assignments, audit_log)."""
     from database.models import Base
-    from services.erasure_service import KEPT_TABLES
+    from services.participants.erasure_service import KEPT_TABLES
 
     found = {}
     with app.extensions["memory_lab"].db.engine.connect() as conn:

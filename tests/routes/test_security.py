@@ -274,7 +274,7 @@ def test_a_password_that_contains_the_username_is_refused(client):
 
 
 def test_very_long_passwords_are_refused_before_any_hash(app, client, make_participant, monkeypatch):
-    from services import account_service
+    from services.participants import account_service
 
     make_participant("longpass", password="normal-length-pass-1")
     hashed: list[int] = []

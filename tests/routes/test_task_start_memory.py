@@ -10,8 +10,8 @@ from sqlalchemy import select
 
 from config import Settings
 from database.models import AuditLog, ConsolidationRun, TaskSession, User
-from services import chat_service
-from services.consolidation_service import ConsolidationService
+from services.chat import chat_service
+from services.memory.consolidation_service import ConsolidationService
 from tests.conftest import walk_task
 
 

@@ -1,4 +1,4 @@
-"""scripts/calibrate_recall.py and services/recall_calibration*.py: the default preset is the fit the script
+"""scripts/calibrate_recall.py and services/research/recall_calibration*.py: the default preset is the fit the script
 produces on the development participants; recall is checked against the pre-registered targets on the held-out
 and on the blind participants (--strict fails while one is missed); almost never an unrelated memory, never a
 message without content; the seed's literal values recall nothing; reinforcement resets t and raises g; the
@@ -15,13 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services import recall_calibration as cal
-from services import recall_calibration_fit as fit
-from services import recall_calibration_replay as rp
-from services import recall_calibration_report as rep
-from services import recall_model as rm
-from services.providers.offline import OfflineEmbeddingProvider
-from services.study import load_study
+from services.llm.providers.offline import OfflineEmbeddingProvider
+from services.recall import recall_model as rm
+from services.research import recall_calibration as cal
+from services.research import recall_calibration_fit as fit
+from services.research import recall_calibration_replay as rp
+from services.research import recall_calibration_report as rep
+from services.study.definition import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
 

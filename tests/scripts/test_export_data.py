@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from database.models import AuditLog
-from services.export_service import CSV_FILES
+from services.research.export_service import CSV_FILES
 from tests.conftest import walk_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_flask_run_jobs_command(app, make_participant, clock, study):
 
 
 def test_flask_run_jobs_stands_aside_while_a_scheduler_holds_the_lease(app, make_participant, clock, study):
-    from services.leases import SchedulerLeadership, release, try_acquire
+    from services.platform.leases import SchedulerLeadership, release, try_acquire
 
     runtime = app.extensions["memory_lab"]
     alice = make_participant("dora")

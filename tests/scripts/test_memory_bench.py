@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services import memory_bench as mb
-from services import recall_model as rm
-from services.keywords import keyword_jaccard, keyword_set
-from services.memory.retrieval import Scores
 from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
-from services.study import load_study
+from services.recall import recall_model as rm
+from services.recall.retrieval import Scores
+from services.research import memory_bench as mb
+from services.study.definition import load_study
+from services.text.keywords import keyword_jaccard, keyword_set
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "memory_bench.py"

@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from services import memory_bench as mb
-from services import memory_bench_deployed as md
+from services.research import memory_bench as mb
+from services.research import memory_bench_deployed as md
 from tests.memory_factories import EMBEDDER, T1_EN
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from app import create_app
-from services import simulation as sim
 from services.memory import registry
 from services.memory.base import BeyondBaseline, ManipulationCheck, MemoryCondition
+from services.research import simulation as sim
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])

@@ -7,14 +7,14 @@ from typing import Any
 from services.llm.types import ChatProvider
 
 CHAT_PROVIDERS = {
-    "offline": ("services.providers.offline", "OfflineChatProvider"),
-    "dashscope": ("services.providers.dashscope_provider", "DashScopeChatProvider"),
-    "openai_compatible": ("services.providers.openai_compatible", "OpenAICompatibleChatProvider"),
+    "offline": ("services.llm.providers.offline", "OfflineChatProvider"),
+    "dashscope": ("services.llm.providers.dashscope_provider", "DashScopeChatProvider"),
+    "openai_compatible": ("services.llm.providers.openai_compatible", "OpenAICompatibleChatProvider"),
 }
 EMBEDDING_PROVIDERS = {
-    "offline": ("services.providers.offline", "OfflineEmbeddingProvider"),
-    "dashscope": ("services.providers.dashscope_provider", "DashScopeEmbeddingProvider"),
-    "openai_compatible": ("services.providers.openai_compatible", "OpenAICompatibleEmbeddingProvider"),
+    "offline": ("services.llm.providers.offline", "OfflineEmbeddingProvider"),
+    "dashscope": ("services.llm.providers.dashscope_provider", "DashScopeEmbeddingProvider"),
+    "openai_compatible": ("services.llm.providers.openai_compatible", "OpenAICompatibleEmbeddingProvider"),
 }
 
 
@@ -30,5 +30,5 @@ def build_chat_provider(name: str, settings: Any) -> ChatProvider:
 
 
 def build_embedding_provider(name: str, settings: Any) -> Any:
-    """An ``EmbeddingProvider`` (``services.embedding_service``, which imports this module)."""
+    """An ``EmbeddingProvider`` (``services.llm.embedding_service``, which imports this module)."""
     return _load(EMBEDDING_PROVIDERS, name, "embedding").from_settings(settings)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import requests
 
-from services.embedding_service import checked_batch, normalise
+from services.llm.embedding_service import checked_batch, normalise
 from services.llm.retry import NO_RETRIES, RetryPolicy, run_with_retries
 from services.llm.types import (
     CONNECTION_ERROR,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from services.embedding_service import normalise
+from services.llm.embedding_service import normalise
 from services.llm.types import ChatRequest, ChatResult
 
 ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|说过|告诉过|remember|recall|know about me|told you", re.IGNORECASE)

@@ -17,7 +17,7 @@ import numpy as np
 import openai
 from openai.types.chat import ChatCompletion
 
-from services.embedding_service import checked_batch, normalise
+from services.llm.embedding_service import checked_batch, normalise
 from services.llm.retry import NO_RETRIES, RetryPolicy, run_with_retries
 from services.llm.types import (
     CONNECTION_ERROR,

@@ -16,7 +16,7 @@ own messages, clause by clause, and recognises self-statements about:
 
 Chinese text is segmented with jieba, which gives name boundaries (person-name
 tags) and the content words used to match corrections to old items. The output
-is a ``ProfileDelta`` merged by ``services.profile.apply_delta``, so the result
+is a ``ProfileDelta`` merged by ``services.memory.profile.schema.apply_delta``, so the result
 passes the same schema as an LLM's profile.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import jieba
 import jieba.posseg
 
-from services.clipping import clip
-from services.profile import ProfileDelta, Removal
+from services.memory.profile.schema import ProfileDelta, Removal
+from services.text.clipping import clip
 
 jieba.setLogLevel(logging.WARNING)
 

@@ -3,7 +3,7 @@
 The model receives the old profile (JSON) and the task's conversation and
 answers with the complete new profile as JSON. The answer is parsed leniently
 (code fences, prose around the object) and validated strictly against
-``services.profile.PROFILE_SCHEMA``; an invalid answer gets one repair request
+``services.memory.profile.schema.PROFILE_SCHEMA``; an invalid answer gets one repair request
 showing the model its errors. If that also fails, ``ProfileUpdateFailed`` is
 raised and the caller keeps the previous profile.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.llm.types import ChatRequest, ChatResult
-from services.profile import empty_profile, iter_items, normalise_profile, split_tag, validation_errors
-from services.structured_output import parse_json_object
+from services.memory.profile.schema import empty_profile, iter_items, normalise_profile, split_tag, validation_errors
+from services.text.structured_output import parse_json_object
 
 PROMPTS = {
     "zh": {

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from services.serving import BUDGET_MARGIN, ServingConfig, allowed_connections, connection_budget
+from services.hosting.serving import BUDGET_MARGIN, ServingConfig, allowed_connections, connection_budget
 from tests.test_server_start import ROOT
 
 

@@ -1,4 +1,4 @@
-from services.runtime import build_runtime
+from services.hosting.runtime import build_runtime
 
 
 def test_consolidation_chain_is_separate_when_configured(settings, database):

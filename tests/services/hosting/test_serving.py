@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from services.serving import ServingConfig, production_problems
+from services.hosting.serving import ServingConfig, production_problems
 from tests.test_server_start import ROOT
 
 
@@ -85,8 +85,8 @@ def test_warm_up_loads_the_embedder_and_jieba_then_freezes_the_start_up_heap(set
     import gc
 
     from app import create_app
-    from services.keywords import keyword_set
-    from services.serving import warm_up
+    from services.hosting.serving import warm_up
+    from services.text.keywords import keyword_set
 
     app = create_app(settings, clock=clock)
     runtime = app.extensions["memory_lab"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from database.models import Message, TaskSession, User
-from services.embedding_service import (
+from services.llm.embedding_service import (
     EmbedderMismatch,
     build_embedder,
     check_embedder_pinned,

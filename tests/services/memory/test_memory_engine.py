@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select
 
 from database.models import RecallEvent, User
-from services.consolidation_service import ConsolidationService
 from services.llm.chain import LLMService
+from services.llm.providers.offline import OfflineChatProvider
 from services.llm.types import ChatRequest
+from services.memory.consolidation_service import ConsolidationService
 from services.memory.engine import MemoryEngine
-from services.providers.offline import OfflineChatProvider
 from tests.memory_factories import EMBEDDER, T1_ZH, add_message, add_task, make_participant
 
 DISCLOSURES = ("李明", "海鲜", "猫", "博士")

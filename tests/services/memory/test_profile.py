@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from services.profile import (
+from services.memory.profile.extraction import extract_profile_delta
+from services.memory.profile.llm_merge import parse_profile_answer
+from services.memory.profile.schema import (
     LIST_DIMENSIONS,
     ProfileDelta,
     Removal,
@@ -18,8 +20,6 @@ from services.profile import (
     split_tag,
     validation_errors,
 )
-from services.profile_extraction import extract_profile_delta
-from services.profile_llm import parse_profile_answer
 
 
 def extract(messages, task_id="T1", old=None):

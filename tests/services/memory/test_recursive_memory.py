@@ -9,9 +9,9 @@ from sqlalchemy import select
 
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from services.llm.chain import LLMService
+from services.llm.providers.offline import OfflineChatProvider
 from services.memory import recursive_summary as r1
 from services.memory.engine import MemoryEngine
-from services.providers.offline import OfflineChatProvider
 from tests.conftest import walk_task
 from tests.model_doubles import ScriptedModel
 

@@ -9,14 +9,14 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import Message, ProfileVersion, ProviderFailure, TaskSession, User
-from services.embedding_service import from_blob, normalise, to_blob
 from services.llm.chain import LLMService
+from services.llm.embedding_service import from_blob, normalise, to_blob
+from services.llm.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
 from services.llm.types import ProviderError
 from services.memory import structured_summary as s1
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
-from services.providers.offline import OfflineChatProvider, OfflineEmbeddingProvider
-from services.study import load_study
+from services.study.definition import load_study
 from tests.conftest import walk_task
 from tests.model_doubles import DownModel, ScriptedModel
 
@@ -602,7 +602,7 @@ def test_s1_rewrites_of_one_participant_never_overlap(app, clock, make_participa
     import time as _time
 
     from database.models import Message as _Message
-    from services.chat_service import _turn_upkeep
+    from services.chat.chat_service import _turn_upkeep
 
     runtime = app.extensions["memory_lab"]
     runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import select
 
 from database.models import AuditLog, Message, ProviderFailure, User
-from services import admin_service
-from services.account_service import create_admin, register
-from services.errors import BadInput, Conflict, NotFound
-from services.timer_service import TaskService
+from services.operations import admin_service
+from services.participants.account_service import create_admin, register
+from services.platform.errors import BadInput, Conflict, NotFound
+from services.study.timer_service import TaskService
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from config import Settings
 from database.models import AuditLog, ConsolidationRun, TaskSession, User
-from services import scheduler
-from services.scheduler import ReminderConfig
+from services.operations import scheduler
+from services.operations.scheduler import ReminderConfig
 from tests.conftest import walk_task
 from tests.routes.test_admin_actions import DeferredRunner
 

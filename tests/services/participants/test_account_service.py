@@ -5,8 +5,8 @@ import pytest
 from sqlalchemy import func, select
 
 from database.models import AuditLog, User
-from services.account_service import authenticate, bootstrap_admin, create_admin, register
-from services.errors import BadInput, Conflict, Unauthorised
+from services.participants.account_service import authenticate, bootstrap_admin, create_admin, register
+from services.platform.errors import BadInput, Conflict, Unauthorised
 
 
 def sign_up(session, study, clock, username="alice_01", password="correct-horse-1", **overrides) -> User:

@@ -7,7 +7,7 @@ from http import HTTPStatus
 from sqlalchemy import select
 
 from database.models import ProviderFailure, User
-from services.failure_log import failure_values, make_failure_recorder
+from services.platform.failure_log import failure_values, make_failure_recorder
 
 
 def participant(database, clock) -> int:

@@ -11,10 +11,10 @@ from sqlalchemy import select
 
 from database.db_manager import Database
 from database.models import Message, ProfileVersion
-from services import leases
-from services.chat_service import catch_up_turn_upkeep
-from services.leases import LeaseBusy, SchedulerLeadership, participant_guard, try_acquire
+from services.chat.chat_service import catch_up_turn_upkeep
 from services.memory import registry
+from services.platform import leases
+from services.platform.leases import LeaseBusy, SchedulerLeadership, participant_guard, try_acquire
 
 pytestmark = pytest.mark.postgres
 
@@ -87,7 +87,7 @@ def test_exactly_one_process_leads_the_scheduler_and_another_takes_over(database
 
 
 def test_the_sweep_runs_an_s1_rewrite_a_dead_worker_never_ran(app, clock, make_participant, monkeypatch):
-    from services import chat_service
+    from services.chat import chat_service
 
     runtime = app.extensions["memory_lab"]
     runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["S1"]})

@@ -59,7 +59,7 @@ def test_many_threads_at_once_never_fail_and_every_hit_counts(app):
 
 
 def test_a_fixed_window_limit_holds_and_starts_again_when_it_ends(app, monkeypatch):
-    import services.memory_rate_limits as store_module
+    import services.platform.memory_rate_limits as store_module
     from routes.access import limiter
 
     now = [1_000_000.0]

@@ -3,7 +3,7 @@ import pytest
 from sqlalchemy import select
 
 from database.models import AuditLog, DatabaseSetting
-from services.time_scale import TimeScaleChanged, check_time_scale
+from services.platform.time_scale import TimeScaleChanged, check_time_scale
 
 pytestmark = pytest.mark.postgres
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services import recall_model as rm
-from services.study import load_study
+from services.recall import recall_model as rm
+from services.study.definition import load_study
 
 # Hand-computed: (1 - e^-1) = 0.6321205588; p(r, t, g) = (1 - exp(-r e^{-t/g})) / 0.6321205588.
 HAND_P = [

@@ -1,4 +1,4 @@
-"""services.memory.relevance: the logistic relevance model is a probability, rises with the fused score,
+"""services.recall.relevance: the logistic relevance model is a probability, rises with the fused score,
 recovers known coefficients, and refuses models that would reward a worse match."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from config import load_study
-from services import recall_model as rm
-from services.memory import relevance as rel
+from services.recall import recall_model as rm
+from services.recall import relevance as rel
 
 
 def test_sigmoid_is_stable_at_the_extremes():

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from services.memory.retrieval import (
+from services.recall.retrieval import (
     FusionWeights,
     HybridRetriever,
     RetrievalDoc,
@@ -152,8 +152,8 @@ def test_index_text_helpers():
 
 
 def test_index_tokens_are_those_of_the_whole_text_though_each_line_is_tokenized_once():
-    from services.keywords import tokenize
-    from services.memory.retrieval import _tokenize_docs
+    from services.recall.retrieval import _tokenize_docs
+    from services.text.keywords import tokenize
 
     turns = ["我家养了一只橘猫，[叫]年糕。\nIt's 3 years old, the cats' favourite!",
              "well-known café\n2.5 km, 周末跑步", "年糕不爱吃东西\nI'm worried"]
@@ -168,7 +168,7 @@ def test_posting_sums_equal_bm25s_bit_for_bit_also_for_frequent_and_repeated_ter
     float32 sums must still be exactly bm25s's, whatever the mix of frequent, rare and repeated terms."""
     import bm25s
 
-    from services.memory.retrieval import PostingSums
+    from services.recall.retrieval import PostingSums
 
     rng = np.random.default_rng(11)
     # "w" in every memory, "half" in about half, "quarter" in exactly a quarter, the rest rare

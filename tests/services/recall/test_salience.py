@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from services import recall_model
-from services.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
+from services.recall import recall_model
+from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
 
 
 def e(text: str) -> float:

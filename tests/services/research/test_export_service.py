@@ -26,8 +26,8 @@ from database.models import (
     TaskSession,
     User,
 )
-from services.clock import ManualClock
-from services.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
+from services.platform.clock import ManualClock
+from services.research.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
 from tests.conftest import ApiClient, _reset_schema
 
 TASK_OFFSETS = {"T1": 0, "T2": 2, "T3": 9, "T4": 16}
@@ -319,7 +319,7 @@ def test_numbers_are_written_at_the_stated_precision(exported):
     as the codebook states."""
     archive = exported["zips"][(False, False)]
     study = exported["study"]
-    from services import codebook
+    from services.research import codebook
 
     checked = 0
     for name in CSV_FILES:
@@ -345,7 +345,7 @@ def _is_number(cell: str) -> bool:
 
 
 def test_number_text_rounds_floats_to_six_decimals():
-    from services.export_service import number_text
+    from services.text.cells import number_text
 
     assert number_text(0.1 + 0.008) == "0.108"
     assert number_text(1e-5) == "0.00001"

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
-from services import plots
-from services.errors import BadInput, NotFound
+from services.platform.errors import BadInput, NotFound
+from services.research import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -5,8 +5,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from database.models import Assignment, AuditLog, User
-from services import account_service
-from services.assignment_service import assign, group_counts, permuted_block
+from services.participants import account_service
+from services.study.assignment_service import assign, group_counts, permuted_block
 
 
 def register_many(db_session, study, clock, n, seed=42):

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.codebook import codebook_markdown
-from services.questionnaire_service import items_for_task
-from services.study import StudyDefinitionError, build_study
+from services.research.codebook import codebook_markdown
+from services.study.definition import StudyDefinitionError, build_study
+from services.study.questionnaire_service import items_for_task
 
 CONSTRUCT_WORDS = ("操纵", "信任", "临场", "检验", "manipulation", "trust", "presence", "check")
 

@@ -5,10 +5,10 @@ import pytest
 from sqlalchemy import select
 
 from database.models import QuestionnaireResponse
-from services.account_service import register
-from services.errors import BadInput
-from services.questionnaire_service import items_for_task, store_answers, validate_answers
-from services.timer_service import TaskService
+from services.participants.account_service import register
+from services.platform.errors import BadInput
+from services.study.questionnaire_service import items_for_task, store_answers, validate_answers
+from services.study.timer_service import TaskService
 from tests.conftest import answer_for
 
 MAX_TEXT = 50

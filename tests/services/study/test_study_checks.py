@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from config import Settings
-from services.study import StudyDefinitionError, load_study
+from services.study.definition import StudyDefinitionError, load_study
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 PROLIFIC = "https://app.prolific.com/submissions/complete?cc={completion_code}"
 
 

@@ -7,9 +7,9 @@ import pytest
 from sqlalchemy import select
 
 from database.models import AuditLog, User
-from services.account_service import create_admin, register
-from services.errors import Conflict, Forbidden, NotFound
-from services.timer_service import TaskService
+from services.participants.account_service import create_admin, register
+from services.platform.errors import Conflict, Forbidden, NotFound
+from services.study.timer_service import TaskService
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.keywords import (
+from services.text.keywords import (
     detect_language,
     extract_keywords,
     keyword_jaccard,

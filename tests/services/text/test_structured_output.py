@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.structured_output import StructuredOutputError, parse_and_validate, parse_json_object, validate
+from services.text.structured_output import StructuredOutputError, parse_and_validate, parse_json_object, validate
 
 SALIENCE = {
     "type": "object",

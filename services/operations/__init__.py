@@ -1,0 +1,7 @@
+"""Running the study day to day: what admins see and do (the monitor, a participant's whole record, usage
+and failures) and the scheduled jobs (consolidation sweep, overdue tasks, reminder e-mails).
+
+May import: every package of ``services`` except ``services.research``.
+
+Public names: ``admin_service``, ``scheduler`` (``start_scheduler``, ``ReminderConfig``).
+"""

@@ -1,0 +1,11 @@
+"""Recall maths: the hybrid retriever (BM25 + dense), L4's relevance index, the forgetting curve and the
+emotional salience that slows it. Pure functions and small value types: no database, no Flask.
+
+May import: ``services.platform``, ``services.text``, ``services.llm`` (the request types for salience scoring).
+
+Public names:
+- ``retrieval``: ``HybridRetriever``, ``RetrievalDoc``, ``ScoredMemory``;
+- ``relevance``: ``LogisticRelevance``, ``UnrelatedTail``, the ``anchored`` map;
+- ``recall_model``: ``RecallParams``, ``RetrievalSettings``, ``resolve_recall_params``, the curve itself;
+- ``salience``: ``SalienceScores``; ``exchange_index``: a participant's consolidated exchanges as L4 and S1 search them.
+"""
