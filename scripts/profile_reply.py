@@ -5,7 +5,7 @@ profiled with cProfile on the process's CPU clock (waiting for the model or the 
     python scripts/profile_reply.py --messages 200 --top 30
 
 The path is the one `make serve` takes, minus gunicorn: the loopback OpenAI-compatible model the load
-test uses (scripts/load_test.py, here with no latency), rate limits counted in the database, half the
+test uses (scripts/load_bots/load.py, here with no latency), rate limits counted in the database, half the
 messages over JSON and half streamed (SSE), ``--per-participant`` messages (4, as in the load test) from
 each of as many participants as it takes. Without ``--database-url`` it runs on a fresh SQLite file.
 The report: CPU milliseconds per reply, then the functions with the most CPU of their own and in all.
@@ -66,7 +66,7 @@ def _send(chat: tuple, number: int) -> bool:
 
 
 def profile(database_url: str, messages: int, top: int, per_participant: int, *, profiled: bool = True) -> str:
-    from scripts.load_test import ModelServer
+    from scripts.load_bots.load import ModelServer
 
     model = ModelServer({"first_token": 0.0, "tokens": 88, "tokens_per_second": 1e6})
     try:

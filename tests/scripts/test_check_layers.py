@@ -1,0 +1,52 @@
+"""scripts/check_layers.py: the repository keeps its package layers, and a module that breaks them is named."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scripts.check_layers import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "layers_leak"
+
+
+def test_the_repository_keeps_its_layers(capsys):
+    assert main([]) == 0, capsys.readouterr().out
+
+
+def test_memory_importing_research_is_refused(capsys):
+    assert main(["--root", str(FIXTURE)]) == 1
+    out = capsys.readouterr().out
+    assert "services/memory/leak.py:2: services.research.export.build: only research imports research" in out
+    assert "research/export.py" not in out  # research may import memory
+
+
+@pytest.mark.parametrize(("path", "text", "expected"), [
+    ("services/loose.py", '"""x"""\n', "a loose module in services/"),
+    ("services/study/upward.py", "from services.memory import leak\n", "study may not import memory"),
+    ("services/newpkg/__init__.py", '"""x"""\n', "package 'newpkg' has no rule"),
+    ("services/study/to_routes.py", "import routes.pages\n", "services import routes"),
+])
+def test_each_rule_names_what_breaks_it(tmp_path, capsys, path, text, expected):
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "services/memory/leak.py").write_text('"""clean now"""\n')
+    assert main(["--root", str(tree)]) == 0
+    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+    (tree / path).write_text(text)
+    assert main(["--root", str(tree)]) == 1
+    assert expected in capsys.readouterr().out
+
+
+def test_too_many_modules_in_a_folder_and_a_long_script_are_refused(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "services/memory/leak.py").write_text('"""clean now"""\n')
+    for n in range(14):
+        (tree / f"services/study/m{n}.py").write_text('"""x"""\n')
+    (tree / "scripts").mkdir()
+    (tree / "scripts/long.py").write_text("x = 1\n" * 221)
+    assert main(["--root", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert "services/study: 15 modules (at most 13)" in out and "scripts/long.py: 221 lines" in out
