@@ -42,8 +42,11 @@ test: dev system-test-deps
 system-test-deps:
 	bash scripts/install_test_deps.sh
 
+## make lint: ruff, the package layers of services/ (pyproject.toml [tool.layers]) and, when ../shared is there, its layer check
 lint: dev
 	$(VENV)/bin/ruff check .
+	$(PY) scripts/check_layers.py
+	if [ -f ../shared/tools/layers.py ]; then python3 ../shared/tools/layers.py; fi
 
 bench: dev
 	$(PY) scripts/bench_recall.py

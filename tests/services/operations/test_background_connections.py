@@ -8,11 +8,11 @@ import time
 
 import pytest
 from sqlalchemy import insert, select, text, update
-from tests.services.memory.test_consolidation_service import runs, seed, service
 
 from database.db_manager import Database
 from database.models import ConsolidationRun, TaskSession
 from services.operations import scheduler
+from tests.services.memory.test_consolidation_service import runs, seed, service
 
 pytestmark = pytest.mark.postgres
 

@@ -12,7 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, text
-from tests.services.operations.test_scheduler import SmtpSink
 
 from database.models import Reminder
 from services.operations import scheduler
@@ -20,6 +19,7 @@ from services.operations.scheduler import ReminderConfig
 from services.platform.clock import parse_utc_iso
 from services.research.export_service import ExportOptions, export_runtime
 from tests.conftest import ApiClient, walk_task
+from tests.services.operations.test_scheduler import SmtpSink
 
 PANEL_ID = "wjx_778899"
 EMAIL = "returning.participant@example.org"
