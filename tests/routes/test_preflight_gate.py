@@ -118,7 +118,7 @@ def test_a_configured_embedder_the_preset_was_not_fitted_for_is_logged_at_start_
     app = create_app(mismatched, clock=clock)
     with caplog.at_level(logging.WARNING, logger="services.hosting.serving"):
         warm_up(app.extensions["memory_lab"])  # what make run and make serve do before serving
-    warnings = [r.getMessage() for r in caplog.records if r.name == "services.research.preflight"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "services.hosting.serving"]
     assert any("fitted for text-embedding-v3" in w and "calibrate_recall.py --fit --write-preset" in w
                for w in warnings)
     from services.participants.account_service import create_admin
