@@ -39,6 +39,7 @@ def package_of(dotted: str) -> str | None:
 
 def check_imports(root: Path, rules: dict) -> list[str]:
     allowed, closed = rules["may_import"], set(rules.get("only_imported_by_itself", []))
+    http_only = [f"services.{name}" for name in rules.get("http_only", [])]
     problems = []
     for path in sorted((root / "services").rglob("*.py")):
         rel = path.relative_to(root)
@@ -50,9 +51,13 @@ def check_imports(root: Path, rules: dict) -> list[str]:
         if here not in allowed:
             problems.append(f"{rel}: package {here!r} has no rule in [tool.layers.may_import]")
             continue
+        module = ".".join(rel.with_suffix("").parts)
+        sealed = next((p for p in http_only if module == p or module.startswith(p + ".")), None)
         for line, name in imported_names(path):
             there = package_of(name)
-            if name.split(".")[0] == "routes":
+            if sealed and name.startswith("services.") and not name.startswith(sealed + "."):
+                problems.append(f"{rel}:{line}: {name}: {sealed} speaks HTTP only and imports nothing from services")
+            elif name.split(".")[0] == "routes":
                 problems.append(f"{rel}:{line}: services import routes ({name})")
             elif there and there != here and there in allowed and there not in allowed.get(here, []):
                 reason = f"only {there} imports {there}" if there in closed else f"{here} may not import {there}"

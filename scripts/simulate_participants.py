@@ -34,7 +34,8 @@ from pathlib import Path
 
 from app import create_app
 from config import Settings
-from services.research.simulation import ApiError, failed_checks, format_report, run_simulation
+from services.research.bots.client import ApiError
+from services.research.simulation import failed_checks, format_report, run_simulation
 
 
 def main(argv: list[str] | None = None) -> int:

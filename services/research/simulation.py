@@ -1,9 +1,10 @@
 """Bot participants: the manipulation check a lab runs before recruiting anyone.
 
 Used by ``scripts/simulate_participants.py`` (the researcher's entry point) and by the pre-flight
-(``services.research.preflight``, ``flask --app app preflight``). The bots (``HttpClient``, ``Bot``, ``Admin``,
-``run_bots``) are HTTP-only: they reach a server through its JSON API exactly as a browser would and
-import nothing from ``services``; only the analysis reads the conditions' declarations.
+(``services.research.preflight``, ``flask --app app preflight``). The bots and their personas are the
+package ``services.research.bots``: HTTP-only, they reach a server through its JSON API exactly as a browser
+would and import nothing from ``services``. This module starts a server of its own when asked, runs the bots,
+and analyses what they met: only the analysis reads the conditions' declarations.
 
 N scripted participants per enabled memory group walk register -> T1 ... T4
 through the HTTP API, exactly as a browser would (session cookie, CSRF header,
@@ -36,25 +37,32 @@ server must be in pilot mode and an admin account is needed to read contexts.
 """
 from __future__ import annotations
 
-import http.cookiejar
-import json
 import logging
-import re
 import secrets
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any
+
+from services.research.bots.client import Admin, Bot, Enrolment, languages_of, run_bots, server_facts
+from services.research.bots.personas import (
+    EARLY_FACTS,
+    FACT_IDS,
+    FACTS,
+    LATE_FACTS,
+    PROBE_TASKS,
+    SOURCES,
+    TASKS,
+    context_facts,
+    context_specifics,
+    facts_in,
+)
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -64,394 +72,6 @@ if TYPE_CHECKING:
     from services.study.definition import Study
 
     AppFactory = Callable[[Settings], Flask]
-
-TASKS = ("T1", "T2", "T3", "T4")
-PROBE_TASKS = ("T2", "T3", "T4")
-SOURCES = ("profile", "recent_turns", "recalled", "other")
-POLL_SECONDS = 0.25
-CONSOLIDATION_WAIT_SECONDS = 180.0
-BOT_CHAT_SECONDS = 120.0  # real seconds of chat a bot's task script needs on a busy machine
-
-
-# ---------------------------------------------------------------------------------------------
-# The scripts
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fact:
-    id: str
-    label: str
-    pattern: re.Pattern[str]  # matches the fact in Chinese or English text
-    late: bool = False  # planted in T1's last turns (inside a 7-turn window)
-
-
-FACTS = [
-    Fact("name", "name (林晓雨 / Alex)", re.compile(r"晓雨|\bAlex\b")),
-    Fact("allergy", "seafood allergy", re.compile(r"过敏|allerg", re.IGNORECASE)),
-    Fact("cat", "cat (麻薯 / Mochi)", re.compile(r"猫|麻薯|\bcats?\b|\bMochi\b", re.IGNORECASE)),
-    Fact("phd", "PhD application worry", re.compile(r"博士|\bPhD\b", re.IGNORECASE)),
-    Fact("hometown", "hometown (成都 / Edinburgh)", re.compile(r"成都|Edinburgh")),
-    Fact("hobby", "hiking (late in T1)", re.compile(r"爬山|登山|\bhik(?:e|es|ed|ing)\b", re.IGNORECASE), late=True),
-]
-FACT_IDS = [f.id for f in FACTS]
-EARLY_FACTS = {f.id for f in FACTS if not f.late}
-LATE_FACTS = {f.id for f in FACTS if f.late}
-
-# Details planted with a fact that the gist profile drops (the offline extractor keeps "对海鲜过敏",
-# "has a cat called Mochi", "likes hiking", not the shrimp and the rash, the clinginess, the hill's name).
-# A context holding one of them remembers a specific earlier exchange, not the gist. Keyed by fact.
-SPECIFICS = {
-    "allergy": re.compile(r"虾|疹子|\bshrimp\b|\brash\b", re.IGNORECASE),
-    "cat": re.compile(r"黏人|follows me everywhere", re.IGNORECASE),
-    "hometown": re.compile(r"想家|miss home", re.IGNORECASE),
-    "hobby": re.compile(r"香山|Blue Hill"),
-}
-
-
-@dataclass(frozen=True)
-class Turn:
-    text: str
-    kind: str  # fact:<id> | probe:<topic> | filler
-
-
-def _turns(*pairs: tuple[str, str]) -> list[Turn]:
-    return [Turn(text, kind) for kind, text in pairs]
-
-
-SCRIPTS: dict[str, dict[str, list[Turn]]] = {
-    "zh": {
-        "T1": _turns(
-            ("fact:name", "你好！我叫林晓雨，在北京读研究生。"),
-            ("fact:allergy", "我对海鲜过敏，吃一点虾就会全身起疹子。"),
-            ("fact:cat", "我养了一只猫，叫麻薯，特别黏人。"),
-            ("fact:phd", "最近我在申请博士，压力特别大，总担心申请不上。"),
-            ("fact:hometown", "我是成都人，一个人在外地上学，有时候挺想家的。"),
-            ("filler", "今天天气还不错，出门走了走。"),
-            ("filler", "中午在食堂随便吃了点面条。"),
-            ("filler", "下午开了一个很长的组会，有点累。"),
-            ("filler", "晚上打算早点休息。"),
-            ("filler", "最近在看一部讲宇宙的纪录片。"),
-            ("fact:hobby", "周末我最喜欢去爬山，上周刚爬了香山。"),
-            ("filler", "好啦，今天先聊到这里，谢谢你陪我聊天！"),
-        ),
-        "T2": _turns(
-            ("probe:memory", "好久不见！你还记得我是谁吗？"),
-            ("probe:food", "今晚想和朋友去吃一顿海鲜大餐，你觉得怎么样？"),
-            ("probe:pet", "家里的小宠物最近不太爱吃东西，我有点担心。"),
-            ("probe:application", "申请材料下周就要截止了，我该怎么安排时间？"),
-            ("probe:hobby", "你还记得我周末喜欢做什么吗？"),
-            ("probe:allergy_detail", "上次我跟你说过，我吃了什么东西会浑身不舒服来着？"),
-            ("probe:hobby_detail", "我上周末去的是哪座山，你还记得吗？"),
-            ("probe:cat_detail", "我家那个小家伙平时对我怎么样，你还记得吗？"),
-            ("probe:hometown_detail", "一个人在外地上学，我之前跟你说过心里是什么滋味吗？"),
-            ("filler", "这几天睡得不太好。"),
-            ("filler", "昨天和室友看了一场电影。"),
-            ("filler", "好的，今天就聊到这里，下次见！"),
-        ),
-        "T3": _turns(
-            ("probe:food", "你能帮我制定下周的晚餐计划吗？"),
-            ("probe:pet", "我想给家里的小宠物买个新玩具，有什么推荐？"),
-            ("probe:application", "下个月有一场面试，能帮我准备一下自我介绍吗？"),
-            ("probe:memory", "你还记得我之前跟你说过哪些事情吗？"),
-            ("probe:hobby", "周末想出去走走，有什么建议？"),
-            ("probe:allergy_detail", "点外卖的时候，哪些菜我得避开？我之前跟你说过原因。"),
-            ("probe:hobby_detail", "上次我说去过的那座山，还值得再去一次吗？"),
-            ("probe:cat_detail", "我出门的时候，家里那个小家伙会怎么样？你还记得我说过它的性子吗？"),
-            ("filler", "今天有点忙。"),
-            ("filler", "谢谢你的建议。"),
-            ("filler", "我先去准备了，回头聊！"),
-        ),
-        "T4": _turns(
-            ("probe:memory", "三周过得真快，你还记得关于我的哪些事？"),
-            ("probe:food", "最后推荐一道适合我的晚餐吧。"),
-            ("probe:pet", "替我向家里那个毛茸茸的小家伙问声好吧。"),
-            ("probe:application", "申请的结果快出来了，给我打打气吧。"),
-            ("probe:self", "你觉得我是一个怎样的人？"),
-            ("probe:cat_detail", "你还记得我说过家里那个小家伙有多依赖我吗？"),
-            ("probe:allergy_detail", "我之前说过吃错东西身上会起什么反应？"),
-            ("probe:hometown_detail", "放假想回老家了，你还记得我说过一个人在外地是什么感受吗？"),
-            ("filler", "谢谢你这几周的陪伴。"),
-            ("filler", "我会想念和你聊天的。"),
-            ("filler", "再见啦！"),
-        ),
-    },
-    "en": {
-        "T1": _turns(
-            ("fact:name", "Hi! My name is Alex Chen and I'm a graduate student in Boston."),
-            ("fact:allergy", "I'm allergic to seafood; even a little shrimp gives me a rash."),
-            ("fact:cat", "I have a cat called Mochi who follows me everywhere."),
-            ("fact:phd", "I'm applying for PhD programmes and I'm really anxious about getting in."),
-            ("fact:hometown", "I'm originally from Edinburgh, so I miss home sometimes."),
-            ("filler", "The weather was nice today, so I went for a short walk."),
-            ("filler", "I had a quick bowl of noodles in the canteen for lunch."),
-            ("filler", "This afternoon we had a very long lab meeting."),
-            ("filler", "I plan to go to bed early tonight."),
-            ("filler", "I've been watching a documentary about space."),
-            ("fact:hobby", "At weekends I love hiking; last week I climbed Blue Hill."),
-            ("filler", "Okay, that's all for today. Thanks for chatting with me!"),
-        ),
-        "T2": _turns(
-            ("probe:memory", "Long time no see! Do you remember who I am?"),
-            ("probe:food", "Tonight I'm thinking of a big seafood dinner with friends. What do you think?"),
-            ("probe:pet", "My little pet hasn't been eating much lately and I'm a bit worried."),
-            ("probe:application", "My application materials are due next week. How should I plan my time?"),
-            ("probe:hobby", "Do you remember what I like to do at weekends?"),
-            ("probe:allergy_detail", "Remind me, what did I say happens to my skin if I eat the wrong thing?"),
-            ("probe:hobby_detail", "Which hill did I climb last week, do you remember?"),
-            ("probe:cat_detail", "Do you remember how my furry companion behaves around me?"),
-            ("probe:hometown_detail", "Living far from where I grew up: do you remember how I said it makes me feel?"),
-            ("filler", "I haven't been sleeping well these days."),
-            ("filler", "Yesterday I watched a film with my flatmate."),
-            ("filler", "Alright, that's it for today. See you next time!"),
-        ),
-        "T3": _turns(
-            ("probe:food", "Could you help me plan my dinners for next week?"),
-            ("probe:pet", "I'd like to buy a new toy for my little pet at home. Any ideas?"),
-            ("probe:application", "I have an interview next month. Could you help me prepare an introduction?"),
-            ("probe:memory", "Do you remember what I told you before?"),
-            ("probe:hobby", "I want to get outdoors this weekend. Any suggestions?"),
-            ("probe:allergy_detail", "Ordering takeaway tonight: which dishes must I avoid? I told you why before."),
-            ("probe:hobby_detail", "Is the hill I told you I climbed worth another visit?"),
-            ("probe:cat_detail", "When I'm at home, what does my furry companion do? You know her habits."),
-            ("filler", "It's been a busy day."),
-            ("filler", "Thanks for the advice."),
-            ("filler", "I'll go and get ready now. Talk later!"),
-        ),
-        "T4": _turns(
-            ("probe:memory", "These three weeks flew by. What do you remember about me?"),
-            ("probe:food", "One last thing: recommend a dinner that suits me."),
-            ("probe:pet", "Say hello to my furry little friend at home for me."),
-            ("probe:application", "My application results are coming out soon. Cheer me up!"),
-            ("probe:self", "What kind of person do you think I am?"),
-            ("probe:cat_detail", "Do you remember how attached my furry companion is to me?"),
-            ("probe:allergy_detail", "What did I tell you my body does when I eat the wrong food?"),
-            ("probe:hometown_detail", "Do you remember how I said I feel about being away from where I grew up?"),
-            ("filler", "Thank you for keeping me company these weeks."),
-            ("filler", "I'll miss our chats."),
-            ("filler", "Goodbye!"),
-        ),
-    },
-}
-OPEN_ANSWERS = {"zh": "这是一个模拟参与者的回答。", "en": "This answer comes from a simulated participant."}
-
-
-def facts_in(text: str) -> set[str]:
-    return {fact.id for fact in FACTS if fact.pattern.search(text or "")}
-
-
-def specifics_in(text: str) -> set[str]:
-    """The facts whose planted specific detail (SPECIFICS) ``text`` holds."""
-    return {fact_id for fact_id, pattern in SPECIFICS.items() if pattern.search(text or "")}
-
-
-def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
-    """Whether a recalled memory passes the recall-candidate rule the reply was built with
-    (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
-    from services.recall import recall_model
-
-    rule = (recall_params or {}).get("candidates") or {}
-    return recall_model.CandidateRule(
-        min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
-    ).admits_text(memory.get("text") or "", memory.get("salience"))
-
-
-def context_texts(context: dict[str, Any] | None) -> Iterator[tuple[str, str]]:
-    """(section, text) for every piece of a stored memory context the assistant was shown."""
-    if not context:
-        return
-    yield "profile", (context.get("profile") or {}).get("text") or ""
-    for turn in context.get("recent_turns") or []:
-        yield "recent_turns", turn.get("user") or ""
-        yield "recent_turns", turn.get("assistant") or ""
-    for memory in context.get("recalled") or []:
-        yield "recalled", memory.get("text") or ""
-        yield "recalled", memory.get("reply") or ""
-    for key in ("summary", "r1_memory"):
-        yield "other", (context.get(key) or {}).get("text") or ""
-    for fragment in context.get("fragments") or []:
-        yield "other", fragment.get("text") or ""
-
-
-def context_facts(context: dict[str, Any] | None) -> dict[str, set[str]]:
-    """Planted facts in each section of a stored memory context."""
-    found = {source: set() for source in SOURCES}
-    for source, text in context_texts(context):
-        found[source] |= facts_in(text)
-    return found
-
-
-def context_specifics(context: dict[str, Any] | None) -> set[str]:
-    """Planted specifics (SPECIFICS) anywhere in a stored memory context."""
-    return set().union(*(specifics_in(text) for _, text in context_texts(context)))
-
-
-# ---------------------------------------------------------------------------------------------
-# HTTP
-# ---------------------------------------------------------------------------------------------
-
-
-class ApiError(RuntimeError):
-    def __init__(self, method: str, path: str, status: int, payload: dict[str, Any]) -> None:
-        super().__init__(f"{method} {path} -> {status} {payload.get('error', '')}: {payload.get('message', '')}")
-        self.status = status
-        self.payload = payload
-
-
-class HttpClient:
-    """A browser-like JSON client: cookie session, CSRF header on POST, waits out 429s."""
-
-    def __init__(self, base_url: str, timeout: float = 120.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-        self.csrf: str | None = None
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        for _ in range(10):
-            request = urllib.request.Request(self.base_url + path, method=method,
-                                             headers={"Accept": "application/json"})
-            if method == "POST":
-                if self.csrf is None:
-                    self.csrf = self.expect("GET", "/api/auth/csrf")["csrf_token"]
-                request.add_header("X-CSRFToken", self.csrf)
-                request.add_header("Content-Type", "application/json")
-                request.data = json.dumps(body or {}, ensure_ascii=False).encode("utf-8")
-            try:
-                with self.opener.open(request, timeout=self.timeout) as response:
-                    status, raw, headers = response.status, response.read(), response.headers
-            except urllib.error.HTTPError as exc:
-                status, raw, headers = exc.code, exc.read(), exc.headers
-            if status == 429:
-                time.sleep(float(headers.get("Retry-After") or 1))
-                continue
-            payload = json.loads(raw) if raw and "json" in (headers.get("Content-Type") or "") else {}
-            if isinstance(payload, dict) and payload.get("csrf_token"):
-                self.csrf = payload["csrf_token"]  # login and registration start a new session
-            return status, payload
-        raise ApiError(method, path, 429, {"error": "too_many_requests"})
-
-    def expect(self, method: str, path: str, body: dict[str, Any] | None = None,
-               ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
-        status, payload = self.call(method, path, body)
-        if status not in ok:
-            raise ApiError(method, path, status, payload)
-        return payload
-
-
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.rstrip("Z"))
-
-
-# ---------------------------------------------------------------------------------------------
-# One bot
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SentTurn:
-    task_id: str
-    kind: str
-    text: str
-    message_id: int | None = None
-    reply_id: int | None = None
-
-
-@dataclass
-class Bot:
-    username: str
-    language: str
-    client: HttpClient
-    user_id: int | None = None
-    participant_code: str | None = None
-    memory_group: str | None = None
-    turns: list[SentTurn] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    tasks_done: list[str] = field(default_factory=list)
-
-    def register(self, password: str) -> None:
-        payload = self.client.expect("POST", "/api/auth/register", {
-            "username": self.username, "password": password, "consent": True, "language": self.language})
-        self.user_id = payload["user"]["id"]
-        self.participant_code = payload["user"]["participant_code"]
-
-    def speak(self, language: str) -> None:
-        """Switch the account's language (as the page's language toggle does); scripts follow it."""
-        if language != self.language:
-            self.client.expect("POST", "/api/auth/language", {"language": language})
-            self.language = language
-
-    def walk(self, memory_ready: Callable[[int, str], None]) -> None:
-        try:
-            for task_id in TASKS:
-                self._wait_until_available(task_id)
-                memory_ready(self.user_id, task_id)
-                self._do_task(task_id)
-                self.tasks_done.append(task_id)
-        except Exception as exc:  # one bot's failure is reported, not fatal to the others
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-
-    def _wait_until_available(self, task_id: str) -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            listing = self.client.expect("GET", "/api/tasks")
-            task = next(t for t in listing["tasks"] if t["id"] == task_id)
-            if task["status"] in ("available", "in_progress"):
-                return
-            if task["status"] == "done":
-                raise RuntimeError(f"{task_id} is already done")
-            wait = POLL_SECONDS
-            if task.get("available_at"):
-                wait = max(POLL_SECONDS, (_parse_time(task["available_at"]) - _parse_time(listing["now"]))
-                           .total_seconds() + 0.05)
-            time.sleep(min(wait, 5.0))
-        raise TimeoutError(f"{task_id} did not unlock within 10 minutes")
-
-    def _do_task(self, task_id: str) -> None:
-        self.client.expect("POST", f"/api/tasks/{task_id}/start")
-        for turn in SCRIPTS[self.language][task_id]:
-            sent = SentTurn(task_id=task_id, kind=turn.kind, text=turn.text)
-            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages", {"content": turn.text})
-            if status == 409 and payload.get("error") == "time_up":
-                self.notes.append(f"{task_id}: the task timer ran out after {len(self.turns)} turns")
-                break
-            if status == 503:  # every provider failed; the message is stored, ask for the reply again
-                message_id = payload.get("details", {}).get("message_id")
-                status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages/{message_id}/reply")
-            if status != 201:
-                raise ApiError("POST", f"/api/tasks/{task_id}/messages", status, payload)
-            sent.message_id, sent.reply_id = payload["message"]["id"], payload["reply"]["id"]
-            self.turns.append(sent)
-        self._finish(task_id)
-        items = self.client.expect("GET", f"/api/tasks/{task_id}/questionnaire")["items"]
-        answers = {}
-        for n, item in enumerate(items):
-            if item["type"] in ("likert", "ios"):
-                answers[item["id"]] = item["min"] + (n + len(self.username)) % (item["max"] - item["min"] + 1)
-            elif item["type"] == "choice" and item.get("options"):
-                answers[item["id"]] = item["options"][0]["value"]
-            elif item["type"] == "text":
-                answers[item["id"]] = OPEN_ANSWERS[self.language]
-        self.client.expect("POST", f"/api/tasks/{task_id}/questionnaire", {"answers": answers})
-
-    def _finish(self, task_id: str) -> None:
-        """Finish the chat, keeping the page 'open' with heartbeats until the minimum time is reached."""
-        for _ in range(1000):
-            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/finish")
-            if status == 200:
-                return
-            if status == 409 and payload.get("error") == "task_phase_questionnaire":
-                return  # the timer closed the chat already
-            if status != 409 or payload.get("error") != "too_early":
-                raise ApiError("POST", f"/api/tasks/{task_id}/finish", status, payload)
-            timer = payload["details"]["timer"]
-            scale = (timer["remaining_real_seconds"] / timer["remaining_seconds"]) if timer["remaining_seconds"] else 0
-            missing_real = (timer["min_active_seconds"] - timer["active_seconds"]) * scale
-            # stay under the idle-gap threshold, or the wait would not count as active time
-            time.sleep(min(max(missing_real, 0.01) + 0.01, 0.8 * timer["idle_gap_real_seconds"]))
-            self.client.call("POST", f"/api/tasks/{task_id}/heartbeat")
-        raise TimeoutError(f"{task_id}: the minimum task time was never reached")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,129 +162,15 @@ def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[
             runtime.db.dispose()
 
 
-# ---------------------------------------------------------------------------------------------
-# The run
-# ---------------------------------------------------------------------------------------------
+def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
+    """Whether a recalled memory passes the recall-candidate rule the reply was built with
+    (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
+    from services.recall import recall_model
 
-
-class Admin:
-    """Reads groups and memory contexts; waits for consolidation between tasks."""
-
-    def __init__(self, base_url: str, user: str, password: str) -> None:
-        self.client = HttpClient(base_url)
-        self.client.expect("POST", "/api/auth/login", {"username": user, "password": password})
-        self.lock = threading.Lock()
-        self.waits: list[float] = []
-
-    def get(self, path: str) -> dict[str, Any]:
-        with self.lock:
-            return self.client.expect("GET", path)
-
-    def withdraw(self, user_id: int, reason: str) -> None:
-        with self.lock:
-            self.client.expect("POST", f"/api/admin/participants/{user_id}/withdraw", {"reason": reason})
-
-    def memory_ready(self, user_id: int, next_task: str) -> None:
-        """Block until every earlier task of this participant is consolidated (or failed)."""
-        earlier = TASKS[:TASKS.index(next_task)]
-        started = time.monotonic()
-        while time.monotonic() - started < CONSOLIDATION_WAIT_SECONDS:
-            states = self.get(f"/api/admin/participants/{user_id}")["participant"]["consolidation"]
-            if all(states.get(t) not in ("pending", "running") for t in earlier):
-                self.waits.append(time.monotonic() - started)
-                return
-            time.sleep(POLL_SECONDS)
-        raise TimeoutError(f"consolidation of {', '.join(earlier)} did not finish in {CONSOLIDATION_WAIT_SECONDS} s")
-
-
-def _languages(language: str) -> list[str]:
-    return ["zh", "en"] if language == "both" else [language]
-
-
-@dataclass
-class Enrolment:
-    """The bots that walk (``per_group`` per enabled group and language) and how they were reached:
-    assignment is by permuted blocks the bots cannot choose, so they register in whole blocks until every
-    group holds enough, and the extra registrations are withdrawn by the admin before anyone starts."""
-
-    bots: list[Bot]
-    registered: int
-    withdrawn: dict[str, int]
-    groups: list[str]
-
-    def describe(self) -> str:
-        per_group = ", ".join(f"{g} {sum(1 for b in self.bots if b.memory_group == g)}" for g in self.groups)
-        extra = ", ".join(f"{g} {n}" for g, n in self.withdrawn.items() if n)
-        return (f"registered {self.registered} bots, {len(self.groups)} at a time (assignment is by permuted "
-                f"blocks), until every group held enough; {len(self.bots)} walk: {per_group}"
-                + (f"; withdrew the extra registrations ({extra})" if extra else ""))
-
-
-def _register_until_filled(base_url: str, admin: Admin, groups: list[str], need: int,
-                           language: str) -> dict[str, list[Bot]]:
-    """Register bots a block's width at a time until every group in ``groups`` holds ``need`` of them."""
-    run_id, password = secrets.token_hex(3), secrets.token_urlsafe(12)
-    by_group: dict[str, list[Bot]] = defaultdict(list)
-    registered = 0
-    limit = 3 * need * len(groups) + 60  # permuted blocks fill every group within one block of the need
-    while any(len(by_group[g]) < need for g in groups):
-        if registered >= limit:
-            raise RuntimeError(f"{registered} registrations did not give every group {need} bots: "
-                               + ", ".join(f"{g} {len(by_group[g])}" for g in groups))
-        batch = [Bot(username=f"bot_{run_id}_{registered + i:03d}", language=language,
-                     client=HttpClient(base_url)) for i in range(len(groups))]
-        for bot in batch:
-            bot.register(password)
-        registered += len(batch)
-        rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
-        for bot in batch:
-            bot.memory_group = rows[bot.user_id]["memory_group"]
-            by_group[bot.memory_group].append(bot)
-    return by_group
-
-
-def enrol(base_url: str, admin: Admin, per_group: int, languages: list[str]) -> Enrolment:
-    """``per_group`` bots per enabled group in each language; see ``Enrolment``."""
-    summary = admin.get("/api/admin/participants")["summary"]
-    groups = list(summary.get("enabled") or summary["groups"])
-    need = per_group * len(languages)
-    by_group = _register_until_filled(base_url, admin, groups, need, languages[0])
-    walking: list[Bot] = []
-    withdrawn: dict[str, int] = {}
-    for group, members in by_group.items():
-        for index, bot in enumerate(members[:need]):
-            bot.speak(languages[index % len(languages)])
-            walking.append(bot)
-        for bot in members[need:]:
-            admin.withdraw(bot.user_id, "simulation: registered only to complete an assignment block; never ran")
-        withdrawn[group] = len(members) - need
-    registered = sum(len(m) for m in by_group.values())
-    return Enrolment(bots=walking, registered=registered, withdrawn=withdrawn, groups=groups)
-
-
-def server_facts(base_url: str) -> dict[str, Any]:
-    """The public study facts; refuses a server that is not in pilot mode, or whose task timer would close
-    the bots' chats before their scripts are through."""
-    status, facts = HttpClient(base_url).call("GET", "/api/study")
-    if status != 200 or not facts.get("pilot_mode"):
-        raise RuntimeError("the server is not in pilot mode (PILOT_DAY_SECONDS); bots would take three weeks")
-    chat = facts.get("task_chat_real_seconds")
-    if chat is not None and chat < BOT_CHAT_SECONDS:
-        raise RuntimeError(
-            f"the server's task timer closes a chat after {chat:.1f} real seconds; the bots' scripts need about "
-            f"{BOT_CHAT_SECONDS:.0f} s: start it with a PILOT_TIMER_SCALE that leaves them that long (e.g. "
-            f"PILOT_TIMER_SCALE=0.2 turns a 900 s task into 180 s), or run without --base-url")
-    return facts
-
-
-def run_bots(base_url: str, admin: Admin, per_group: int, language: str,
-             log: Callable[[str], None]) -> Enrolment:
-    server_facts(base_url)
-    enrolment = enrol(base_url, admin, per_group, _languages(language))
-    log(enrolment.describe())
-    with ThreadPoolExecutor(max_workers=len(enrolment.bots), thread_name_prefix="bot") as pool:
-        list(pool.map(lambda b: b.walk(admin.memory_ready), enrolment.bots))
-    return enrolment
+    rule = (recall_params or {}).get("candidates") or {}
+    return recall_model.CandidateRule(
+        min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
+    ).admits_text(memory.get("text") or "", memory.get("salience"))
 
 
 def _window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
@@ -1044,7 +550,7 @@ def run_simulation(*, per_group: int, language: str = "both", day_seconds: float
     study's conditions)."""
     if per_group < 1:
         raise ValueError("--per-group must be at least 1")
-    run = {"started": time.monotonic(), "per_group": per_group, "languages": _languages(language)}
+    run = {"started": time.monotonic(), "per_group": per_group, "languages": languages_of(language)}
 
     def execute(server: Server) -> dict[str, Any]:
         facts = server_facts(server.base_url)

@@ -27,6 +27,8 @@ def test_memory_importing_research_is_refused(capsys):
     ("services/study/upward.py", "from services.memory import leak\n", "study may not import memory"),
     ("services/newpkg/__init__.py", '"""x"""\n', "package 'newpkg' has no rule"),
     ("services/study/to_routes.py", "import routes.pages\n", "services import routes"),
+    ("services/research/bots/client.py", "from services.study import definition\n",
+     "services.research.bots speaks HTTP only and imports nothing from services"),
 ])
 def test_each_rule_names_what_breaks_it(tmp_path, capsys, path, text, expected):
     tree = tmp_path / "tree"

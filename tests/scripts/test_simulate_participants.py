@@ -14,35 +14,36 @@ from app import create_app
 from services.memory import registry
 from services.memory.base import BeyondBaseline, ManipulationCheck, MemoryCondition
 from services.research import simulation as sim
+from services.research.bots import client, personas
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
 def test_scripts_plant_each_fact_once_and_probes_never_name_one(language):
-    script = sim.SCRIPTS[language]
+    script = personas.SCRIPTS[language]
     planted = {}
     for task_id, turns in script.items():
         for index, turn in enumerate(turns):
-            found = sim.facts_in(turn.text)
+            found = personas.facts_in(turn.text)
             if turn.kind.startswith("fact:"):
                 assert task_id == "T1" and found == {turn.kind.split(":")[1]}, turn.text
-                assert sim.specifics_in(turn.text) <= found, turn.text
+                assert personas.specifics_in(turn.text) <= found, turn.text
                 planted[turn.kind.split(":")[1]] = index
             else:
                 assert found == set(), f"{turn.kind} names a fact: {turn.text}"
-                assert sim.specifics_in(turn.text) == set(), f"{turn.kind} names a specific: {turn.text}"
-    assert set(planted) == set(sim.FACT_IDS)
+                assert personas.specifics_in(turn.text) == set(), f"{turn.kind} names a specific: {turn.text}"
+    assert set(planted) == set(personas.FACT_IDS)
     t1 = len(script["T1"])
     assert t1 > 7, "T1 must be longer than L2's 7-turn window"
-    for fact in sim.FACTS:
+    for fact in personas.FACTS:
         in_window = planted[fact.id] >= t1 - 7
         assert in_window is fact.late, fact.id
-    assert all(any(t.kind.startswith("probe:") for t in script[task]) for task in sim.PROBE_TASKS)
+    assert all(any(t.kind.startswith("probe:") for t in script[task]) for task in personas.PROBE_TASKS)
     # every planted specific is planted, and each probe task asks about at least one of them
-    t1_specifics = set().union(*(sim.specifics_in(t.text) for t in script["T1"]))
-    assert t1_specifics == set(sim.SPECIFICS)
-    for task in sim.PROBE_TASKS:
+    t1_specifics = set().union(*(personas.specifics_in(t.text) for t in script["T1"]))
+    assert t1_specifics == set(personas.SPECIFICS)
+    for task in personas.PROBE_TASKS:
         asked = {t.kind.split(":")[1].removesuffix("_detail") for t in script[task] if t.kind.endswith("_detail")}
-        assert asked and asked <= set(sim.SPECIFICS), task
+        assert asked and asked <= set(personas.SPECIFICS), task
 
 
 def _participant(group, language, contexts_by_task, code="P"):
@@ -51,9 +52,9 @@ def _participant(group, language, contexts_by_task, code="P"):
     for task, pairs in contexts_by_task.items():
         facts = set()
         for message, context in pairs:
-            facts |= set().union(*sim.context_facts(context).values())
+            facts |= set().union(*personas.context_facts(context).values())
             replies.append({"task": task, "kind": "probe:x", "message": message,
-                            "specifics": sorted(sim.context_specifics(context))})
+                            "specifics": sorted(personas.context_specifics(context))})
         tasks[task] = {"facts": sorted(facts)}
     return {"memory_group": group, "language": language, "participant_code": code, "tasks": tasks,
             "replies": replies}
@@ -66,8 +67,8 @@ RECALLED = {**PROFILE, "recalled": [{"message_id": 1, "task_id": "T1",
 
 def _run(l4_context):
     messages = [f"probe {i}" for i in range(4)]
-    by_task = {task: [(m, PROFILE) for m in messages] for task in sim.PROBE_TASKS}
-    l4_by_task = {task: [(m, l4_context(task, i)) for i, m in enumerate(messages)] for task in sim.PROBE_TASKS}
+    by_task = {task: [(m, PROFILE) for m in messages] for task in personas.PROBE_TASKS}
+    l4_by_task = {task: [(m, l4_context(task, i)) for i, m in enumerate(messages)] for task in personas.PROBE_TASKS}
     return sim.check_beyond_baseline([_participant("L3", "zh", by_task), _participant("L4", "zh", l4_by_task)])
 
 
@@ -94,7 +95,7 @@ def test_manipulation_check_needs_the_share_at_every_task():
 
 
 def test_manipulation_check_fails_without_l4_replies_in_a_language():
-    l3 = _participant("L3", "en", {t: [("q", PROFILE)] for t in sim.PROBE_TASKS})
+    l3 = _participant("L3", "en", {t: [("q", PROFILE)] for t in personas.PROBE_TASKS})
     l4 = _participant("L4", "en", {"T2": [("q", RECALLED)]})
     [check] = sim.check_beyond_baseline([l3, l4])
     assert not check["passed"] and "no L4 replies at T3 en, T4 en" in check["detail"]
@@ -115,12 +116,12 @@ def test_context_facts_by_section():
         "recalled": [{"message_id": 3, "text": "I'm applying for PhD programmes"}],
         "summary": {"text": "from Edinburgh"},
     }
-    found = sim.context_facts(context)
+    found = personas.context_facts(context)
     assert found == {"profile": {"name", "allergy"}, "recent_turns": {"hobby", "cat"}, "recalled": {"phd"},
                      "other": {"hometown"}}
-    assert sim.context_facts(None) == {s: set() for s in sim.SOURCES}
+    assert personas.context_facts(None) == {s: set() for s in personas.SOURCES}
     # word boundaries: "application" is not a cat, "Alexander" is not Alex
-    assert sim.facts_in("my application, Alexander") == set()
+    assert personas.facts_in("my application, Alexander") == set()
 
 
 def test_recalled_memories_are_judged_by_the_rule_the_reply_was_built_with():
@@ -143,7 +144,7 @@ def test_a_small_offline_run_shows_the_expected_pattern():
     assert Counter((p["memory_group"], p["language"]) for p in report["participants"]) == {
         (g, lang): 1 for g in ("L1", "L2", "L3", "L4") for lang in ("zh", "en")}
     assert {lang: r["bots"] for lang, r in report["by_language"].items()} == {"zh": 4, "en": 4}
-    assert all(set(r["beyond"][0]["shares"]) == set(sim.PROBE_TASKS) for r in report["by_language"].values())
+    assert all(set(r["beyond"][0]["shares"]) == set(personas.PROBE_TASKS) for r in report["by_language"].values())
     for participant in report["participants"]:
         assert participant["tasks_done"] == ["T1", "T2", "T3", "T4"]
         assert set(participant["tasks"]) == {"T2", "T3", "T4"}
@@ -156,13 +157,13 @@ def test_a_small_offline_run_shows_the_expected_pattern():
     assert all(rows[("L1", t)]["facts_mean"] == 0 for t in ("T2", "T3", "T4"))
     # L2 at T2: only the late T1 fact, verbatim from the recent turns
     l2 = rows[("L2", "T2")]
-    assert {f for f, n in l2["by_fact"].items() if n} == sim.LATE_FACTS
+    assert {f for f, n in l2["by_fact"].items() if n} == personas.LATE_FACTS
     assert l2["from_profile_mean"] == 0 and l2["from_recalled_mean"] == 0
     # L3 and L4: the early facts arrive through the consolidated profile
     for group in ("L3", "L4"):
         for task in ("T2", "T3", "T4"):
             seen = {f for f, n in rows[(group, task)]["by_fact"].items() if n}
-            assert seen & sim.EARLY_FACTS, (group, task)
+            assert seen & personas.EARLY_FACTS, (group, task)
             assert rows[(group, task)]["from_profile_mean"] > 0
             assert rows[("L4", task)]["facts_mean"] >= rows[("L3", task)]["facts_mean"]
     assert "L4 never recalls a message without content (acknowledgements, generic questions)" in {
@@ -208,7 +209,7 @@ def declared_conditions():
 
 def test_a_condition_registered_from_a_test_module_is_checked_by_its_declaration(declared_conditions):
     x7 = _participant("X7", "en", {"T2": [("q", RECALLED)], "T3": [("q", PROFILE)], "T4": [("q", {})]}, code="A")
-    l1 = _participant("L1", "en", {task: [("q", {})] for task in sim.PROBE_TASKS}, code="B")
+    l1 = _participant("L1", "en", {task: [("q", {})] for task in personas.PROBE_TASKS}, code="B")
     x8 = _participant("X8", "en", {"T2": [("q", PROFILE)]}, code="C")
     held = {c["check"]: c for c in sim.check_held_facts([x7, l1, x8])}
     assert list(held) == ["X7's T3 context holds the planted cat"] and held[next(iter(held))]["passed"]
@@ -220,7 +221,7 @@ def test_a_condition_registered_from_a_test_module_is_checked_by_its_declaration
     assert not pattern["X8 remembers none of the planted facts"]["passed"]
     assert "C T2: ['allergy', 'cat']" in pattern["X8 remembers none of the planted facts"]["detail"]
     # the same declaration fails when the condition holds nothing its baseline lacks
-    x7_like_l1 = _participant("X7", "en", {task: [("q", {})] for task in sim.PROBE_TASKS}, code="A")
+    x7_like_l1 = _participant("X7", "en", {task: [("q", {})] for task in personas.PROBE_TASKS}, code="A")
     assert not any(c["passed"] for c in sim.check_held_facts([x7_like_l1, l1]) + sim.check_beyond_baseline(
         [x7_like_l1, l1]))
 
@@ -242,10 +243,10 @@ def _script():
 def test_per_group_gives_every_group_n_bots_per_language_even_mid_block():
     with sim.temporary_server(create_app, 10.0, ["L1", "L2", "L3", "L4"]) as server:
         for i in range(3):  # people registered before: the current permuted block is part-filled
-            sim.HttpClient(server.base_url).expect("POST", "/api/auth/register", {
+            client.HttpClient(server.base_url).expect("POST", "/api/auth/register", {
                 "username": f"person{i}", "password": "Qv7-tarn-Lobelia-88", "consent": True, "language": "zh"})
-        admin = sim.Admin(server.base_url, server.admin_user, server.admin_password)
-        enrolment = sim.enrol(server.base_url, admin, 1, ["zh", "en"])
+        admin = client.Admin(server.base_url, server.admin_user, server.admin_password)
+        enrolment = client.enrol(server.base_url, admin, 1, ["zh", "en"])
         assert Counter((b.memory_group, b.language) for b in enrolment.bots) == {
             (g, lang): 1 for g in ("L1", "L2", "L3", "L4") for lang in ("zh", "en")}
         rows = {r["id"]: r for r in admin.get("/api/admin/participants")["participants"]}
@@ -257,7 +258,7 @@ def test_per_group_gives_every_group_n_bots_per_language_even_mid_block():
         assert len(extras) == enrolment.registered - 8 == sum(enrolment.withdrawn.values())
         assert all(r["status"] == "withdrawn" for r in extras)
         assert enrolment.registered % 4 == 0  # a block's width at a time
-        facts = sim.server_facts(server.base_url)
+        facts = client.server_facts(server.base_url)
         assert facts["pilot_day_seconds"] == 10.0
 
 
@@ -270,7 +271,7 @@ def test_a_live_server_whose_task_timer_is_too_short_is_refused_by_name(settings
     thread.start()
     try:
         with pytest.raises(RuntimeError, match="PILOT_TIMER_SCALE"):
-            sim.server_facts(f"http://127.0.0.1:{server.server_port}")
+            client.server_facts(f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
         thread.join(timeout=10)
