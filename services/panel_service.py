@@ -30,6 +30,7 @@ import hashlib
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ from sqlalchemy.orm import Session
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
 from services.account_service import enrol, hash_password
+from services.assignment_service import hold_slots
 from services.clock import Clock, utc_iso
 from services.errors import BadInput, Conflict, Forbidden, NotFound
 from services.languages import LANGUAGES
@@ -169,7 +171,13 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
     _check_expected(session, study, external_id, entrant, entry_params, now)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
-    user, created = _create(session, study, clock, external_id, language, seed=seed, attempts=attempts)
+    def admit() -> None:
+        if study.panel.max_participants is not None:
+            hold_slots(session)
+            _check_place(session, study, entry_params, now)
+
+    user, created = _create(session, study, clock, external_id, language, seed=seed, attempts=attempts,
+                            admit=admit)
     if not created:  # the same id entered at this moment by another request, which owns the account
         return _return(session, user, entrant, entry_params, now)
     token = remember_device(session, user.id, entrant.device_token, now)
@@ -206,6 +214,13 @@ def _check_expected(session: Session, study: Study, external_id: str, entrant: E
         session.commit()
         raise Forbidden("this participant id is not on this study's list of expected participants",
                         code="panel_id_not_expected")
+    _check_place(session, study, params, now)
+
+
+def _check_place(session: Session, study: Study, params: dict[str, str], now: datetime) -> None:
+    """Conflict study_full when the panel accounts have reached ``panel.max_participants``. Checked once
+    early (a full study answers before consent) and again in the creating transaction after the slot
+    counter's lock (``hold_slots``), so two entries for the last place cannot both count one free."""
     cap = study.panel.max_participants
     if cap is not None and session.scalar(select(func.count(User.id)).where(
             User.role == "participant", User.external_id.is_not(None))) >= cap:
@@ -217,7 +232,7 @@ def _check_expected(session: Session, study: Study, external_id: str, entrant: E
 
 
 def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,
-            attempts: int) -> tuple[User, bool]:
+            attempts: int, admit: Callable[[], None]) -> tuple[User, bool]:
     lang = language if language in LANGUAGES else study.default_language
     username = PANEL_USERNAME_PREFIX + external_id
     case_sensitive = study.panel.id_case_sensitive
@@ -232,7 +247,7 @@ def _create(session: Session, study: Study, clock: Clock, external_id: str, lang
         return existing
 
     return enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=collided,
-                 audit_action="panel_entry",
+                 audit_action="panel_entry", admit=admit,
                  fields={"username": username, "external_id": external_id, "language": lang,
                          "password_hash": hash_password(secrets.token_urlsafe(32))})
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
@@ -170,6 +172,32 @@ def test_the_cap_turns_new_ids_away_with_the_panels_code_but_lets_participants_b
     integrity = admin_client.get("/api/admin/participants").get_json()["integrity"]
     assert integrity["panel_entries"]["full"] == 1
     assert integrity["consented_never_started"] == 2
+
+
+@pytest.mark.postgres
+def test_simultaneous_entries_for_the_last_place_let_exactly_one_in(app):
+    """The cap is counted and the account created under one lock: six new ids arriving at once for the one
+    place left make one account, and the other five get the study-full answer."""
+    runtime = _runtime(app)
+    runtime.settings.study = runtime.study.with_overrides({"panel": {"max_participants": 2, "full_code": "NOPLACES"}})
+    assert _enter(_browser(app), "early01").status_code == 201
+    browsers = [_browser(app) for _ in range(6)]
+    for browser in browsers:
+        browser.csrf()
+    start = threading.Barrier(len(browsers), timeout=10)
+
+    def enter(numbered: tuple[int, ApiClient]) -> tuple[int, str | None]:
+        n, browser = numbered
+        start.wait()
+        response = _enter(browser, f"racer{n:02d}")
+        return response.status_code, (response.get_json() or {}).get("error")
+
+    with ThreadPoolExecutor(len(browsers)) as pool:
+        outcomes = sorted(pool.map(enter, enumerate(browsers)), key=str)
+    assert outcomes == [(201, None)] + [(409, "study_full")] * 5, outcomes
+    with runtime.db.Session() as session:
+        assert session.scalar(select(func.count(User.id)).where(User.external_id.is_not(None))) == 2
+        assert session.scalar(select(func.count(PanelEntry.id)).where(PanelEntry.outcome == "full")) == 5
 
 
 # -- item 3: minimum engagement -----------------------------------------------------------------------------
