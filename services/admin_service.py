@@ -208,13 +208,15 @@ def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
 
 def integrity_summary(session: Session, rows: list[dict[str, Any]], study: Study, now: datetime) -> dict[str, Any]:
     """What the monitor shows about who gets in: panel arrivals by outcome (refused re-entries of a known id
-    from another browser, a full study, ids not on the allowlist), accounts that consented but never
+    from another browser, a full study, ids not on the allowlist, new ids turned away because the allowlist
+    could not be used), accounts that consented but never
     started the first task, and accounts with repeated failed logins in the last 24 hours."""
     first = study.task_ids[0]
     entries = dict(session.execute(select(PanelEntry.outcome, func.count()).group_by(PanelEntry.outcome)).all())
     return {
         "panel_entries": {outcome: entries.get(outcome, 0)
-                          for outcome in ("created", "returned", "refused", "full", "not_allowed")},
+                          for outcome in ("created", "returned", "refused", "full", "not_allowed",
+                                          "allowlist_unavailable")},
         "consented_never_started": sum(1 for r in rows if r["status"] != "erased"
                                        and r["tasks"].get(first) in ("available", "locked")),
         "login_failures": failed_logins(session, now - FAILED_LOGIN_WINDOW),

@@ -157,6 +157,61 @@ def test_only_ids_on_the_allowlist_become_accounts(app, tmp_path):
         assert session.scalar(select(func.count(PanelEntry.id)).where(PanelEntry.outcome == "not_allowed")) == 5
 
 
+def _break_allowlist(path, kind: str) -> None:
+    if kind == "deleted":
+        path.unlink()
+    elif kind == "unreadable":  # the path now names a folder (tests run as root: permissions stop nobody)
+        path.unlink()
+        path.mkdir()
+    elif kind == "not_utf8":
+        path.write_bytes(b"Participant id\n\xff\xfe\x00abc\n")
+    elif kind == "empty":
+        path.write_text("", encoding="utf-8")
+    elif kind == "header_only":
+        path.write_text("Submission id,Participant id,Status\n", encoding="utf-8")
+    elif kind == "malformed_lines":
+        path.write_text("Participant id,Status\nAAA111bbb,APPROVED\nnot an id!,APPROVED\n,APPROVED\n",
+                        encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", ["deleted", "unreadable", "not_utf8", "empty", "header_only", "malformed_lines"])
+def test_an_allowlist_that_cannot_be_used_turns_new_ids_away_with_503_and_tells_the_admin(
+        app, admin_client, tmp_path, caplog, kind):
+    """Fail closed: whatever is wrong with the allowlist, nobody new gets in, the answer says so (503 with its
+    own code), the arrival is counted in the monitor and the reason is logged; known participants return."""
+    allowlist = tmp_path / "prolific_export.csv"
+    allowlist.write_text("Participant id\nAAA111bbb\nccc222\n", encoding="utf-8")
+    _runtime(app).settings.panel_allowlist_path = str(allowlist)
+    listed = _browser(app)
+    assert _enter(listed, "ccc222").status_code == 201
+    _break_allowlist(allowlist, kind)
+
+    with caplog.at_level("ERROR", logger="services.panel_service"):
+        refused = _enter(_browser(app), "AAA111bbb")
+    assert refused.status_code == 503, refused.get_data(as_text=True)
+    assert refused.get_json()["error"] == "panel_allowlist_unavailable"
+    assert str(allowlist) not in refused.get_data(as_text=True)  # the file's place is for the admin only
+    assert any(str(allowlist) in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+    assert _enter(listed, "ccc222").status_code == 200  # a known participant's own browser still enters
+    with _runtime(app).db.Session() as session:
+        assert session.scalar(select(func.count(User.id)).where(User.role == "participant")) == 1
+    integrity = admin_client.get("/api/admin/participants").get_json()["integrity"]
+    assert integrity["panel_entries"]["allowlist_unavailable"] == 1
+
+
+def test_start_up_warns_about_an_allowlist_that_cannot_be_used(settings, clock, database, tmp_path, caplog):
+    from app import create_app
+
+    allowlist = tmp_path / "expected.csv"
+    allowlist.write_text("Participant id\n", encoding="utf-8")
+    settings.panel_allowlist_path = str(allowlist)
+    with caplog.at_level("WARNING", logger="memory_lab"):
+        flask_app = create_app(settings, clock=clock)
+    flask_app.extensions["memory_lab"].db.dispose()
+    assert any("PANEL_ALLOWLIST" in r.getMessage() and "no participant ids" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+
+
 def test_the_cap_turns_new_ids_away_with_the_panels_code_but_lets_participants_back(app, admin_client):
     runtime = _runtime(app)
     runtime.settings.study = runtime.study.with_overrides({"panel": {
