@@ -60,7 +60,11 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("registered_at", DATETIME, "Account creation."),
         _c("consent_at", DATETIME, "Time the consent form was accepted."),
         _c("consent_version", STRING, "Version of the consent text accepted."),
-        _c("withdrawn_at", DATETIME, "Time an admin recorded the withdrawal; empty if active."),
+        _c("withdrawn_at", DATETIME, "Time of the withdrawal (the participant's own, or an admin's record of "
+                                     "it); empty if active. Kept when the withdrawal was followed by erasure."),
+        _c("withdrawn_by", STRING, "Who withdrew the participant: participant (their own withdrawal on the study "
+                                   "pages; erased_at and erasure_reason show when they also asked for erasure) "
+                                   "or admin (recorded in the console, with withdrawn_reason); empty if active."),
         _c("withdrawn_reason", STRING, "Reason recorded with the withdrawal (free text).", pii=True),
         _c("last_active_at", DATETIME, "Last message sent by the participant."),
         _c("assigned_at", DATETIME, "Time the memory condition was drawn."),

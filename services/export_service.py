@@ -207,7 +207,7 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
             **data.ids(user.id), "username": user.username, "language": user.language, "status": user.status,
             "registered_at": user.created_at, "consent_at": user.consent_at,
             "consent_version": user.consent_version, "withdrawn_at": user.withdrawn_at,
-            "withdrawn_reason": user.withdrawn_reason, "last_active_at": user.last_active_at,
+            "withdrawn_by": user.withdrawn_by, "withdrawn_reason": user.withdrawn_reason, "last_active_at": user.last_active_at,
             "assigned_at": assignment.created_at if assignment else None,
             "assignment_block": assignment.block_index if assignment else None,
             "assignment_slot": assignment.slot_index if assignment else None,
