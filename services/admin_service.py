@@ -282,7 +282,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         } for e in recalls],
         "questionnaires": [{
             "task_id": a.task_id, "instrument": a.instrument, "item_id": a.item_id, "value": a.value,
-            "submitted_at": utc_iso(a.submitted_at),
+            "submitted_at": utc_iso(a.submitted_at), "instrument_title": _instrument_title(tasks.study, a.instrument),
         } for a in answers],
         "consolidation_runs": [{
             "id": r.id, "task_id": r.task_id, "trigger": r.trigger, "status": r.status,
@@ -295,6 +295,12 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
+
+
+def _instrument_title(study: Study, instrument: str) -> dict[str, str] | None:
+    """The construct's name per language, for researchers (None: an instrument the study file no longer has)."""
+    known = study.instruments.get(instrument)
+    return dict(known.title) if known is not None else None
 
 
 def _admin_message(message: Message, study: Study) -> dict[str, Any]:
