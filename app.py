@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     if settings.run_migrations_on_start and settings.database_url.startswith("sqlite"):
         runtime.db.upgrade()
     app.extensions["memory_lab"] = runtime
+    _warn_about_allowlist(runtime)
 
     csrf.init_app(app)
     app.config.update(_limiter_storage(settings, runtime))
@@ -90,6 +91,16 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_payments_cli(app)
     _register_preflight_cli(app)
     return app
+
+
+def _warn_about_allowlist(runtime: Any) -> None:
+    """A PANEL_ALLOWLIST that cannot be used lets no new panel id in (each try answers 503): say so now."""
+    from services.participants.panel_service import AllowlistUnavailable, load_allowlist
+
+    try:
+        load_allowlist(runtime.settings.panel_allowlist_path, runtime.study)
+    except AllowlistUnavailable as exc:
+        log.warning("%s: no new panel participant can enter until it is fixed", exc)
 
 
 def _trust_proxies(app: Flask) -> None:

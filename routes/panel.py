@@ -61,10 +61,9 @@ def enter():
 
 def _entrant() -> panel_service.Entrant:
     logged_in = current_user.id if current_user.is_authenticated and current_user.role == "participant" else None
-    rt = runtime()
     return panel_service.Entrant(device_token=request.cookies.get(panel_service.DEVICE_COOKIE),
                                  session_user_id=logged_in,
-                                 allowlist=panel_service.load_allowlist(rt.settings.panel_allowlist_path, rt.study))
+                                 allowlist_path=runtime().settings.panel_allowlist_path)
 
 
 def _returning_visit() -> bool:

@@ -208,13 +208,15 @@ def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
 
 def integrity_summary(session: Session, rows: list[dict[str, Any]], study: Study, now: datetime) -> dict[str, Any]:
     """What the monitor shows about who gets in: panel arrivals by outcome (refused re-entries of a known id
-    from another browser, a full study, ids not on the allowlist), accounts that consented but never
+    from another browser, a full study, ids not on the allowlist, new ids turned away because the allowlist
+    could not be used), accounts that consented but never
     started the first task, and accounts with repeated failed logins in the last 24 hours."""
     first = study.task_ids[0]
     entries = dict(session.execute(select(PanelEntry.outcome, func.count()).group_by(PanelEntry.outcome)).all())
     return {
         "panel_entries": {outcome: entries.get(outcome, 0)
-                          for outcome in ("created", "returned", "refused", "full", "not_allowed")},
+                          for outcome in ("created", "returned", "refused", "full", "not_allowed",
+                                          "allowlist_unavailable")},
         "consented_never_started": sum(1 for r in rows if r["status"] != "erased"
                                        and r["tasks"].get(first) in ("available", "locked")),
         "login_failures": failed_logins(session, now - FAILED_LOGIN_WINDOW),
@@ -280,7 +282,7 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         } for e in recalls],
         "questionnaires": [{
             "task_id": a.task_id, "instrument": a.instrument, "item_id": a.item_id, "value": a.value,
-            "submitted_at": utc_iso(a.submitted_at),
+            "submitted_at": utc_iso(a.submitted_at), "instrument_title": _instrument_title(tasks.study, a.instrument),
         } for a in answers],
         "consolidation_runs": [{
             "id": r.id, "task_id": r.task_id, "trigger": r.trigger, "status": r.status,
@@ -293,6 +295,12 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
         "audit": [{"at": utc_iso(a.at), "action": a.action, "actor_user_id": a.actor_user_id, "details": a.details}
                   for a in audit],
     }
+
+
+def _instrument_title(study: Study, instrument: str) -> dict[str, str] | None:
+    """The construct's name per language, for researchers (None: an instrument the study file no longer has)."""
+    known = study.instruments.get(instrument)
+    return dict(known.title) if known is not None else None
 
 
 def _admin_message(message: Message, study: Study) -> dict[str, Any]:

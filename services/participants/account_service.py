@@ -110,15 +110,18 @@ def register(session: Session, *, username: object, password: object, consent: o
 
 
 def enrol(session: Session, study: Study, clock: Clock, *, fields: dict[str, Any], seed: int | None, attempts: int,
-          after_collision: Callable[[IntegrityError], User | None], audit_action: str | None = None
-          ) -> tuple[User, bool]:
+          after_collision: Callable[[IntegrityError], User | None], audit_action: str | None = None,
+          admit: Callable[[], None] | None = None) -> tuple[User, bool]:
     """(user, created): a consented participant account made of ``fields`` (username, password_hash,
     language, ...) with its condition drawn, in one transaction; commits (with an ``audit_action`` entry).
+    ``admit`` runs first in that transaction and may refuse by raising (the panel's cap, counted there).
 
     A unique-key collision is rolled back and handed to ``after_collision``, which returns an account to
     use instead (returned as not created), raises, or returns None: the concurrent registration took the
     assignment's block slot, so the next attempt draws again."""
     for _ in range(attempts):
+        if admit is not None:
+            admit()
         now = clock.now()
         user = User(**fields, role="participant", participant_code=new_participant_code(session), created_at=now,
                     consent_at=now, consent_version=study.consent.version, status="active")

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,10 +45,13 @@ from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User,
 from database.participant_lock import hold_participant
 from services.participants.account_service import enrol, hash_password
 from services.platform.clock import Clock, utc_iso
-from services.platform.errors import BadInput, Conflict, Forbidden, NotFound
+from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
+from services.study.assignment_service import hold_slots
 from services.study.definition import Study
 from services.study.timer_service import TaskService
 from services.text.languages import LANGUAGES
+
+log = logging.getLogger(__name__)
 
 PANEL_USERNAME_PREFIX = "panel:"  # ':' never passes the register form's username rule
 LINK_PATH = "/r/"
@@ -103,7 +108,7 @@ class Entrant:
 
     device_token: str | None = None
     session_user_id: int | None = None
-    allowlist: frozenset[str] | None = None  # the expected ids (compared as the study compares ids)
+    allowlist_path: str | None = None  # PANEL_ALLOWLIST: the lab's CSV of expected ids, read for new ids only
 
 
 @dataclass
@@ -169,7 +174,13 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
     _check_expected(session, study, external_id, entrant, entry_params, now)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
-    user, created = _create(session, study, clock, external_id, language, seed=seed, attempts=attempts)
+    def admit() -> None:
+        if study.panel.max_participants is not None:
+            hold_slots(session)
+            _check_place(session, study, entry_params, now)
+
+    user, created = _create(session, study, clock, external_id, language, seed=seed, attempts=attempts,
+                            admit=admit)
     if not created:  # the same id entered at this moment by another request, which owns the account
         return _return(session, user, entrant, entry_params, now)
     token = remember_device(session, user.id, entrant.device_token, now)
@@ -200,12 +211,29 @@ def _return(session: Session, user: User, entrant: Entrant, params: dict[str, st
 
 def _check_expected(session: Session, study: Study, external_id: str, entrant: Entrant, params: dict[str, str],
                     now: datetime) -> None:
-    """A new id must be on the allowlist (when there is one) and find a place under the cap."""
-    if entrant.allowlist is not None and _id_form(study, external_id) not in entrant.allowlist:
+    """A new id must be on the allowlist (when there is one) and find a place under the cap. An allowlist
+    that cannot be used lets nobody new in (503 panel_allowlist_unavailable) and logs why for the admin."""
+    try:
+        allowlist = load_allowlist(entrant.allowlist_path, study)
+    except AllowlistUnavailable as exc:
+        log.error("panel entry turned away: %s", exc)
+        _record(session, now, "allowlist_unavailable", params)
+        session.commit()
+        raise Unavailable("the list of expected participants cannot be read right now, so nobody new can enter; "
+                          "the research team has been told, please try again later",
+                          code="panel_allowlist_unavailable") from None
+    if allowlist is not None and _id_form(study, external_id) not in allowlist:
         _record(session, now, "not_allowed", params)
         session.commit()
         raise Forbidden("this participant id is not on this study's list of expected participants",
                         code="panel_id_not_expected")
+    _check_place(session, study, params, now)
+
+
+def _check_place(session: Session, study: Study, params: dict[str, str], now: datetime) -> None:
+    """Conflict study_full when the panel accounts have reached ``panel.max_participants``. Checked once
+    early (a full study answers before consent) and again in the creating transaction after the slot
+    counter's lock (``hold_slots``), so two entries for the last place cannot both count one free."""
     cap = study.panel.max_participants
     if cap is not None and session.scalar(select(func.count(User.id)).where(
             User.role == "participant", User.external_id.is_not(None))) >= cap:
@@ -217,7 +245,7 @@ def _check_expected(session: Session, study: Study, external_id: str, entrant: E
 
 
 def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,
-            attempts: int) -> tuple[User, bool]:
+            attempts: int, admit: Callable[[], None]) -> tuple[User, bool]:
     lang = language if language in LANGUAGES else study.default_language
     username = PANEL_USERNAME_PREFIX + external_id
     case_sensitive = study.panel.id_case_sensitive
@@ -232,7 +260,7 @@ def _create(session: Session, study: Study, clock: Clock, external_id: str, lang
         return existing
 
     return enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=collided,
-                 audit_action="panel_entry",
+                 audit_action="panel_entry", admit=admit,
                  fields={"username": username, "external_id": external_id, "language": lang,
                          "password_hash": hash_password(secrets.token_urlsafe(32))})
 
@@ -246,23 +274,43 @@ _ALLOWLIST_COLUMNS = ("participant id", "participant_id", "participantid", "exte
 _allowlist_cache: dict[tuple[str, float, bool], frozenset[str]] = {}
 
 
+class AllowlistUnavailable(Exception):
+    """``PANEL_ALLOWLIST`` names a file that cannot be used (missing, unreadable, no ids, bad lines); the
+    message, for the admin, says which and where."""
+
+
 def load_allowlist(path: str | None, study: Study) -> frozenset[str] | None:
     """The expected panel ids from the lab's CSV (``PANEL_ALLOWLIST``), re-read when the file changes;
     None when no allowlist is configured. A header naming the id column (Prolific's export: "Participant
-    id") is used; without one, the first column."""
+    id") is used; without one, the first column. AllowlistUnavailable when the file is missing or
+    unreadable, holds no ids, or has a line whose id is missing or does not match ``panel.id_pattern``."""
     if not path:
         return None
-    key = (path, os.stat(path).st_mtime, study.panel.id_case_sensitive)
-    if key not in _allowlist_cache:
-        with Path(path).open(encoding="utf-8-sig", newline="") as handle:
-            rows = [row for row in csv.reader(handle) if row and row[0].strip()]
-        header = [cell.strip().lower() for cell in rows[0]] if rows else []
-        column = next((header.index(name) for name in _ALLOWLIST_COLUMNS if name in header), None)
-        ids = (row[column if column is not None else 0].strip() for row in rows[1 if column is not None else 0:]
-               if len(row) > (column or 0))
-        _allowlist_cache.clear()
-        _allowlist_cache[key] = frozenset(_id_form(study, i) for i in ids if i)
+    try:
+        key = (path, os.stat(path).st_mtime, study.panel.id_case_sensitive)
+        if key not in _allowlist_cache:
+            ids = _read_allowlist(path, study)
+            _allowlist_cache.clear()
+            _allowlist_cache[key] = ids
+    except (OSError, UnicodeError, csv.Error) as exc:
+        raise AllowlistUnavailable(f"PANEL_ALLOWLIST={path} cannot be read ({exc})") from exc
     return _allowlist_cache[key]
+
+
+def _read_allowlist(path: str, study: Study) -> frozenset[str]:
+    with Path(path).open(encoding="utf-8-sig", newline="") as handle:
+        rows = [(n, row) for n, row in enumerate(csv.reader(handle), 1) if any(cell.strip() for cell in row)]
+    header = [cell.strip().lower() for cell in rows[0][1]] if rows else []
+    column = next((header.index(name) for name in _ALLOWLIST_COLUMNS if name in header), None)
+    body = rows[1:] if column is not None else rows
+    index = column or 0
+    bad = [n for n, row in body if len(row) <= index or not re.fullmatch(study.panel.id_pattern, row[index].strip())]
+    if bad:
+        raise AllowlistUnavailable(f"PANEL_ALLOWLIST={path}: line(s) {', '.join(map(str, bad[:10]))} hold no "
+                                   "valid participant id (panel.id_pattern)")
+    if not body:
+        raise AllowlistUnavailable(f"PANEL_ALLOWLIST={path} holds no participant ids")
+    return frozenset(_id_form(study, row[index].strip()) for _, row in body)
 
 
 # -- completion codes --------------------------------------------------------------------------------

@@ -59,7 +59,11 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("registered_at", DATETIME, "Account creation."),
         _c("consent_at", DATETIME, "Time the consent form was accepted."),
         _c("consent_version", STRING, "Version of the consent text accepted."),
-        _c("withdrawn_at", DATETIME, "Time an admin recorded the withdrawal; empty if active."),
+        _c("withdrawn_at", DATETIME, "Time of the withdrawal (the participant's own, or an admin's record of "
+                                     "it); empty if active. Kept when the withdrawal was followed by erasure."),
+        _c("withdrawn_by", STRING, "Who withdrew the participant: participant (their own withdrawal on the study "
+                                   "pages; erased_at and erasure_reason show when they also asked for erasure) "
+                                   "or admin (recorded in the console, with withdrawn_reason); empty if active."),
         _c("withdrawn_reason", STRING, "Reason recorded with the withdrawal (free text).", pii=True),
         _c("last_active_at", DATETIME, "Last message sent by the participant."),
         _c("assigned_at", DATETIME, "Time the memory condition was drawn."),
@@ -107,8 +111,9 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("at", DATETIME, "Time of the arrival."),
         _c("outcome", STRING, "created (new account), returned (a known participant from a browser that entered "
                               "as them before), refused (a known id from another browser), full (the enrolment "
-                              "cap was reached) or not_allowed (an id not on the allowlist). No code for full and "
-                              "not_allowed, which have no account."),
+                              "cap was reached), not_allowed (an id not on the allowlist) or allowlist_unavailable "
+                              "(the allowlist file could not be used, so no new id was let in). No code for full, "
+                              "not_allowed and allowlist_unavailable, which have no account."),
         _c("via", STRING, "How a return was recognised: device (the browser's device cookie) or session (still "
                           "logged in); new for a created account."),
     ],

@@ -65,6 +65,13 @@ def assign(session: Session, user: User, study: Study, clock: Clock, seed: int |
     return assignment
 
 
+def hold_slots(session: Session) -> None:
+    """Take the counter row's lock for the rest of the caller's transaction without taking a slot, so that
+    accounts counted after it cannot grow until this transaction ends (the panel's enrolment cap)."""
+    session.execute(update(AssignmentCounter).where(AssignmentCounter.id == 1)
+                    .values(next_slot=AssignmentCounter.next_slot))
+
+
 def _take_slot(session: Session) -> int:
     """The next running slot number, counted on under the counter row's lock."""
     bump = (update(AssignmentCounter).where(AssignmentCounter.id == 1)

@@ -50,6 +50,41 @@ function term(prefix, value) {
   return text === key ? String(value) : text;
 }
 
+// The memory conditions' notes (services/memory/*) are stored in English with each reply's context; these
+// patterns give each its words in the admin's language (an unknown note is shown as stored).
+const NOTE_TEXTS = [
+  [/^no consolidated profile yet$/, "admin.note.no_profile"],
+  [/^R1: no memory from earlier tasks yet$/, "admin.note.r1_empty"],
+  [/^S1: no structured summary from earlier tasks yet$/, "admin.note.s1_empty"],
+  [/^no query message: forgetting-curve recall skipped$/, "admin.note.no_query"],
+  [/^no embedder configured: forgetting-curve recall skipped$/, "admin.note.no_embedder"],
+  [/^the message has no content words: it recalls nothing \(recall candidate rule\)$/, "admin.note.no_content_words"],
+  [/^(?<n>\d+) earlier message\(s\) without content are not recall candidates \(recall candidate rule\)$/,
+    "admin.note.excluded"],
+  [/^S1 recall without an embedder: semantic similarity counted as 0, every message scored$/, "admin.note.s1_no_embedder"],
+  [/^S1 recall: embedding failed \((?<error>.*)\); semantic similarity counted as 0$/s, "admin.note.s1_embedding_failed"],
+  [/^S1 fuzzy recall: (?<scored>\d+) candidates of (?<total>\d+) earlier messages, (?<chosen>\d+) at or above (?<threshold>[\d.]+)$/,
+    "admin.note.s1_fuzzy"],
+];
+
+function noteText(note) {
+  for (const [pattern, key] of NOTE_TEXTS) {
+    const match = pattern.exec(note);
+    if (match) return t(key, match.groups || {});
+  }
+  return note;
+}
+
+/** What "consolidate now" found when it ran nothing, in the admin's language (the server's reason is English). */
+function consolidateReason(data) {
+  if ((data.runs || []).length || !data.reason) return "";
+  const held = data.held || [];
+  if (!held.length) return t("admin.consolidate.nothing");
+  return held.map((r) => t("admin.consolidate.held", {
+    task: r.task_id, session: r.task_session_id, since: formatDateTime(r.running_since, { seconds: true }),
+    until: formatDateTime(r.lease_until, { seconds: true }) })).join("; ");
+}
+
 /** Why an action failed, in the admin's language when the server's code is known. */
 function actionError(err) {
   const key = `admin.error.${err.code}`;
@@ -539,8 +574,9 @@ async function showMonitor() {
     actionNote.textContent = "";
     try {
       const data = await api.post("/api/admin/consolidate-pending");
+      const why = consolidateReason(data);
       actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
-        + (data.reason ? ` (${data.reason})` : "");
+        + (why ? ` (${why})` : "");
       refresh();
     } catch (err) {
       actionNote.textContent = t("admin.action.unavailable", { message: errorText(err) });
@@ -613,11 +649,11 @@ function contextPanel(message) {
       ctx.summary.text ? h("pre", ctx.summary.text) : jsonBlock(ctx.summary)));
     if ((ctx.fragments || []).length) body.append(contextSection("fragments", t("admin.context.fragments"),
       h("ol", ctx.fragments.map((f) => h("li", f.task_id ? `[${f.task_id}] ` : "", f.text ?? JSON.stringify(f),
-        f.score !== undefined ? h("span.sub", `score ${fmt(f.score)}`) : null)))));
+        f.score !== undefined ? h("span.sub", t("admin.context.score", { score: fmt(f.score) })) : null)))));
     if (ctx.r1_memory) body.append(contextSection("r1_memory", t("admin.context.r1_memory"),
       ctx.r1_memory.text ? h("pre", ctx.r1_memory.text) : jsonBlock(ctx.r1_memory)));
     if ((ctx.notes || []).length) body.append(contextSection("notes", t("admin.context.notes"),
-      h("ul", ctx.notes.map((note) => h("li", note)))));
+      h("ul", ctx.notes.map((note) => h("li", noteText(note))))));
   }
   const prompt = Array.isArray(message.prompt) ? message.prompt : [];
   if (prompt.length) {
@@ -670,7 +706,7 @@ function answerRows(answersByTask) {
       byInstrument.get(a.instrument).push(a);
     }
     for (const [instrument, items] of byInstrument) {
-      rows.push([taskId, instrument,
+      rows.push([taskId, items[0].instrument_title?.[language()] || instrument,
         h("span.answers", items.map((a) => h("span.answer", { dataset: { item: a.item_id } },
           h("code", a.item_id), " = ", typeof a.value === "string" ? a.value : JSON.stringify(a.value)))),
         formatDateTime(items[0].submitted_at, { seconds: true })]);
@@ -684,7 +720,8 @@ function profileHistory(profiles) {
   const latest = new Map();
   profiles.forEach((p, i) => latest.set(p.kind, i));
   return h("div", profiles.map((p, i) => h("details.profile-version", { open: latest.get(p.kind) === i },
-    h("summary", `${p.kind} v${p.version}`, p.task_id ? ` · ${p.task_id}` : "", ` · ${p.source || ""} · ${formatDateTime(p.created_at)}`),
+    h("summary", t("admin.profile.version", { kind: term("admin.profile.kind", p.kind), version: p.version }),
+      p.task_id ? ` · ${p.task_id}` : "", ` · ${p.source || ""} · ${formatDateTime(p.created_at)}`),
     p.rendered ? h("pre", p.rendered) : null,
     p.content ? h("details", h("summary", "JSON"), jsonBlock(p.content)) : null)));
 }
@@ -697,7 +734,8 @@ function actionsCard(record, reload) {
     note.textContent = "";
     try {
       const data = await api.post(path, body);
-      note.textContent = t("admin.action.done", { what }) + (data?.reason ? ` (${data.reason})` : "");
+      const why = data ? consolidateReason(data) : "";
+      note.textContent = t("admin.action.done", { what }) + (why ? ` (${why})` : "");
       await reload();
       announce(t("admin.action.done", { what }));
     } catch (err) {
@@ -823,12 +861,13 @@ function tombstoneView(record, id) {
     h("p.notice.info#erased-notice", t("admin.detail.erased")),
     h("section.card#tombstone", h("dl.facts", facts.map(([label, value]) => h("div", h("dt", label), h("dd", value ?? "–"))))),
     record.audit?.length ? [h("h2", t("admin.detail.audit")), table(headers("time", "action"),
-      record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action]))] : null);
+      record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), term("admin.audit", a.action)]))] : null);
 }
 
 function remindersTable(reminders) {
   return table(headers("task", "kind", "channel", "status", "attempts", "sent", "error"),
-    reminders.map((r) => [r.task_id, r.kind, r.channel, r.status, fmt(r.attempts), formatDateTime(r.sent_at), r.error || "–"]),
+    reminders.map((r) => [r.task_id, term("admin.reminder.kind", r.kind), term("admin.reminder.channel", r.channel),
+      term("admin.reminder.status", r.status), fmt(r.attempts), formatDateTime(r.sent_at), r.error || "–"]),
     { empty: t("admin.detail.no_reminders") });
 }
 
@@ -881,7 +920,7 @@ async function showParticipant(id) {
       (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), term("admin.session", s.status),
         term("admin.phase", s.phase), formatDateTime(s.started_at, { seconds: true }),
         formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
-        `${fmt(s.idle_gap_count)} (${fmt(s.idle_seconds, 1)} s)`, term("admin.end", s.end_reason), s.reset_reason || "–",
+        t("admin.idle_gaps", { count: fmt(s.idle_gap_count), seconds: fmt(s.idle_seconds, 1) }), term("admin.end", s.end_reason), s.reset_reason || "–",
         term("admin.consolidation", s.consolidation_status)])),
       h("h2", t("admin.detail.profiles")),
       h("section.card#profiles", profileHistory(record.profiles || [])),
@@ -897,7 +936,8 @@ async function showParticipant(id) {
         : h("p.muted", t("admin.detail.no_answers")),
       h("h2", t("admin.detail.runs")),
       table(headers("id", "task", "trigger", "status", "provider", "started", "finished", "error", "steps"),
-        (record.consolidation_runs || []).map((r) => [fmt(r.id), r.task_id, r.trigger, term("admin.consolidation", r.status),
+        (record.consolidation_runs || []).map((r) => [fmt(r.id), r.task_id, term("admin.trigger", r.trigger),
+          term("admin.consolidation", r.status),
           r.provider || "–",
           formatDateTime(r.started_at, { seconds: true }), formatDateTime(r.finished_at, { seconds: true }), r.error || "–",
           r.steps ? h("details", h("summary", "JSON"), jsonBlock(r.steps)) : "–"]),
@@ -907,7 +947,8 @@ async function showParticipant(id) {
       h("h2", t("admin.detail.reminders")),
       remindersTable(p.reminders || []),
       record.audit?.length ? [h("h2", t("admin.detail.audit")), table(headers("time", "action", "details"),
-        record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), a.action, jsonBlock(a.details)]))] : null,
+        record.audit.map((a) => [formatDateTime(a.at, { seconds: true }), term("admin.audit", a.action),
+          jsonBlock(a.details)]))] : null,
       h("h2", t("admin.detail.forgetting")),
       forgetting);
   }
@@ -921,7 +962,7 @@ function failuresTable(failures, empty) {
   return table(headers("time", "participant", "provider", "model", "purpose", "error", "status", "message", "fallback"),
     failures.map((f) => [formatDateTime(f.at, { seconds: true }),
       f.user_id ? h("a", { href: `#/participant/${f.user_id}` }, f.participant_code || `#${f.user_id}`) : "–",
-      f.provider, f.model || "–", f.purpose || "–", f.error_class || "–", fmt(f.status_code), f.message || "",
+      f.provider, f.model || "–", term("admin.purpose", f.purpose), f.error_class || "–", fmt(f.status_code), f.message || "",
       f.fallback_provider || "–"]),
     { empty });
 }
@@ -935,7 +976,7 @@ async function showFailures() {
     byProvider.length ? [h("h2", t("admin.failures.by_provider")),
       table(headers("provider", "replies", "failures", "failure_rate", "by_purpose"),
         byProvider.map((p) => [p.provider, fmt(p.replies), fmt(p.failures), fmt(p.reply_failure_rate, 4),
-          Object.entries(p.failures_by_purpose || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "–"]))] : null,
+          Object.entries(p.failures_by_purpose || {}).map(([k, v]) => `${term("admin.purpose", k)}: ${v}`).join(", ") || "–"]))] : null,
     h("h2", t("admin.failures.list")),
     failuresTable(data.failures || [], t("admin.failures.none")));
 }

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, select
@@ -155,6 +157,61 @@ def test_only_ids_on_the_allowlist_become_accounts(app, tmp_path):
         assert session.scalar(select(func.count(PanelEntry.id)).where(PanelEntry.outcome == "not_allowed")) == 5
 
 
+def _break_allowlist(path, kind: str) -> None:
+    if kind == "deleted":
+        path.unlink()
+    elif kind == "unreadable":  # the path now names a folder (tests run as root: permissions stop nobody)
+        path.unlink()
+        path.mkdir()
+    elif kind == "not_utf8":
+        path.write_bytes(b"Participant id\n\xff\xfe\x00abc\n")
+    elif kind == "empty":
+        path.write_text("", encoding="utf-8")
+    elif kind == "header_only":
+        path.write_text("Submission id,Participant id,Status\n", encoding="utf-8")
+    elif kind == "malformed_lines":
+        path.write_text("Participant id,Status\nAAA111bbb,APPROVED\nnot an id!,APPROVED\n,APPROVED\n",
+                        encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", ["deleted", "unreadable", "not_utf8", "empty", "header_only", "malformed_lines"])
+def test_an_allowlist_that_cannot_be_used_turns_new_ids_away_with_503_and_tells_the_admin(
+        app, admin_client, tmp_path, caplog, kind):
+    """Fail closed: whatever is wrong with the allowlist, nobody new gets in, the answer says so (503 with its
+    own code), the arrival is counted in the monitor and the reason is logged; known participants return."""
+    allowlist = tmp_path / "prolific_export.csv"
+    allowlist.write_text("Participant id\nAAA111bbb\nccc222\n", encoding="utf-8")
+    _runtime(app).settings.panel_allowlist_path = str(allowlist)
+    listed = _browser(app)
+    assert _enter(listed, "ccc222").status_code == 201
+    _break_allowlist(allowlist, kind)
+
+    with caplog.at_level("ERROR", logger="services.participants.panel_service"):
+        refused = _enter(_browser(app), "AAA111bbb")
+    assert refused.status_code == 503, refused.get_data(as_text=True)
+    assert refused.get_json()["error"] == "panel_allowlist_unavailable"
+    assert str(allowlist) not in refused.get_data(as_text=True)  # the file's place is for the admin only
+    assert any(str(allowlist) in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+    assert _enter(listed, "ccc222").status_code == 200  # a known participant's own browser still enters
+    with _runtime(app).db.Session() as session:
+        assert session.scalar(select(func.count(User.id)).where(User.role == "participant")) == 1
+    integrity = admin_client.get("/api/admin/participants").get_json()["integrity"]
+    assert integrity["panel_entries"]["allowlist_unavailable"] == 1
+
+
+def test_start_up_warns_about_an_allowlist_that_cannot_be_used(settings, clock, database, tmp_path, caplog):
+    from app import create_app
+
+    allowlist = tmp_path / "expected.csv"
+    allowlist.write_text("Participant id\n", encoding="utf-8")
+    settings.panel_allowlist_path = str(allowlist)
+    with caplog.at_level("WARNING", logger="memory_lab"):
+        flask_app = create_app(settings, clock=clock)
+    flask_app.extensions["memory_lab"].db.dispose()
+    assert any("PANEL_ALLOWLIST" in r.getMessage() and "no participant ids" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+
+
 def test_the_cap_turns_new_ids_away_with_the_panels_code_but_lets_participants_back(app, admin_client):
     runtime = _runtime(app)
     runtime.settings.study = runtime.study.with_overrides({"panel": {
@@ -170,6 +227,32 @@ def test_the_cap_turns_new_ids_away_with_the_panels_code_but_lets_participants_b
     integrity = admin_client.get("/api/admin/participants").get_json()["integrity"]
     assert integrity["panel_entries"]["full"] == 1
     assert integrity["consented_never_started"] == 2
+
+
+@pytest.mark.postgres
+def test_simultaneous_entries_for_the_last_place_let_exactly_one_in(app):
+    """The cap is counted and the account created under one lock: six new ids arriving at once for the one
+    place left make one account, and the other five get the study-full answer."""
+    runtime = _runtime(app)
+    runtime.settings.study = runtime.study.with_overrides({"panel": {"max_participants": 2, "full_code": "NOPLACES"}})
+    assert _enter(_browser(app), "early01").status_code == 201
+    browsers = [_browser(app) for _ in range(6)]
+    for browser in browsers:
+        browser.csrf()
+    start = threading.Barrier(len(browsers), timeout=10)
+
+    def enter(numbered: tuple[int, ApiClient]) -> tuple[int, str | None]:
+        n, browser = numbered
+        start.wait()
+        response = _enter(browser, f"racer{n:02d}")
+        return response.status_code, (response.get_json() or {}).get("error")
+
+    with ThreadPoolExecutor(len(browsers)) as pool:
+        outcomes = sorted(pool.map(enter, enumerate(browsers)), key=str)
+    assert outcomes == [(201, None)] + [(409, "study_full")] * 5, outcomes
+    with runtime.db.Session() as session:
+        assert session.scalar(select(func.count(User.id)).where(User.external_id.is_not(None))) == 2
+        assert session.scalar(select(func.count(PanelEntry.id)).where(PanelEntry.outcome == "full")) == 5
 
 
 # -- item 3: minimum engagement -----------------------------------------------------------------------------

@@ -237,3 +237,34 @@ def test_the_default_debrief_explains_why_the_no_memory_assistant_remembered_not
     assert "不记得" in study.debrief.text["zh"] and "did not remember" in study.debrief.text["en"]
     assert "不记得" in study.debrief.by_condition["L1"]["zh"]
     assert set(study.enabled_conditions) <= set(study.debrief.by_condition)
+
+
+def test_the_export_says_who_withdrew_each_participant_and_when(app, make_participant, admin_client, clock):
+    """participants.csv tells the participant's own withdrawal (with or without erasure) from an admin's."""
+    import csv
+    import io
+    import zipfile
+
+    from services.research.export_service import ExportOptions, export_runtime
+
+    own, erasing = make_participant("leaves"), make_participant("leaveserased")
+    make_participant("ledout")
+    assert own.post("/api/me/withdraw", json={"confirm": True, "erase": False}).status_code == 200
+    clock.advance(60)
+    assert erasing.post("/api/me/withdraw", json={"confirm": True, "erase": True}).status_code == 200
+    clock.advance(60)
+    assert admin_client.post(f"/api/admin/participants/{_user(app, 'ledout').id}/withdraw",
+                             json={"reason": "asked by phone"}).status_code == 200
+    archive = zipfile.ZipFile(io.BytesIO(export_runtime(app.extensions["memory_lab"], options=ExportOptions()).data))
+    name = next(n for n in archive.namelist() if n.endswith("participants.csv"))
+    rows = list(csv.DictReader(io.StringIO(archive.read(name).decode("utf-8"))))
+    by = {(r["status"], r["withdrawn_by"], r["withdrawn_at"][:19], bool(r["erased_at"])) for r in rows
+          if r["status"] != "active"}
+    assert by == {("withdrawn", "participant", "2026-03-02 09:00:00", False),
+                  ("erased", "participant", "2026-03-02 09:01:00", True),
+                  ("withdrawn", "admin", "2026-03-02 09:02:00", False)}, by
+    codebook = list(csv.DictReader(io.StringIO(archive.read(
+        next(n for n in archive.namelist() if n.endswith("codebook.csv"))).decode("utf-8"))))
+    described = {r["column"]: r["description"] for r in codebook if r["file"] == "participants.csv"}
+    assert "participant" in described["withdrawn_by"] and "admin" in described["withdrawn_by"]
+    assert "admin recorded" not in described["withdrawn_at"]  # no longer only an admin's
