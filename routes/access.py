@@ -36,6 +36,15 @@ def close_db_session(_exc: BaseException | None = None) -> None:
         session.close()
 
 
+def take_db_session() -> Session:
+    """The request's session for work that goes on after the view (a reply, streamed or not): the rows
+    the request loaded stay loaded and are not read again, its transaction ends here so it holds no
+    connection, and the caller closes it."""
+    session = g.pop("db_session", None) or runtime().db.Session()
+    session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
+    return session
+
+
 def release_db_session(response):
     """After the view: end the request's session now (teardown would), so its connection is free
     for what still runs before the response leaves (the rate limiter's counters)."""
