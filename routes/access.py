@@ -11,6 +11,7 @@ from typing import Any
 from flask import current_app, g, jsonify, redirect, request
 from flask_limiter import Limiter
 from flask_login import current_user
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from werkzeug.routing import IntegerConverter
 
@@ -34,6 +35,21 @@ def close_db_session(_exc: BaseException | None = None) -> None:
     session = g.pop("db_session", None)
     if session is not None:
         session.close()
+
+
+def take_db_session() -> Session:
+    """The request's session for work that goes on after the view (a reply, streamed or not): the rows
+    the request loaded stay loaded and are not read again, its transaction ends here so it holds no
+    connection, and the caller closes it."""
+    session = g.pop("db_session", None)
+    if session is None:
+        return runtime().db.Session()
+    try:
+        session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
+    except SQLAlchemyError:  # a read's connection broke: the reply reads what it needs in a new session
+        session.close()
+        return runtime().db.Session()
+    return session
 
 
 def release_db_session(response):

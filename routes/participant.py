@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response, request, stream_with_context
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from database.models import Message
 from routes.access import (
@@ -23,6 +24,7 @@ from routes.access import (
     ok,
     participant_required,
     runtime,
+    take_db_session,
 )
 from services.chat import chat_service
 from services.chat.chat_service import serialise_message, task_service
@@ -117,24 +119,26 @@ def retry_reply(task_id: str, message_id: int):
 
 
 def _reply(rt, accepted: chat_service.Accepted):
-    # the request's connection goes back to the pool first: none is held while the model answers
-    close_db_session()
     message = accepted.message
     user_view = serialise_message(message, participant_view=True)
     headers = {"Idempotent-Replayed": "true"} if accepted.repeated else {}
     if accepted.reply is not None:
+        close_db_session()
         reply_view = serialise_message(accepted.reply, participant_view=True)
         if _wants_stream():
             return Response([_event("message", user_view), _event("reply", reply_view)],
                             mimetype="text/event-stream", headers={"Cache-Control": "no-cache", **headers})
         return _created(user_view, reply_view, headers)
+    # the reply goes on in the request's session, which holds no connection now (none is held while the
+    # model answers) and keeps the message, the participant and the task loaded for the prompt
+    session = take_db_session()
     # a keyed message answered by a simultaneous repeat first gets that reply, not a conflict
     repeat = message.idempotency_key is not None
     if _wants_stream():
-        events = _sse(rt, message.id, user_view, repeat=repeat)
+        events = _sse(rt, session, message.id, user_view, repeat=repeat)
         return Response(stream_with_context(events), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-    reply = chat_service.generate_reply(rt, message.id, repeat=repeat)
+    reply = chat_service.generate_reply(rt, message.id, repeat=repeat, session=session)
     return _created(user_view, serialise_message(reply, participant_view=True), headers)
 
 
@@ -144,9 +148,9 @@ def _created(user_view: dict, reply_view: dict, headers: dict[str, str]):
     return response, status
 
 
-def _sse(rt, message_id: int, user_view: dict, *, repeat: bool) -> Iterator[str]:
+def _sse(rt, session: Session, message_id: int, user_view: dict, *, repeat: bool) -> Iterator[str]:
     yield _event("message", user_view)
-    for event in chat_service.stream_reply(rt, message_id, repeat=repeat):
+    for event in chat_service.stream_reply(rt, message_id, repeat=repeat, session=session):
         if "delta" in event:
             yield _event("delta", {"text": event["delta"]})
         elif "reset" in event:

@@ -8,7 +8,8 @@ The path is the one `make serve` takes, minus gunicorn: the loopback OpenAI-comp
 test uses (scripts/load_bots/load.py, here with no latency), rate limits counted in the database, half the
 messages over JSON and half streamed (SSE), ``--per-participant`` messages (4, as in the load test) from
 each of as many participants as it takes. Without ``--database-url`` it runs on a fresh SQLite file.
-The report: CPU milliseconds per reply, then the functions with the most CPU of their own and in all.
+The report: CPU milliseconds per reply, the SQL statements and pool check-outs per reply (the request
+pool's and the background pool's), then the functions with the most CPU of their own and in all.
 """
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ import pstats
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+
+from sqlalchemy import event
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,6 +69,22 @@ def _send(chat: tuple, number: int) -> bool:
     return client.post("/api/tasks/T1/messages", headers=headers, json=body).status_code == 201
 
 
+def _count_database_work(runtime) -> Counter:
+    """Count the statements sent and the connections checked out of the pools from now on."""
+    counts: Counter = Counter()
+
+    def statement(*_args) -> None:
+        counts["statements"] += 1
+
+    def checkout(*_args) -> None:
+        counts["checkouts"] += 1
+
+    for engine in {runtime.db.engine, runtime.background_db.engine}:
+        event.listen(engine, "before_cursor_execute", statement)
+        event.listen(engine.pool, "checkout", checkout)
+    return counts
+
+
 def profile(database_url: str, messages: int, top: int, per_participant: int, *, profiled: bool = True) -> str:
     from scripts.load_bots.load import ModelServer
 
@@ -75,6 +95,7 @@ def profile(database_url: str, messages: int, top: int, per_participant: int, *,
         for number in range(3):  # the first replies load what every later one reuses
             _send(warm, number)
         chats = [_participant(app) for _ in range(-(-messages // per_participant))]
+        counts = _count_database_work(app.extensions["memory_lab"])
         profiler = cProfile.Profile(time.process_time)
         cpu = time.process_time()
         if profiled:
@@ -86,8 +107,11 @@ def profile(database_url: str, messages: int, top: int, per_participant: int, *,
     finally:
         model.stop()
     out = io.StringIO()
-    out.write(f"{answered} of {messages} answered; CPU per reply {1000 * cpu / max(1, answered):.1f} ms "
-              f"(this process: app and the model client; the loopback model runs in another)\n")
+    replies = max(1, answered)
+    out.write(f"{answered} of {messages} answered; CPU per reply {1000 * cpu / replies:.1f} ms "
+              f"(this process: app and the model client; the loopback model runs in another); "
+              f"per reply {counts['statements'] / replies:.1f} SQL statements, "
+              f"{counts['checkouts'] / replies:.1f} pool check-outs\n")
     if not profiled:
         return out.getvalue()
     stats = pstats.Stats(profiler, stream=out)

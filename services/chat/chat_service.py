@@ -46,6 +46,7 @@ ERASED = "this participant's data has been erased"
 
 # a client-generated key naming one message (a UUID fits), so a resent message is stored once
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
 
 
 @dataclass
@@ -143,6 +144,9 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     session.add(message)
     user.last_active_at = message.created_at
     session.commit()
+    # a session holds its rows weakly: kept here, a reply that goes on in this session finds them loaded
+    # (_prepare's session.get) instead of reading them again
+    session.info[_REPLY_ROWS] = (message, user, ts)
     return message
 
 
@@ -257,11 +261,13 @@ def _reply_not_stored(exc: SQLAlchemyError, message_id: int) -> Unavailable:
                        "please ask again", code="reply_not_saved", details={"message_id": message_id})
 
 
-def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False) -> Message:
+def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False,
+                   session: Session | None = None) -> Message:
     """Build context and prompt, ask the provider chain, store the reply. 503 if every provider fails
     or the database cannot be reached. No connection is held while the model answers (``_prepare``
-    commits first)."""
-    with runtime.db.Session() as session:
+    commits first). ``session``: one to go on in and close (the request's, whose loaded message,
+    participant and task are not read again); it must hold no connection (no transaction open)."""
+    with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
             try:
@@ -287,10 +293,11 @@ def _forget(session: Session) -> None:
         log.warning("rollback after a database error failed; the connection is discarded", exc_info=True)
 
 
-def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False) -> Iterator[dict[str, Any]]:
+def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False,
+                 session: Session | None = None) -> Iterator[dict[str, Any]]:
     """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``: every
     stream ends with one of them, also when the database fails half-way."""
-    with runtime.db.Session() as session:
+    with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
             for event in runtime.llm.stream(prepared.request):

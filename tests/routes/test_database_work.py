@@ -1,0 +1,88 @@
+"""What one chat message costs the database, counted as `make serve` runs it (rate limits in the
+database): the SQL statements and the pool check-outs of the request, as upper bounds. Every statement
+and every check-out (a ping, and a reset when it goes back, on PostgreSQL) is CPU spent on each reply
+(docs/benchmarks.md, "CPU per reply, session 6"), so a change that reads again what the request has
+already loaded fails here rather than only in a benchmark."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from sqlalchemy import event
+
+from tests.conftest import ApiClient
+from tests.routes.test_chat import sse_events
+from tests.routes.test_connection_pool import _settings
+
+pytestmark = pytest.mark.postgres
+
+# L1 (no memory of earlier tasks): the chat path alone, without a condition's own reads. Per message:
+# the login's user read, the rate-limit count and its two reads for the response's headers, the idempotency
+# key look-up, the running task, the participant lock, the message and its two activity updates; then the
+# reply's assignment and history reads, the participant lock and the reply.
+STATEMENTS = 14
+# the login's read, the rate-limit count, the message, each rate-limit header read, the reply's prompt
+# (read before the model answers) and the reply (stored after): no connection is held across the model
+CHECKOUTS = 7
+
+
+@pytest.fixture
+def served_app(database, clock):
+    from app import create_app
+
+    app = create_app(_settings(database.url), clock=clock)
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L1"]})
+    yield app
+    runtime.background.shutdown()
+    runtime.record_failure.flush()
+    runtime.db.dispose()
+
+
+def _counted(app, send) -> tuple[Counter, list[str]]:
+    engine = app.extensions["memory_lab"].db.engine
+    counts: Counter = Counter()
+    statements: list[str] = []
+
+    def on_statement(_conn, _cursor, statement, *_args) -> None:
+        counts["statements"] += 1
+        statements.append(statement)
+
+    def on_checkout(*_args) -> None:
+        counts["checkouts"] += 1
+
+    event.listen(engine, "before_cursor_execute", on_statement)
+    event.listen(engine.pool, "checkout", on_checkout)
+    try:
+        send()
+    finally:
+        event.remove(engine, "before_cursor_execute", on_statement)
+        event.remove(engine.pool, "checkout", on_checkout)
+    return counts, statements
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_message_and_its_reply_stay_within_their_statements_and_checkouts(served_app, clock, stream):
+    api = ApiClient(served_app.test_client())
+    assert api.register("counted").status_code == 201
+    assert api.post("/api/tasks/T1/start").status_code == 201
+    for number in range(3):  # the reply to a later message, with a history to read
+        clock.advance(5)
+        path = "/api/tasks/T1/messages" + ("?stream=1" if stream else "")
+        answers = []
+
+        def send(path=path, number=number, answers=answers) -> None:
+            response = api.post(path, json={"content": f"第{number}条消息。"},
+                                headers={"Idempotency-Key": f"counted-{stream}-{number}"})
+            answers.append(sse_events(response)[-1][0] if stream else response.status_code)
+
+        counts, statements = _counted(served_app, send)
+        assert answers == ["reply" if stream else 201]
+        assert counts["statements"] <= STATEMENTS, statements
+        assert counts["checkouts"] <= CHECKOUTS, counts
+        # the reply goes on with the message, the participant and the task the request loaded: their
+        # rows are read once (the participant's by the login), not again for the prompt
+        rows = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert sum("users.username" in s for s in rows) == 1, rows
+        assert sum("task_sessions.attempt" in s for s in rows) == 1, rows
+        assert not any("WHERE messages.id =" in s for s in rows), rows
