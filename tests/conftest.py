@@ -78,6 +78,16 @@ def database_url(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def calibration_embedder():
+    """The offline embedder (multilingual-e5-small), remembering every text it embedded: the calibration tests and
+    the pre-flight's calibration check embed the same sample sentences, each once per test run (per worker)."""
+    from services.providers.offline import OfflineEmbeddingProvider
+    from services.recall_calibration_replay import MemoEmbedder
+
+    return MemoEmbedder(OfflineEmbeddingProvider())
+
+
+@pytest.fixture(scope="session")
 def migrated_sqlite_template(tmp_path_factory):
     """One SQLite file migrated to head per test run; each test gets a copy (migrating is the slow part)."""
     path = tmp_path_factory.mktemp("template") / "template.db"

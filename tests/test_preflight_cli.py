@@ -28,10 +28,12 @@ def _close(app) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 8 bots
-def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(settings, database, clock):
-    app = create_app(settings, clock=clock)
+def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(settings, database, clock,
+                                                                          calibration_embedder):
+    # the offline embedder, remembering the sample sentences the calibration tests embedded already
+    app = create_app(settings, clock=clock, embedder=calibration_embedder)
     try:
-        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "2"])
+        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "1"])
         [report] = _reports(app)
         # exit 0 exactly when both checks passed; a failed check exits 1 and says which
         assert result.exit_code == (0 if report.passed else 1), result.output

@@ -20,7 +20,6 @@ from services import recall_calibration_fit as fit
 from services import recall_calibration_replay as rp
 from services import recall_calibration_report as rep
 from services import recall_model as rm
-from services.providers.offline import OfflineEmbeddingProvider
 from services.study import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
@@ -37,9 +36,9 @@ def script():
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    # One embedder for the module so each sample sentence is embedded once.
-    return rp.MemoEmbedder(OfflineEmbeddingProvider())
+def embedder(calibration_embedder):
+    # One embedder for the session (tests/conftest.py) so each sample sentence is embedded once.
+    return calibration_embedder
 
 
 @pytest.fixture(scope="module")
