@@ -3,13 +3,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+# TEST_WORKERS: pytest-xdist worker processes per pass (default auto: one per core; 0: no workers). A test file
+# stays on one worker (--dist loadfile: its module fixtures are built once), and files are handed out in the
+# collection order (slow files first, then the browser tests: tests/conftest.py) rather than largest first,
+# which left the few long browser tests for the end; each worker has its own PostgreSQL database.
+WORKERS=${TEST_WORKERS:-auto}
+parallel=()
+if [ "$WORKERS" != "0" ]; then parallel=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); fi
 status=0
-$PY -m pytest -p no:cacheprovider "$@" || status=$?
+$PY -m pytest -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
 if out=$(bash scripts/pg_test_server.sh start); then
   export $out
   echo "== PostgreSQL: tests marked postgres against $TEST_POSTGRES_URL"
   # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py)
-  TEST_DATABASE_URL=$TEST_POSTGRES_URL FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider -m postgres "$@" || status=$?
+  TEST_DATABASE_URL=$TEST_POSTGRES_URL FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider -m postgres "${parallel[@]}" "$@" || status=$?
   bash scripts/pg_test_server.sh stop
 else
   echo "PostgreSQL test server could not start" >&2

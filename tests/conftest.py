@@ -11,11 +11,40 @@ import shutil
 from datetime import datetime
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from config import Settings
 from database.db_manager import Database
 from services.platform.clock import ManualClock
 from services.study.definition import load_study
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``-n``) each worker process gets its own PostgreSQL database, ``<name>_gw0``,
+    ``<name>_gw1``, ... on the server of ``TEST_DATABASE_URL``: a test resets its database's schema, so two
+    workers sharing one would drop each other's tables. The variable is rewritten for the worker, so tests
+    that read it, and the servers they start, use that database too."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    url = os.environ.get("TEST_DATABASE_URL", "")
+    if worker and url.startswith("postgresql"):
+        os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
+
+
+def _worker_database(url: str, worker: str) -> str:
+    """Create (afresh) the database ``<name>_<worker>`` next to ``url``'s and return its URL."""
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    _drop_and_create(url, name)
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files holding a test marked ``slow`` run first (each file's tests stay together and in order): with
+    several workers (scripts/run_tests.sh) the long files then overlap the many short ones instead of running
+    alone at the end while the other workers wait."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -49,6 +78,16 @@ def database_url(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def calibration_embedder():
+    """The offline embedder (multilingual-e5-small), remembering every text it embedded: the calibration tests and
+    the pre-flight's calibration check embed the same sample sentences, each once per test run (per worker)."""
+    from services.llm.providers.offline import OfflineEmbeddingProvider
+    from services.research.recall_calibration_replay import MemoEmbedder
+
+    return MemoEmbedder(OfflineEmbeddingProvider())
+
+
+@pytest.fixture(scope="session")
 def migrated_sqlite_template(tmp_path_factory):
     """One SQLite file migrated to head per test run; each test gets a copy (migrating is the slow part)."""
     path = tmp_path_factory.mktemp("template") / "template.db"
@@ -58,17 +97,43 @@ def migrated_sqlite_template(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def migrated_postgres_template():
+    """With a PostgreSQL ``TEST_DATABASE_URL``: the database ``<name>_template`` on its server, migrated to head
+    once per test run (per worker); the ``database`` fixture creates each test's database afresh from it:
+    copying it is much faster than running the migrations again."""
+    url = os.environ.get("TEST_DATABASE_URL", "")
+    if not url.startswith("postgresql"):
+        return None
+    template = f"{make_url(url).database}_template"
+    _drop_and_create(url, template)
+    db = Database(make_url(url).set(database=template).render_as_string(hide_password=False))
+    db.upgrade()
+    db.dispose()
+    return template
+
+
 @pytest.fixture
-def database(database_url, migrated_sqlite_template):
+def database(database_url, migrated_sqlite_template, migrated_postgres_template):
     if database_url.startswith("sqlite:///"):
         shutil.copyfile(migrated_sqlite_template, database_url.removeprefix("sqlite:///"))
-        db = Database(database_url)
     else:
-        db = Database(database_url)
-        _reset_schema(db)
-        db.upgrade()
+        _drop_and_create(database_url, make_url(database_url).database, template=migrated_postgres_template)
+    db = Database(database_url)
     yield db
     db.dispose()
+
+
+def _drop_and_create(url: str, name: str, template: str | None = None) -> None:
+    """Drop the database ``name`` on ``url``'s PostgreSQL server (closing its connections) and create it again,
+    empty or as a copy of ``template``. Run from the server's ``postgres`` database."""
+    engine = sa.create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture
@@ -93,11 +158,9 @@ def db_session(database):
 
 
 def _reset_schema(db: Database) -> None:
-    from sqlalchemy import text
-
     with db.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
+        conn.execute(sa.text("DROP SCHEMA public CASCADE"))
+        conn.execute(sa.text("CREATE SCHEMA public"))
 
 
 # ---------------------------------------------------------------------------

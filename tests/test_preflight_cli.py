@@ -12,6 +12,7 @@ from app import create_app
 from database.models import PreflightReport, User
 from services.research import preflight
 
+L3_AND_L4 = {"enabled_conditions": ["L3", "L4"]}
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
 
 
@@ -27,11 +28,15 @@ def _close(app) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 8 bots
-def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(settings, database, clock):
-    app = create_app(settings, clock=clock)
+@pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 4 bots
+def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(settings, database, clock,
+                                                                          calibration_embedder):
+    # A study enabling L3 and L4 only (the smallest that holds a declared check, L4 beyond L3): one bot per
+    # condition and language. The offline embedder remembers the sample sentences the calibration tests embedded.
+    settings = replace(settings, study=settings.study.with_overrides(L3_AND_L4))
+    app = create_app(settings, clock=clock, embedder=calibration_embedder)
     try:
-        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "2"])
+        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "1"])
         [report] = _reports(app)
         # exit 0 exactly when both checks passed; a failed check exits 1 and says which
         assert result.exit_code == (0 if report.passed else 1), result.output

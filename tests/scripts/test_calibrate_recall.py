@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.llm.providers.offline import OfflineEmbeddingProvider
 from services.recall import recall_model as rm
 from services.research import recall_calibration as cal
 from services.research import recall_calibration_fit as fit
@@ -37,9 +36,9 @@ def script():
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    # One embedder for the module so each sample sentence is embedded once.
-    return rp.MemoEmbedder(OfflineEmbeddingProvider())
+def embedder(calibration_embedder):
+    # One embedder for the session (tests/conftest.py) so each sample sentence is embedded once.
+    return calibration_embedder
 
 
 @pytest.fixture(scope="module")
