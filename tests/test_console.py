@@ -50,14 +50,29 @@ def _env(tmp_path, **extra):
            if not k.endswith("_API_KEY") and k not in ("SCHEDULER_LOG_LEVEL", "ALLOW_TIME_SCALE_CHANGE")}
     env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'run.db'}", SECRET_KEY="console-test", SCHEDULER_ENABLED="1",
                LLM_PROVIDERS="offline", EMBEDDING_PROVIDER="offline", PYTHONUNBUFFERED="1",
-               SCHEDULER_SWEEP_SECONDS="1", SCHEDULER_OVERDUE_SECONDS="1", PORT=str(free_port()), **extra)
+               SCHEDULER_SWEEP_SECONDS="1", SCHEDULER_OVERDUE_SECONDS="1", PORT=str(free_port()),
+               PYTHONFAULTHANDLER="1", **extra)
     return env
 
 
 def _start(command, env, log_path, **popen):
     log = open(log_path, "w+")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, **popen)
+    # stdin from /dev/null: under pytest-xdist a worker's stdin is its channel to the controller
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, **popen)
     return proc, log
+
+
+def _stopped(proc, log, *, timeout: float = 60.0) -> int:
+    """The exit code after Ctrl-C; a server that does not stop dumps its threads (faulthandler) into the
+    failure, so a hang shows where it waits."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        log.seek(0)
+        pytest.fail(f"still running {timeout:g} s after Ctrl-C; its output and threads:\n{log.read()[-8000:]}")
 
 
 @pytest.mark.slow
@@ -69,7 +84,7 @@ def test_make_run_console_stops_cleanly_and_guards_the_time_scale(tmp_path):
         wait_until_up(Browserless(f"http://127.0.0.1:{env['PORT']}"), log)
         time.sleep(3)  # three runs of each scheduler job
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        assert _stopped(proc, log) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
