@@ -42,14 +42,13 @@ def take_db_session() -> Session:
     the request loaded stay loaded and are not read again, its transaction ends here so it holds no
     connection, and the caller closes it."""
     session = g.pop("db_session", None)
-    if session is None:
-        return runtime().db.Session()
-    try:
-        session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
-    except SQLAlchemyError:  # a read's connection broke: the reply reads what it needs in a new session
-        session.close()
-        return runtime().db.Session()
-    return session
+    if session is not None:
+        try:
+            session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
+            return session
+        except SQLAlchemyError:  # a read's connection broke: the reply reads what it needs in a new session
+            session.close()
+    return runtime().db.Session()
 
 
 def release_db_session(response):

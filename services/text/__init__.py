@@ -1,8 +1,9 @@
 """Text the study handles, whatever its domain: the study's languages, Chinese and English keywords
-(jieba segmentation), clipping to a limit, and robust JSON out of model text.
+(jieba segmentation), clipping to a limit, robust JSON out of model text, and the cells of exported CSV files.
 
-May import: ``services.platform`` (nothing else of ``services``).
+May import: nothing of ``services`` (``pyproject.toml`` [tool.layers]: ``text = []``).
 
-Public names: ``languages`` (``LANGUAGES``, ``prompt_language``), ``keywords`` (``tokenize``,
-``keyword_set``), ``clipping``, ``structured_output`` (``parse_json_object``, ``parse_and_validate``).
+Public names: ``languages`` (``LANGUAGES``, ``prompt_language``), ``keywords`` (``tokenize``, ``keyword_set``),
+``clipping``, ``structured_output`` (``parse_json_object``, ``parse_and_validate``), ``cells`` (``printable``,
+``number_text``, ``safe_cell``).
 """
