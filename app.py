@@ -30,6 +30,7 @@ from services.hosting.runtime import build_runtime
 from services.hosting.serving import rate_limits, warm_up
 from services.llm.chain import LLMService
 from services.participants.account_service import session_user
+from services.platform.backpressure import BACKPRESSURE, retry_after
 from services.platform.clock import Clock
 from services.platform.errors import StudyError, Unavailable
 from services.research import preflight
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     if settings.run_migrations_on_start and settings.database_url.startswith("sqlite"):
         runtime.db.upgrade()
     app.extensions["memory_lab"] = runtime
+    BACKPRESSURE.configure(capacity=runtime.db.connections)
     _warn_about_allowlist(runtime)
 
     csrf.init_app(app)
@@ -133,9 +135,12 @@ def _register_errors(app: Flask) -> None:
     @app.errorhandler(StudyError)
     def study_error(exc: StudyError):
         close_db_session()
-        response, status = _error(exc.code, exc.message, exc.status, exc.details)
-        if isinstance(exc, Unavailable):
-            response.headers["Retry-After"] = str(exc.retry_after_seconds)
+        if not isinstance(exc, Unavailable):
+            return _error(exc.code, exc.message, exc.status, exc.details)
+        # back-pressure: the wait grows with this process's recent refusals and is spread by jitter
+        seconds = retry_after()
+        response, status = _error(exc.code, exc.message, exc.status, {**exc.details, "retry_after_seconds": seconds})
+        response.headers["Retry-After"] = str(seconds)
         return response, status
 
     @app.errorhandler(ParticipantErased)
@@ -161,8 +166,9 @@ def _register_errors(app: Flask) -> None:
         if not is_unavailable(exc):
             return unexpected(exc)
         log.warning("database unavailable on %s %s: %s", request.method, request.path, getattr(exc, "orig", exc))
-        response = jsonify(http_safety.unavailable_body())
-        response.headers["Retry-After"] = str(http_safety.RETRY_AFTER_SECONDS)
+        seconds = retry_after()
+        response = jsonify(http_safety.unavailable_body(seconds))
+        response.headers["Retry-After"] = str(seconds)
         return response, 503
 
     @app.errorhandler(Exception)

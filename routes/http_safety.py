@@ -26,8 +26,6 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
-RETRY_AFTER_SECONDS = 2
-
 
 class SafeJSONProvider(DefaultJSONProvider):
     """Flask's JSON, made robust at both ends.
@@ -68,8 +66,8 @@ def install(app: Flask) -> None:
     app.after_request(add_security_headers)
 
 
-def unavailable_body() -> dict[str, Any]:
+def unavailable_body(retry_after_seconds: int) -> dict[str, Any]:
     return {"error": "database_busy", "retryable": True,
             "message": "the database is busy right now and what you sent was NOT saved; please try again "
-                       "in a moment", "details": {"retry_after_seconds": RETRY_AFTER_SECONDS}}
+                       "in a moment", "details": {"retry_after_seconds": retry_after_seconds}}
 

@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
@@ -34,6 +34,7 @@ from services.memory.consolidation_service import ConsolidationService
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
 from services.participants.quality import parse_signals
+from services.platform.backpressure import retry_after
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
 from services.platform.leases import LeaseBusy, participant_guard
@@ -46,7 +47,9 @@ ERASED = "this participant's data has been erased"
 
 # a client-generated key naming one message (a UUID fits), so a resent message is stored once
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
+_REPLY_ROWS = "chat.reply_rows"
+# the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
+ANSWER_GRACE_SECONDS = 60.0  # Session.info: the rows accept_message loaded, for the reply's prompt
 
 
 @dataclass
@@ -310,7 +313,7 @@ def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False
             session.rollback()
             yield {"error": {"error": "provider_unavailable",
                              "message": "the assistant cannot answer right now; your message is saved",
-                             "message_id": user_message_id}}
+                             "message_id": user_message_id, "retryable": True, "retry_after_seconds": retry_after()}}
         except Conflict as exc:
             yield {"error": {"error": exc.code, "message": exc.message, "message_id": user_message_id}}
         except (Gone, ParticipantErased):
@@ -325,7 +328,64 @@ def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False
                 return
             error = _reply_not_stored(exc, user_message_id)
             yield {"error": {"error": error.code, "message": error.message, "message_id": user_message_id,
-                             "retry_after_seconds": Unavailable.retry_after_seconds}}
+                             "retryable": True, "retry_after_seconds": retry_after()}}
+
+
+def unanswered_messages(session: Session, *, before: datetime, limit: int) -> list[int]:
+    """Participant messages stored before ``before`` that still have no reply, in a chat that is still
+    open, of a participant still active; oldest first."""
+    reply = aliased(Message)
+    return list(session.scalars(
+        select(Message.id).join(TaskSession, TaskSession.id == Message.task_session_id)
+        .join(User, User.id == Message.user_id)
+        .where(Message.role == "user", Message.created_at <= before, TaskSession.status == "in_progress",
+               TaskSession.phase == "chat", User.status == "active",
+               ~select(reply.id).where(reply.reply_to_id == Message.id).exists())
+        .order_by(Message.id).limit(limit)))
+
+
+def answer_unanswered(runtime: Runtime, *, grace_seconds: float = ANSWER_GRACE_SECONDS, limit: int = 50,
+                      budget_seconds: float = 60.0) -> dict[str, Any]:
+    """Answer the messages that were stored and acknowledged but whose reply never came (the scheduler's
+    job ``answer_unanswered``): an overloaded server answered their reply with a 503, or the client went
+    away before asking again. The participant's page shows the reply at its next heartbeat.
+
+    Only messages ``grace_seconds`` old (the page and the bots ask again before that) in a chat still open.
+    A reply the client stored meanwhile wins (the unique ``reply_to_id``; this one is dropped). The run stops
+    at the first 503 (the database or every provider is still unavailable: the next run tries again) and
+    after ``budget_seconds``; an unexpected error is logged and the run goes on with the next message."""
+    before = runtime.clock.now() - timedelta(seconds=grace_seconds)
+    with runtime.db.Session() as session:
+        pending = unanswered_messages(session, before=before, limit=limit)
+    answered: list[int] = []
+    outcome = {"pending": len(pending), "answered": answered, "already_answered": 0, "failed": 0, "stopped": None}
+    started = time.monotonic()
+    for message_id in pending:
+        if time.monotonic() - started > budget_seconds:
+            outcome["stopped"] = "time budget"
+            break
+        try:
+            with runtime.db.Session() as session:
+                replied = _reply_of(session, message_id) is not None
+            if replied:  # the participant's own retry was quicker
+                outcome["already_answered"] += 1
+                continue
+            generate_reply(runtime, message_id, session=runtime.db.Session())
+            answered.append(message_id)
+        except Conflict:  # the participant's own retry stored a reply first
+            outcome["already_answered"] += 1
+        except (Gone, ParticipantErased):  # erased since
+            continue
+        except Unavailable as exc:
+            outcome["stopped"] = exc.code
+            break
+        except Exception:  # noqa: BLE001 - one message's failure must not stop the others
+            outcome["failed"] += 1
+            log.exception("answering the unanswered message %s failed", message_id)
+    if pending:
+        log.warning("answered %d of %d acknowledged message(s) left without a reply: %s", len(answered),
+                    len(pending), outcome)
+    return outcome
 
 
 def after_reply(runtime: Runtime, reply_id: int) -> None:

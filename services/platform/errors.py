@@ -47,11 +47,11 @@ class TooLarge(StudyError):
 
 
 class Unavailable(StudyError):
-    """Try again later (the answer carries ``Retry-After``); nothing the client sent was lost."""
+    """Try again later (the answer carries ``Retry-After`` from services.platform.backpressure); nothing
+    the client sent was lost."""
 
     status = 503
     code = "unavailable"
-    retry_after_seconds = 2
 
 
 class Gone(StudyError):
