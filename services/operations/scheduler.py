@@ -7,6 +7,9 @@ them on a timer.
 * ``sweep_consolidation`` closes task chats open longer than the maximum wall
   time, then consolidates every closed task whose consolidation is pending or
   failed (a missed ``task_end`` trigger, a crash, a provider outage).
+* ``answer_unanswered`` answers every participant message that was stored and acknowledged but got no
+  reply (an overloaded server refused the reply with a 503 and the client did not ask again) a minute
+  after it was stored, while its chat is open (services.chat.chat_service.answer_unanswered).
 * ``mark_overdue`` records, once, each active participant whose next task has
   been available longer than ``overdue_after_days`` without being started
   (audit action ``participant_overdue``); the monitor shows the same live.
@@ -47,7 +50,7 @@ from sqlalchemy.orm import Session
 from config import Settings
 from database.db_manager import LEASE_POOL_SIZE
 from database.models import AuditLog, Reminder, User
-from services.chat.chat_service import catch_up_turn_upkeep
+from services.chat.chat_service import answer_unanswered, catch_up_turn_upkeep
 from services.hosting.runtime import Runtime
 from services.operations import admin_service
 from services.participants import panel_service
@@ -502,6 +505,7 @@ def job_intervals(settings: Settings, environ: dict[str, str] | None = None) -> 
         "consolidation_sweep": float(env.get("SCHEDULER_SWEEP_SECONDS") or quick),
         "mark_overdue": float(env.get("SCHEDULER_OVERDUE_SECONDS") or (quick if settings.pilot_mode else 300.0)),
         "send_reminders": float(env.get("SCHEDULER_REMINDER_SECONDS") or 3600.0),
+        "answer_unanswered": float(env.get("SCHEDULER_ANSWER_SECONDS") or min(quick, 15.0)),
     }
 
 
@@ -539,7 +543,8 @@ def start_scheduler(app, *, start: bool = True):
     scheduler.add_job(leadership.renew, "interval", id="scheduler_lease", seconds=leadership.renew_seconds,
                       executor="lease", misfire_grace_time=None)
     jobs: list[tuple[str, Callable[..., Any], list[Any]]] = [
-        ("consolidation_sweep", sweep_consolidation, [runtime]), ("mark_overdue", mark_overdue, [runtime])]
+        ("consolidation_sweep", sweep_consolidation, [runtime]), ("mark_overdue", mark_overdue, [runtime]),
+        ("answer_unanswered", answer_unanswered, [runtime])]
     reminders = ReminderConfig.from_env()
     if reminders.enabled:
         jobs.append(("send_reminders", send_reminders, [runtime, reminders]))
@@ -578,7 +583,8 @@ def run_jobs_once(runtime: Runtime, *, reminders: bool = False) -> dict[str, Any
     if not leadership.renew():
         return {"skipped": "another process holds the scheduler lease and runs these jobs"}
     try:
-        result: dict[str, Any] = {"sweep": sweep_consolidation(runtime), "overdue": mark_overdue(runtime)}
+        result: dict[str, Any] = {"answered": answer_unanswered(runtime), "sweep": sweep_consolidation(runtime),
+                                  "overdue": mark_overdue(runtime)}
         if reminders:
             result["reminders"] = send_reminders(runtime)
         return result

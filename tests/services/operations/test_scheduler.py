@@ -261,7 +261,7 @@ def test_job_intervals_follow_pilot_mode():
     real = Settings(database_url="sqlite://", secret_key="x", study={"x": 1})
     pilot = Settings(database_url="sqlite://", secret_key="x", day_seconds=8, study={"x": 1})
     assert scheduler.job_intervals(real, {}) == {"consolidation_sweep": 60.0, "mark_overdue": 300.0,
-                                                 "send_reminders": 3600.0}
+                                                 "send_reminders": 3600.0, "answer_unanswered": 15.0}
     assert scheduler.job_intervals(pilot, {})["consolidation_sweep"] == 2.0
     assert scheduler.job_intervals(real, {"SCHEDULER_SWEEP_SECONDS": "15"})["consolidation_sweep"] == 15.0
 
@@ -271,7 +271,8 @@ def test_start_scheduler_registers_the_jobs(app, monkeypatch):
     sched = scheduler.start_scheduler(app, start=True)
     try:
         assert sched.running
-        assert sorted(job.id for job in sched.get_jobs()) == ["consolidation_sweep", "mark_overdue", "scheduler_lease"]
+        jobs = sorted(job.id for job in sched.get_jobs())
+        assert jobs == ["answer_unanswered", "consolidation_sweep", "mark_overdue", "scheduler_lease"]
     finally:
         sched.shutdown(wait=False)
     monkeypatch.setenv("REMINDERS_ENABLED", "1")
