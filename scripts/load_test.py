@@ -23,6 +23,9 @@ Everything stays on 127.0.0.1 and is bounded: at most 1,000 participants, 20 mes
   model's own time) in all and per 10 s of the chat phase, the latency of the class's T1 starts,
   errors by kind, messages acknowledged vs stored and replies received vs
   stored (read back from the database), and the machine's load average while it ran.
+* A message a bot gave up on (stored, no reply after SEND_ATTEMPTS) is answered by the server's
+  ``answer_unanswered`` job a minute later: the run waits up to ``--settle-seconds`` for it and
+  reports it (``answered_by_server_after_the_bots``); ``lost.never_answered`` counts what is left.
 """
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-url", help="an already running platform on 127.0.0.1 instead")
     parser.add_argument("--database-url", help="required for --server serve; with --base-url, to count what is stored")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the run's wall time")
+    parser.add_argument("--settle-seconds", type=float, default=150.0,
+                        help="after the bots: wait at most this long for the server to answer what they gave up on")
     parser.add_argument("--json-out", help="also write the report to this file")
     parser.add_argument("--keep-files", action="store_true",
                         help="keep the run's working directory (SQLite file, server.log) and print where it is")
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.json_out:
         Path(args.json_out).write_text(text + "\n", encoding="utf-8")
-    lost = (result["messages"]["lost"] or {}).values()
+    lost = (result["messages"]["lost"] or {}).values()  # never_answered included
     return 0 if result["error_count"] == 0 and not any(lost) else 1
 
 

@@ -350,6 +350,7 @@ def summary(values: list[float]) -> dict[str, float | int | None]:
 
 def stored_counts(db_url: str, prefix: str) -> dict[str, int]:
     from sqlalchemy import func, select
+    from sqlalchemy.orm import aliased
 
     from database.db_manager import Database
     from database.models import Message, User
@@ -360,14 +361,31 @@ def stored_counts(db_url: str, prefix: str) -> dict[str, int]:
             users = select(User.id).where(User.username.like(f"{prefix}%"))
             rows = dict(session.execute(select(Message.role, func.count()).where(Message.user_id.in_(users))
                                         .group_by(Message.role)).all())
+            reply = aliased(Message)
+            unanswered = session.scalar(select(func.count(Message.id)).where(
+                Message.user_id.in_(users), Message.role == "user",
+                ~select(reply.id).where(reply.reply_to_id == Message.id).exists()))
             duplicates = session.scalar(select(func.count()).select_from(
                 select(Message.reply_to_id).where(Message.user_id.in_(users), Message.role == "assistant")
                 .group_by(Message.reply_to_id).having(func.count() > 1).subquery()))
             return {"users": session.scalar(select(func.count()).select_from(users.subquery())),
                     "user_messages": rows.get("user", 0), "replies": rows.get("assistant", 0),
-                    "messages_with_two_replies": duplicates}
+                    "user_messages_without_reply": unanswered, "messages_with_two_replies": duplicates}
     finally:
         db.dispose()
+
+
+def settle(db_url: str, prefix: str, stored: dict[str, int], bound: float) -> dict[str, int]:
+    """Messages a bot gave up on stay stored without a reply; the server's ``answer_unanswered`` job answers
+    them a minute after they were stored. Wait for that (at most ``bound`` seconds) and count again."""
+    left = stored["user_messages_without_reply"]
+    started = time.monotonic()
+    while stored["user_messages_without_reply"] and time.monotonic() - started < bound:
+        time.sleep(5)
+        stored = stored_counts(db_url, prefix)
+    stored["answered_by_server_after_the_bots"] = left - stored["user_messages_without_reply"]
+    stored["settle_seconds"] = round(time.monotonic() - started, 1) if left else 0.0
+    return stored
 
 
 def process_tree_cpu_seconds(pid: int) -> float:
@@ -428,7 +446,9 @@ def report(args, results: Results, model_seconds: list[float], stored: dict[str,
     lost = None
     if stored is not None:
         lost = {"messages": results.acknowledged - stored["user_messages"],
-                "replies": results.replies - stored["replies"]}
+                "replies": results.replies - stored["replies"],
+                # acknowledged and never answered, by the bots' retries nor by the server's own job
+                "never_answered": stored["user_messages_without_reply"]}
     return {
         "config": {k: getattr(args, k) for k in ("server", "workers", "participants", "register_over", "messages",
                                                   "think", "first_token", "tokens", "tokens_per_second")},
@@ -499,6 +519,8 @@ def run(args) -> dict[str, Any]:
                                                              if proc is not None else 0.0), 1)
         time.sleep(1)  # replies stored just before the last response
         stored = stored_counts(db_url, prefix) if db_url else None
+        if stored is not None:
+            stored = settle(db_url, prefix, stored, args.settle_seconds)
     finally:
         if proc is not None:
             proc.terminate()

@@ -673,14 +673,34 @@ function showChat(task) {
 
   const shownIds = () => [...byId.keys()].sort((a, b) => a - b).join(",");
 
-  function markFailed(messageId, follow = true) {
+  // A stored message whose reply failed. When the server said when to ask again (back-pressure: a 503's
+  // Retry-After, an error event's retry_after_seconds), the page asks by itself, AUTO_RETRIES times;
+  // the retry button stays for the participant, and the server answers a message left unanswered a
+  // minute later on its own (the heartbeat then shows the reply).
+  const AUTO_RETRIES = 3;
+  const autoRetried = new Map();  // message id -> automatic retries so far
+
+  function markFailed(messageId, follow = true, retryAfter = null) {
     const el = byId.get(messageId);
     if (!el || el.querySelector(".msg-failed")) return;
     el.classList.add("failed");
     const retry = h("button.small.secondary.retry", { type: "button", onclick: () => retryReply(messageId, el) }, t("task.retry"));
-    const notice = h("div.msg-failed", { role: "alert" }, h("span", t("task.reply_failed")), " ", retry);
+    const seconds = Number(retryAfter);
+    const auto = seconds > 0 && (autoRetried.get(messageId) ?? 0) < AUTO_RETRIES;
+    const text = auto ? t("task.reply_retrying", { seconds: Math.ceil(seconds) }) : t("task.reply_failed");
+    const notice = h("div.msg-failed", { role: "alert" }, h("span", text), " ", retry);
     if (follow) grow(() => el.append(notice));
     else el.append(notice);
+    if (auto) {
+      autoRetried.set(messageId, (autoRetried.get(messageId) ?? 0) + 1);
+      setTimeout(() => autoRetry(messageId, el), seconds * 1000);
+    }
+  }
+
+  function autoRetry(messageId, el) {
+    if (ended || answered.has(messageId) || !el.isConnected || !el.querySelector(".msg-failed")) return;
+    if (sending) { setTimeout(() => autoRetry(messageId, el), 1000); return; }  // after the message being sent
+    retryReply(messageId, el);
   }
 
   function clearFailed(el) {
@@ -724,13 +744,13 @@ function showChat(task) {
         } else if (name === "error") {
           replyEl?.remove();
           replyEl = null;
-          markFailed(data.message_id ?? storedId);
+          markFailed(data.message_id ?? storedId, true, data.retryable ? data.retry_after_seconds : null);
         }
       });
     } catch (err) {
       replyEl?.remove();
-      if (storedId !== null) {
-        markFailed(storedId);
+      if (storedId !== null) {  // the stream was cut after the message was stored: ask again shortly
+        markFailed(storedId, true, err.status === 503 ? err.details?.retry_after_seconds : 2);
         return false;
       }
       throw err;
@@ -796,7 +816,7 @@ function showChat(task) {
         input.value = "";
         sessionStorage.removeItem(draftKey(task.id));
         addMessage({ id: err.details.message_id, role: "user", content: content.trim() });
-        markFailed(err.details.message_id);
+        markFailed(err.details.message_id, true, err.details.retry_after_seconds);
         revealNewest();
       } else if (err.code === "database_busy") {
         composerError.textContent = t("task.db_busy_gave_up");
@@ -849,7 +869,7 @@ function showChat(task) {
         showTask(task.id);
         return;
       }
-      markFailed(messageId);
+      markFailed(messageId, true, err.status === 503 ? err.details?.retry_after_seconds : null);
       composerError.textContent = errorText(err);
     } finally {
       sending = false;

@@ -1,5 +1,6 @@
 """Issue 11, item 7, in the browser: when the server answers 503 "database_busy" (nothing was saved),
-the participant's text stays in the box and the page sends it again by itself."""
+the participant's text stays in the box and the page sends it again by itself; and (issue 19) when the
+message was stored but its reply failed, the page asks for the reply again after the server's wait."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,8 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import Message, User
+from services.llm.chain import LLMService
+from tests.model_doubles import DownModel
 
 pytestmark = pytest.mark.browser
 TEXT = "数据库忙的时候这句话也不能丢。"
@@ -50,3 +53,31 @@ def test_a_busy_database_keeps_the_text_and_the_page_retries(new_page, live_serv
         user_id = session.scalar(select(User.id).where(User.username == "browser_busy"))
         assert session.scalars(select(Message.content).where(Message.user_id == user_id,
                                                              Message.role == "user")).all() == [TEXT]
+
+
+def test_a_reply_that_failed_is_asked_for_again_by_the_page(new_page, live_server, bot):
+    """Back-pressure after the message is stored: the stream's error event says when to ask again, and the
+    page does, by itself, without losing the message or storing it twice."""
+    bot().register("browser_reply_retry")
+    page = new_page()
+    page.goto("/#/login")
+    page.fill("#login-username", "browser_reply_retry")
+    page.fill("#login-password", "bot-password-1")
+    page.click("#login-submit")
+    page.click(".task-card[data-task=T1] .start-task")
+
+    runtime = live_server.runtime
+    working = runtime.llm
+    runtime.llm = LLMService([DownModel()], on_failure=runtime.record_failure)
+    try:
+        page.fill("#message-input", "助手没回的时候，这句话也要等到回复。")
+        page.press("#message-input", "Enter")
+        expect(page.locator(".msg.user .msg-failed")).to_contain_text("秒后自动再问一次")
+    finally:
+        runtime.llm = working
+    expect(page.locator(".msg.assistant:not(.pending)")).to_have_count(1, timeout=20_000)
+    expect(page.locator(".msg-failed")).to_have_count(0)
+    with runtime.db.Session() as session:
+        user_id = session.scalar(select(User.id).where(User.username == "browser_reply_retry"))
+        roles = session.scalars(select(Message.role).where(Message.user_id == user_id).order_by(Message.id)).all()
+    assert roles == ["user", "assistant"]

@@ -25,6 +25,7 @@ from services.research.bots.personas import OPEN_ANSWERS, SCRIPTS, TASKS
 
 POLL_SECONDS = 0.25
 CONSOLIDATION_WAIT_SECONDS = 180.0
+SEND_RETRIES = 4  # a 503 (back-pressure, a provider outage) is waited out this many times, as the page does
 BOT_CHAT_SECONDS = 120.0  # real seconds of chat a bot's task script needs on a busy machine
 
 
@@ -150,17 +151,33 @@ class Bot:
             time.sleep(min(wait, 5.0))
         raise TimeoutError(f"{task_id} did not unlock within 10 minutes")
 
+    def _send(self, task_id: str, text: str) -> tuple[int, dict[str, Any]]:
+        """One message, as the participant page sends it: with an idempotency key, sent again after a 503's
+        wait when nothing was stored, and its reply asked for again after the wait when it was."""
+        key = secrets.token_hex(16)
+        status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages",
+                                           {"content": text, "idempotency_key": key})
+        for _ in range(SEND_RETRIES):
+            if status != 503:
+                break
+            details = payload.get("details", {})
+            time.sleep(min(float(details.get("retry_after_seconds") or 2), 30.0))
+            if details.get("message_id"):  # stored: ask for its reply
+                status, payload = self.client.call(
+                    "POST", f"/api/tasks/{task_id}/messages/{details['message_id']}/reply")
+            else:  # refused before it was stored: send it again under the same key
+                status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages",
+                                                   {"content": text, "idempotency_key": key})
+        return status, payload
+
     def _do_task(self, task_id: str) -> None:
         self.client.expect("POST", f"/api/tasks/{task_id}/start")
         for turn in SCRIPTS[self.language][task_id]:
             sent = SentTurn(task_id=task_id, kind=turn.kind, text=turn.text)
-            status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages", {"content": turn.text})
+            status, payload = self._send(task_id, turn.text)
             if status == 409 and payload.get("error") == "time_up":
                 self.notes.append(f"{task_id}: the task timer ran out after {len(self.turns)} turns")
                 break
-            if status == 503:  # every provider failed; the message is stored, ask for the reply again
-                message_id = payload.get("details", {}).get("message_id")
-                status, payload = self.client.call("POST", f"/api/tasks/{task_id}/messages/{message_id}/reply")
             if status != 201:
                 raise ApiError("POST", f"/api/tasks/{task_id}/messages", status, payload)
             sent.message_id, sent.reply_id = payload["message"]["id"], payload["reply"]["id"]

@@ -72,7 +72,8 @@ def test_load_test_script_reports_a_small_class(tmp_path):
     report = json.loads(out.read_text())
     assert report["error_count"] == 0
     assert report["messages"]["stored"]["user_messages"] == report["messages"]["sent"] == 8
-    assert report["messages"]["lost"] == {"messages": 0, "replies": 0}
+    assert report["messages"]["lost"] == {"messages": 0, "replies": 0, "never_answered": 0}
+    assert report["messages"]["stored"]["answered_by_server_after_the_bots"] == 0
     assert report["reply_latency"]["json"]["n"] == 4 and report["reply_latency"]["sse"]["n"] == 4
     assert report["model_seconds_measured"]["n"] == 8
     # a reply cannot come back faster than the model's own 0.4 s
