@@ -1,7 +1,8 @@
 """The calibration sample of L4 recall and its simulated schedule (docs/recall_calibration.md).
 
-32 bundled participants (``data/calibration/recall_sample.json``, rounds one to three, and
-``data/calibration/recall_probes.json``, the fourth round's blind ones) are walked through the study's
+56 bundled participants (``data/calibration/recall_sample.json``, rounds one to three,
+``data/calibration/recall_probes.json``, the fourth round's blind ones, both development participants since
+the seventh round, and that round's new held-out and blind ones, ``recall_seventh_*.json``) are walked through the study's
 schedule on a ManualClock: each task's exchanges are consolidated when it ends, and every later message
 with content is ranked against the earlier recall candidates by the hybrid retriever, as L4 ranks them
 (a ``Trace``). Ranking does not depend on recall, so a trace is computed once and ``replay`` then runs
@@ -33,6 +34,11 @@ from services.study.definition import Study
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 SAMPLE_FILE = DATA_DIR / "recall_sample.json"
 PROBES_FILE = DATA_DIR / "recall_probes.json"
+# The seventh round's participants, written before any score was measured on them: held out (with the
+# earlier ones as a model of format) and blind (from the task recipe alone). The earlier held-out and blind
+# participants, looked at in rounds one to six, are development participants since (their files' split).
+SEVENTH_FILES = (DATA_DIR / "recall_seventh_open.json", DATA_DIR / "recall_seventh_blind.json")
+SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES)
 RULE_CHECK_FILE = DATA_DIR / "candidate_rule_check.json"
 
 # The pre-registered targets (issue 17, written into docs/recall_calibration.md before the final run): on the
@@ -62,10 +68,14 @@ def _messages(rows: list[list[Any]]) -> list[Message]:
 def _load_sample() -> tuple[dict[str, dict[str, list[Message]]], dict[str, str]]:
     sample: dict[str, dict[str, list[Message]]] = {}
     splits: dict[str, str] = {}
-    for path, blind in ((SAMPLE_FILE, False), (PROBES_FILE, True)):
+    for path in SAMPLE_FILES:
         for name, person in json.loads(path.read_text(encoding="utf-8"))["participants"].items():
+            if name in sample:
+                raise ValueError(f"calibration participant {name} is in two files")
+            if person["split"] not in ("dev", "held-out", "blind"):
+                raise ValueError(f"calibration participant {name}: unknown split {person['split']!r}")
             sample[name] = {task: _messages(person[task]) for task in ("T1", "T2", "T3", "T4") if task in person}
-            splits[name] = "blind" if blind and person["split"] == "held-out" else person["split"]
+            splits[name] = person["split"]
     return sample, splits
 
 
