@@ -112,7 +112,7 @@ class _ParticipantMatrix:
     message_ids: np.ndarray  # int64, ascending
     matrix: np.ndarray  # float32 (n, dim), rows L2-normalised
     blob_hashes: np.ndarray  # int64, hash of each stored embedding blob (a candidate row is checked against it)
-    content_words: np.ndarray  # int64, content words of each memory (recall_model.content_words)
+    content_words: np.ndarray  # int64, content words of each memory (CandidateRule.memory_word_count)
     salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
     index: ExchangeIndex  # the hybrid retriever over the admitted exchanges
     replies: list[str | None]  # the reply of each memory
@@ -355,7 +355,7 @@ class ForgettingCurveSearch:
                                  f"{model!r}; that model gives {dim} dimensions")
         matrix = np.frombuffer(b"".join(r.embedding for r in own), dtype=np.float32).reshape(len(own), dim)
         matrix = np.ascontiguousarray(normalise(matrix)) if own else np.zeros((0, dim), dtype=np.float32)
-        content_words = np.array([len(rm.content_words(r.content)) for r in own], dtype=np.int64)
+        content_words = np.array([self.params.candidates.memory_word_count(r.content) for r in own], dtype=np.int64)
         salience = np.array([self._salience(r) for r in own], dtype=np.float64)
         replies = self.store.replies(user_id)
         exchanges = [Exchange(r.task_session_id, r.task_id, self.task_days.get(r.task_id), r.content, replies.get(r.id))

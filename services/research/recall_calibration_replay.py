@@ -2,10 +2,10 @@
 
 56 bundled participants (``data/calibration/recall_sample.json``, rounds one to three,
 ``data/calibration/recall_probes.json``, the fourth round's blind ones, both development participants since
-the seventh round, and that round's new held-out and blind ones, ``recall_seventh_*.json``) are walked through the study's
-schedule on a ManualClock: each task's exchanges are consolidated when it ends, and every later message
-with content is ranked against the earlier recall candidates by the hybrid retriever, as L4 ranks them
-(a ``Trace``). Ranking does not depend on recall, so a trace is computed once and ``replay`` then runs
+the seventh round, and that round's new held-out and blind ones, ``recall_seventh_*.json``) are walked
+through the study's schedule on a ManualClock: each task's exchanges are consolidated when it ends, and
+every later message with content is ranked against the earlier recall candidates by the hybrid retriever,
+as L4 ranks them (a ``Trace``). Ranking does not depend on recall, so a trace is computed once and ``replay`` then runs
 the forgetting curve along it for any recall parameters, with g updated and t reset on every recall.
 
 The outcomes are checked against the pre-registered targets (``TARGETS``, ``target_failures``).

@@ -170,6 +170,7 @@ def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None
     rule = (recall_params or {}).get("candidates") or {}
     return recall_model.CandidateRule(
         min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
+        recall_questions=bool(rule.get("recall_questions", False)),
     ).admits_text(memory.get("text") or "", memory.get("salience"))
 
 

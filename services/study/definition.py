@@ -592,8 +592,8 @@ def _recall_layer(path: str, raw: Any) -> None:
             if key in relevance:
                 _typed(f"{path}.relevance.{key}", relevance[key], float)
     if layer.get("candidates") is not None:
-        _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience"],
-                 optional=("min_content_words", "min_salience"))
+        _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
+                 optional=("min_content_words", "min_salience", "recall_questions"))
 
 
 def _s1(raw: Any) -> dict[str, Any]:

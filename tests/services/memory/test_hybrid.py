@@ -291,6 +291,20 @@ def test_memories_without_content_are_not_candidates_unless_salient(db_session, 
     assert everything.last_excluded == 0
 
 
+def test_an_earlier_question_asking_to_remember_is_not_recalled_but_a_new_one_recalls(db_session, study, clock):
+    world = World(db_session, clock)
+    asked = world.memory(0.99, text="你还记得我说的我老婆在哪上班吗？")  # the frame every such question shares
+    told = world.memory(0.9, text="我老婆在医院上班，经常值夜班。")
+    query = world.start_t2(text="你还记得我说过我大学学的什么专业吗？")
+    store = make_store(db_session, study, clock, raw_params(study))
+    candidates = store.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in candidates] == [told.id] and store.last_excluded == 1
+    # the earlier rule (questions are memories) is one study-file key away
+    kept = make_store(db_session, study, clock, raw_params(study, candidates={"recall_questions": True}))
+    found = kept.recall(user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
+    assert [c.message_id for c in found] == [asked.id, told.id]
+
+
 def test_a_query_without_content_recalls_nothing_and_writes_nothing(db_session, study, clock):
     world = World(db_session, clock)
     world.memory(0.99, text="我养了一只猫")

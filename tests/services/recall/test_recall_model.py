@@ -145,12 +145,22 @@ def test_default_study_resolves_to_the_anchored_preset():
         assert rm.resolve_recall_params(load_study().memory.recall_config, preset=name).preset == name
 
 
-def _scores_at(params, language, linear_score):
-    """Retriever scores (fused, dense_z and lexical_z 0) whose linear score is ``linear_score``: the cosine solved."""
+def _solved_scores(params, language, linear):
+    """Retriever scores whose linear score is ``linear`` (an array): the cosine solved when the model weighs it
+    (a monotone fit may drop it), else the dense z-score; every other score 0."""
     model = params.relevance.model.model(language)
     weights = dict(zip(model.features, model.coef, strict=True))
-    cosine = (linear_score - model.intercept) / weights["cosine"]
-    return np.array([cosine]), {"fused": np.zeros(1), "dense_z": np.zeros(1), "lexical_z": np.zeros(1)}
+    feature = "cosine" if weights.get("cosine", 0.0) > 0 else "dense_z"
+    solved = (np.asarray(linear, dtype=float) - model.intercept) / weights[feature]
+    zeros = np.zeros(solved.size)
+    scores = {"fused": zeros, "dense_z": zeros, "lexical_z": zeros}
+    if feature == "cosine":
+        return solved, scores
+    return np.full(solved.size, 0.85), {**scores, "dense_z": solved}
+
+
+def _scores_at(params, language, linear_score):
+    return _solved_scores(params, language, np.array([linear_score]))
 
 
 @pytest.mark.parametrize("language", ["zh", "en", None])
@@ -178,11 +188,8 @@ def test_the_configured_anchored_relevance_is_monotone_smooth_and_below_one():
     params = load_study().memory.recall
     for language in ("zh", "en", None):
         linear = np.arange(-15.0, 40.0, 1e-3)
-        model = params.relevance.model.model(language)
-        weights = dict(zip(model.features, model.coef, strict=True))
-        cosine = (linear - model.intercept) / weights["cosine"]
-        zeros = np.zeros(linear.size)
-        r = params.relevance.to_r(cosine, language, {"fused": zeros, "dense_z": zeros, "lexical_z": zeros})
+        cosine, scores = _solved_scores(params, language, linear)
+        r = params.relevance.to_r(cosine, language, scores)
         assert np.all(np.diff(r) >= 0) and np.all(r < 1.0), language
         assert np.max(np.diff(r)) < 1e-3, language  # no step larger than 1e-3 between scores 0.001 apart
         resolved = (linear > params.relevance.anchor_score(language) - 4 * params.relevance.tail(language).scale) \
@@ -375,7 +382,41 @@ def test_candidate_rule_comes_from_the_study_and_overrides():
     study["memory"]["recall"]["overrides"] = {"candidates": {"min_content_words": 2, "min_salience": None}}
     params = rm.resolve_recall_params(study["memory"]["recall"])
     assert params.candidates == rm.CandidateRule(min_content_words=2, min_salience=None)
-    assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None}
+    assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None, "recall_questions": False}
+    study["memory"]["recall"]["overrides"] = {"candidates": {"recall_questions": True}}
+    assert rm.resolve_recall_params(study["memory"]["recall"]).candidates.recall_questions is True
     del study["memory"]["recall"]["candidates"], study["memory"]["recall"]["overrides"]
     # absent: the documented default
     assert rm.resolve_recall_params(study["memory"]["recall"]).candidates == rm.CandidateRule()
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("你还记得我说过我大学学的什么专业吗", []),
+    ("你还记得我早上为什么从来不点拿铁吗？", []),
+    ("Do you remember which ingredient I have to stay away from no matter what?", []),
+    ("What did I tell you my body does when I eat the wrong food?", []),
+    # a clause that asks goes; what the rest of the message says stays
+    ("你还记得我养的猫吗？它最近不吃东西。", ["最近", "不吃", "东西"]),
+    ("上回跟你说我腿肿那个事 你还记得不 现在还是肿", ["回", "腿", "肿", "肿"]),
+    ("Remember my cat Pumpkin? She knocked over my tea.", ["knocked", "tea"]),
+    # remembering that is not a question to the assistant is content
+    ("我一直记得外婆做的红烧肉。", ["外婆", "红烧肉"]),
+    ("记得提醒我明天交作业", ["提醒", "明天", "交", "作业"]),
+    ("I remember my gran's garden.", ["gran", "garden"]),
+])
+def test_a_question_asking_to_remember_is_not_memory_content(text, kept):
+    assert rm.memory_content_words(text) == kept
+    rule = rm.CandidateRule()
+    assert rule.admits_text(text, 0.0) is bool(kept)
+    assert rule.admits_query(text)  # asked now, it recalls: that is what it is for
+    assert rm.CandidateRule(recall_questions=True).admits_text(text, 0.0)  # the earlier rule kept them all
+    assert rule.admits_text(text, 0.9)  # a salient message is a candidate whatever its words
+
+
+def test_acknowledgements_and_leave_takings_have_no_content_words():
+    for text in ("Much obliged.", "ya thx", "legend, thanks", "Righto, see ya", "That's me done. Ka kite anō!",
+                 "中中 谢谢", "好啦 拜拜～有缘再聊", "那就这样啦，祝你一切都好，再见。", "嗯嗯，谢谢你听我唠叨"):
+        assert rm.content_words(text) == [], text
+    for text, words in (("我在中国银行上班。", ["中国银行", "上班"]),
+                        ("I flew a kite with my son.", ["flew", "kite", "son"])):
+        assert rm.content_words(text) == words
