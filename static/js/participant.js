@@ -435,7 +435,7 @@ async function showTasks() {
   async function start(task) {
     error.textContent = "";
     try {
-      await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
+      await startWithRetries(task.id, error);
       go(`#/task/${encodeURIComponent(task.id)}`);
     } catch (err) {
       error.textContent = startErrorText(err);
@@ -529,7 +529,7 @@ function showTaskIntro(task) {
     onclick: async () => {
       startButton.disabled = true;
       try {
-        await api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`);
+        await startWithRetries(task.id, error);
         await showTask(task.id);
       } catch (err) {
         error.textContent = startErrorText(err);
@@ -1210,6 +1210,23 @@ function taskStateText(task) {
 
 function startErrorText(err) {
   return err.code === "withdrawn" ? t("task.withdrawn") : errorText(err);
+}
+
+// Opening a task is safe to repeat (it resumes the open attempt). When the server is too busy to open it
+// (a 503 with Retry-After: a whole class starting at once), the page waits what the server says and asks
+// again, a few times, saying so, before it shows the error.
+async function startWithRetries(taskId, notice, attempts = 4) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await api.post(`/api/tasks/${encodeURIComponent(taskId)}/start`);
+    } catch (err) {
+      if (err.status !== 503 || attempt >= attempts) throw err;
+      const seconds = Number(err.details?.retry_after_seconds) || 2;
+      notice.textContent = t("tasks.start_busy_retrying", { seconds: Math.ceil(seconds) });
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+      notice.textContent = "";
+    }
+  }
 }
 
 function showWithdraw() {

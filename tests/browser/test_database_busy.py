@@ -81,3 +81,29 @@ def test_a_reply_that_failed_is_asked_for_again_by_the_page(new_page, live_serve
         user_id = session.scalar(select(User.id).where(User.username == "browser_reply_retry"))
         roles = session.scalars(select(Message.role).where(Message.user_id == user_id).order_by(Message.id)).all()
     assert roles == ["user", "assistant"]
+
+
+def test_a_task_start_refused_for_now_is_tried_again_by_the_page(new_page, live_server, bot):
+    """A whole class opening T1 at once: a start answered 503 with Retry-After is asked again after the wait."""
+    bot().register("browser_start_busy")
+    page = new_page()
+    page.goto("/#/login")
+    page.fill("#login-username", "browser_start_busy")
+    page.fill("#login-password", "bot-password-1")
+    page.click("#login-submit")
+    refused: list[str] = []
+
+    def busy_once(route):
+        if refused or route.request.method != "POST":
+            route.continue_()
+            return
+        refused.append(route.request.url)
+        route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "1"},
+                      body=json.dumps({"error": "database_busy", "retryable": True,
+                                       "message": "the database is busy; NOT saved",
+                                       "details": {"retry_after_seconds": 1}}))
+
+    page.route("**/api/tasks/T1/start", busy_once)
+    page.click(".task-card[data-task=T1] .start-task")
+    expect(page.locator("#message-input")).to_be_visible(timeout=15_000)
+    assert len(refused) == 1
