@@ -117,7 +117,8 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert "[想起的往事]\n[T1] 用户: 我对海鲜过敏，吃饭得特别注意。 / 助手: 明白，过敏确实要小心。" in context.render()
     # T1's closing "好的，今天就聊到这里吧。" carries no content: never a candidate, and the context says so
     assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.get("recall_candidates")]
-    assert context.get("recall_params")["candidates"] == {"min_content_words": 1, "min_salience": 0.5}
+    assert context.get("recall_params")["candidates"] == {"min_content_words": 1, "min_salience": 0.5,
+                                                          "recall_questions": False}
     assert "1 earlier message(s) without content are not recall candidates (recall candidate rule)" in context.notes
 
 
