@@ -370,8 +370,9 @@ def answer_unanswered(runtime: Runtime, *, grace_seconds: float = ANSWER_GRACE_S
             if replied:  # the participant's own retry was quicker
                 outcome["already_answered"] += 1
                 continue
-            generate_reply(runtime, message_id, session=runtime.db.Session())
+            reply = generate_reply(runtime, message_id, session=runtime.db.Session())
             answered.append(message_id)
+            _note_late_reply(runtime, reply)
         except Conflict:  # the participant's own retry stored a reply first
             outcome["already_answered"] += 1
         except (Gone, ParticipantErased):  # erased since
@@ -386,6 +387,17 @@ def answer_unanswered(runtime: Runtime, *, grace_seconds: float = ANSWER_GRACE_S
         log.warning("answered %d of %d acknowledged message(s) left without a reply: %s", len(answered),
                     len(pending), outcome)
     return outcome
+
+
+def _note_late_reply(runtime: Runtime, reply: Message) -> None:
+    """The admin's audit log says which replies the scheduler gave, and how long after the message."""
+    with runtime.db.session() as session:
+        asked = session.get(Message, reply.reply_to_id)
+        waited = (reply.created_at - asked.created_at).total_seconds() if asked is not None else None
+        session.add(AuditLog(at=runtime.clock.now(), actor_user_id=None, action="late_reply",
+                             target_user_id=reply.user_id,
+                             details={"message_id": reply.reply_to_id, "reply_id": reply.id, "task_id": reply.task_id,
+                                      "waited_seconds": None if waited is None else round(waited, 1)}))
 
 
 def after_reply(runtime: Runtime, reply_id: int) -> None:

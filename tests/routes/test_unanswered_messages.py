@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from database.models import Message, TaskSession, User
+from database.models import AuditLog, Message, TaskSession, User
 from services.chat.chat_service import ANSWER_GRACE_SECONDS, answer_unanswered
 from services.llm.chain import LLMService
 from tests.model_doubles import DownModel
@@ -58,6 +58,9 @@ def test_a_message_left_without_a_reply_is_answered_once_a_minute_later(app, clo
     outcome = answer_unanswered(runtime)
     assert outcome["answered"] == [message_id] and outcome["stopped"] is None
     assert _replies_to(app, message_id) == 1
+    with app.extensions["memory_lab"].db.Session() as session:  # the admin sees which replies came late
+        note = session.scalars(select(AuditLog).where(AuditLog.action == "late_reply")).one()
+    assert note.details["message_id"] == message_id and note.details["waited_seconds"] >= ANSWER_GRACE_SECONDS
     task = api.get("/api/tasks/T1").get_json()["task"]
     reply = task["messages"][-1]
     assert reply["role"] == "assistant" and reply["reply_to_id"] == message_id and reply["content"]
