@@ -33,15 +33,35 @@ class Exchange:
     reply: str | None
 
 
+# A quoted message shorter than this is left in a reply ("ok" would match everywhere).
+MIN_QUOTE_CHARS = 8
+
+
+def without_quotes(reply: str | None, own: str, messages: Sequence[str]) -> str | None:
+    """``reply`` without verbatim copies of the participant's other messages. A reply that quotes an earlier
+    memory ("That reminds me, you told me: '…'") would otherwise match every later message about that
+    memory on the lexical side, so the exchange is recalled for what another exchange said (an echo); the
+    quoted message is indexed at its own exchange already."""
+    if not reply:
+        return reply
+    for text in messages:
+        if text != own and len(text) >= MIN_QUOTE_CHARS and text in reply:
+            reply = reply.replace(text, " ")
+    return reply
+
+
 def index_texts(exchanges: Sequence[Exchange], neighbour_turns: int) -> tuple[list[str], list[str]]:
     """The index text of each exchange and the text of its neighbours (the previous ``neighbour_turns``
-    exchanges of the same task session, in the given order)."""
+    exchanges of the same task session, in the given order); replies lose their quotes of the participant's
+    other messages (``without_quotes``)."""
     texts, neighbours = [], []
     previous: dict[int, list[str]] = {}
+    messages = sorted({e.user_text.strip() for e in exchanges if e.user_text}, key=len, reverse=True)
     for exchange in exchanges:
-        plain = exchange_text(exchange.user_text, exchange.reply)
+        reply = without_quotes(exchange.reply, exchange.user_text.strip(), messages)
+        plain = exchange_text(exchange.user_text, reply)
         earlier = previous.setdefault(exchange.session_id, [])
-        texts.append(exchange_text(exchange.user_text, exchange.reply, exchange.task_id, exchange.day))
+        texts.append(exchange_text(exchange.user_text, reply, exchange.task_id, exchange.day))
         neighbours.append(neighbour_text(earlier, neighbour_turns))
         earlier.append(plain)
     return texts, neighbours
