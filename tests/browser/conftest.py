@@ -252,3 +252,11 @@ def bot(live_server):
     """bot() -> a new HttpParticipant on the live server."""
     minimum = live_server.runtime.study.timing.min_active_seconds * TIME_SCALE
     return lambda: HttpParticipant(live_server.base_url, minimum)
+
+
+def sign_in(page, username: str, password: str = "bot-password-1") -> None:
+    """Sign a bot participant in through the login form (the page then shows the task list)."""
+    page.goto("/#/login")
+    page.fill("#login-username", username)
+    page.fill("#login-password", password)
+    page.click("#login-submit")

@@ -11,25 +11,19 @@ from sqlalchemy import select
 
 from database.models import Message, User
 from services.llm.chain import LLMService
+from tests.browser.conftest import sign_in
 from tests.model_doubles import DownModel
 
 pytestmark = pytest.mark.browser
 TEXT = "数据库忙的时候这句话也不能丢。"
 
 
-def test_a_busy_database_keeps_the_text_and_the_page_retries(new_page, live_server, bot):
-    bot().register("browser_busy")
-    page = new_page()
-    page.goto("/#/login")
-    page.fill("#login-username", "browser_busy")
-    page.fill("#login-password", "bot-password-1")
-    page.click("#login-submit")
-    page.click(".task-card[data-task=T1] .start-task")
+def busy_once(refused: list[str]):
+    """A route handler that answers the first POST 503 "database_busy" with a 1-s Retry-After (noting its
+    URL in ``refused``) and lets everything else through."""
 
-    refused: list[str] = []
-
-    def busy_once(route):
-        if refused:
+    def handle(route):
+        if refused or route.request.method != "POST":
             route.continue_()
             return
         refused.append(route.request.url)
@@ -38,7 +32,17 @@ def test_a_busy_database_keeps_the_text_and_the_page_retries(new_page, live_serv
                                        "message": "the database is busy; NOT saved",
                                        "details": {"retry_after_seconds": 1}}))
 
-    page.route("**/api/tasks/T1/messages*", busy_once)
+    return handle
+
+
+def test_a_busy_database_keeps_the_text_and_the_page_retries(new_page, live_server, bot):
+    bot().register("browser_busy")
+    page = new_page()
+    sign_in(page, "browser_busy")
+    page.click(".task-card[data-task=T1] .start-task")
+
+    refused: list[str] = []
+    page.route("**/api/tasks/T1/messages*", busy_once(refused))
     page.fill("#message-input", TEXT)
     page.press("#message-input", "Enter")
     expect(page.locator(".composer .notice")).to_contain_text("正在自动重试")
@@ -60,10 +64,7 @@ def test_a_reply_that_failed_is_asked_for_again_by_the_page(new_page, live_serve
     page does, by itself, without losing the message or storing it twice."""
     bot().register("browser_reply_retry")
     page = new_page()
-    page.goto("/#/login")
-    page.fill("#login-username", "browser_reply_retry")
-    page.fill("#login-password", "bot-password-1")
-    page.click("#login-submit")
+    sign_in(page, "browser_reply_retry")
     page.click(".task-card[data-task=T1] .start-task")
 
     runtime = live_server.runtime
@@ -87,23 +88,9 @@ def test_a_task_start_refused_for_now_is_tried_again_by_the_page(new_page, live_
     """A whole class opening T1 at once: a start answered 503 with Retry-After is asked again after the wait."""
     bot().register("browser_start_busy")
     page = new_page()
-    page.goto("/#/login")
-    page.fill("#login-username", "browser_start_busy")
-    page.fill("#login-password", "bot-password-1")
-    page.click("#login-submit")
+    sign_in(page, "browser_start_busy")
     refused: list[str] = []
-
-    def busy_once(route):
-        if refused or route.request.method != "POST":
-            route.continue_()
-            return
-        refused.append(route.request.url)
-        route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "1"},
-                      body=json.dumps({"error": "database_busy", "retryable": True,
-                                       "message": "the database is busy; NOT saved",
-                                       "details": {"retry_after_seconds": 1}}))
-
-    page.route("**/api/tasks/T1/start", busy_once)
+    page.route("**/api/tasks/T1/start", busy_once(refused))
     page.click(".task-card[data-task=T1] .start-task")
     expect(page.locator("#message-input")).to_be_visible(timeout=15_000)
     assert len(refused) == 1

@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import Message, QuestionnaireResponse, TaskSession, User
+from tests.browser.conftest import sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -140,10 +141,7 @@ def test_language_switch_posts_the_choice_and_translates_the_page(new_page, live
     participant = bot()
     participant.register("browser_lang")
     page = new_page()
-    page.goto("/#/login")
-    page.fill("#login-username", "browser_lang")
-    page.fill("#login-password", "bot-password-1")
-    page.click("#login-submit")
+    sign_in(page, "browser_lang")
     expect(page.locator("h1")).to_have_text("我的任务")
     page.click("#language-toggle")
     expect(page.locator("h1")).to_have_text("My tasks")
@@ -155,10 +153,7 @@ def test_language_switch_posts_the_choice_and_translates_the_page(new_page, live
 def test_reload_resumes_the_chat_and_the_page_moves_on_when_time_is_up(new_page, live_server, bot):
     bot().register("browser_timeup")
     page = new_page()
-    page.goto("/#/login")
-    page.fill("#login-username", "browser_timeup")
-    page.fill("#login-password", "bot-password-1")
-    page.click("#login-submit")
+    sign_in(page, "browser_timeup")
     page.click(".task-card[data-task=T1] .start-task")
     page.fill("#message-input", "今天下雨了，我在家看书。")
     page.press("#message-input", "Enter")
