@@ -840,17 +840,12 @@ function showChat(task) {
 
   // A busy or read-only database answers 503 "database_busy": nothing was stored, so the same
   // request is sent again after the server's Retry-After, a few times, with the text left in the box.
-  async function postWhileBusy(post, attempts = 4) {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await post();
-      } catch (err) {
-        if (err.code !== "database_busy" || attempt >= attempts || ended) throw err;
-        composerError.textContent = t("task.db_busy_retrying", { attempt });
-        const seconds = Number(err.details?.retry_after_seconds) || 2;
-        await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-      }
-    }
+  function postWhileBusy(post, attempts = 4) {
+    return waitOutRefusals(post, {
+      attempts,
+      refusedForNow: (err) => err.code === "database_busy" && !ended,
+      onWait: (attempt) => { composerError.textContent = t("task.db_busy_retrying", { attempt }); },
+    });
   }
 
   async function retryReply(messageId, el) {
@@ -1212,21 +1207,33 @@ function startErrorText(err) {
   return err.code === "withdrawn" ? t("task.withdrawn") : errorText(err);
 }
 
+// Back-pressure: `post` is sent again after the server's Retry-After (`retry_after_seconds`, else 2 s)
+// while `refusedForNow(err)` holds, `attempts` times in all; `onWait(attempt, seconds)` runs before each
+// wait and `afterWait()` after it. The last refusal is thrown to the caller.
+async function waitOutRefusals(post, { attempts, refusedForNow, onWait, afterWait = () => {} }) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await post();
+    } catch (err) {
+      if (!refusedForNow(err) || attempt >= attempts) throw err;
+      const seconds = Number(err.details?.retry_after_seconds) || 2;
+      onWait(attempt, seconds);
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+      afterWait();
+    }
+  }
+}
+
 // Opening a task is safe to repeat (it resumes the open attempt). When the server is too busy to open it
 // (a 503 with Retry-After: a whole class starting at once), the page waits what the server says and asks
 // again, a few times, saying so, before it shows the error.
-async function startWithRetries(taskId, notice, attempts = 4) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await api.post(`/api/tasks/${encodeURIComponent(taskId)}/start`);
-    } catch (err) {
-      if (err.status !== 503 || attempt >= attempts) throw err;
-      const seconds = Number(err.details?.retry_after_seconds) || 2;
-      notice.textContent = t("tasks.start_busy_retrying", { seconds: Math.ceil(seconds) });
-      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-      notice.textContent = "";
-    }
-  }
+function startWithRetries(taskId, notice, attempts = 4) {
+  return waitOutRefusals(() => api.post(`/api/tasks/${encodeURIComponent(taskId)}/start`), {
+    attempts,
+    refusedForNow: (err) => err.status === 503,
+    onWait: (_attempt, seconds) => { notice.textContent = t("tasks.start_busy_retrying", { seconds: Math.ceil(seconds) }); },
+    afterWait: () => { notice.textContent = ""; },
+  });
 }
 
 function showWithdraw() {
