@@ -47,9 +47,9 @@ ERASED = "this participant's data has been erased"
 
 # a client-generated key naming one message (a UUID fits), so a resent message is stored once
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_REPLY_ROWS = "chat.reply_rows"
+_REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
-ANSWER_GRACE_SECONDS = 60.0  # Session.info: the rows accept_message loaded, for the reply's prompt
+ANSWER_GRACE_SECONDS = 60.0
 
 
 @dataclass

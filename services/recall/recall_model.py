@@ -379,8 +379,9 @@ def is_recall_question(clause: str) -> bool:
 
 @lru_cache(maxsize=65536)
 def _memory_words(text: str) -> tuple[str, ...]:
-    kept = [part for part in _CLAUSES.split(text) if part.strip() and not is_recall_question(part)]
-    if len(kept) == len([part for part in _CLAUSES.split(text) if part.strip()]):
+    parts = [part for part in _CLAUSES.split(text) if part.strip()]
+    kept = [part for part in parts if not is_recall_question(part)]
+    if len(kept) == len(parts):
         return _content_words(text)
     return tuple(w for part in kept for w in _content_words(part))
 
@@ -430,7 +431,9 @@ class CandidateRule:
         return asdict(self)
 
 
-def _candidate_rule_from_config(raw: Mapping[str, Any] | None) -> CandidateRule:
+def candidate_rule_from_config(raw: Mapping[str, Any] | None) -> CandidateRule:
+    """The rule from ``memory.recall.candidates`` (or from a reply's recorded ``recall_params.candidates``);
+    None: the documented default."""
     if raw is None:
         return CandidateRule()
     rule = CandidateRule(min_content_words=int(raw.get("min_content_words", 1)),
@@ -571,7 +574,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
         time_unit=str(values["time_unit"]),
         time_scale=float(values["time_scale"]),
         relevance=_relevance_from_config(values["relevance"]),
-        candidates=_candidate_rule_from_config(values.get("candidates")),
+        candidates=candidate_rule_from_config(values.get("candidates")),
     )
     if params.top_k < 1:
         raise ValueError("recall top_k must be at least 1")

@@ -167,11 +167,8 @@ def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None
     (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
     from services.recall import recall_model
 
-    rule = (recall_params or {}).get("candidates") or {}
-    return recall_model.CandidateRule(
-        min_content_words=int(rule.get("min_content_words", 1)), min_salience=rule.get("min_salience", 0.5),
-        recall_questions=bool(rule.get("recall_questions", False)),
-    ).admits_text(memory.get("text") or "", memory.get("salience"))
+    rule = recall_model.candidate_rule_from_config((recall_params or {}).get("candidates") or None)
+    return rule.admits_text(memory.get("text") or "", memory.get("salience"))
 
 
 def _window_facts(messages: list[dict[str, Any]], task_id: str, turns: int) -> set[str]:
