@@ -266,7 +266,7 @@ class ForgettingCurveSearch:
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
             query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
-            ranked = store.index.rank(query_message.content, query, self.params.top_k,
+            ranked = store.index.rank(rm.recall_cue(query_message.content), query, self.params.top_k,
                                       exclude_session=query_message.task_session_id)
         chosen = [s.memory_id for s in ranked]
         ids = [int(store.message_ids[i]) for i in chosen]
@@ -289,7 +289,8 @@ class ForgettingCurveSearch:
 
     def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
         if query_vector is None:
-            query_vector = self.embedder.embed_queries([query_message.content])[0]
+            # the cue: the message without the words framing it as a question asking to remember
+            query_vector = self.embedder.embed_queries([rm.recall_cue(query_message.content)])[0]
         vector = normalise(np.asarray(query_vector, dtype=np.float32).reshape(-1))[0]
         if vector.shape[0] != dim:
             raise ValueError(f"query vector has {vector.shape[0]} dimensions, stored memories have {dim}")

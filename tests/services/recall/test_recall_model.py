@@ -420,3 +420,24 @@ def test_acknowledgements_and_leave_takings_have_no_content_words():
     for text, words in (("我在中国银行上班。", ["中国银行", "上班"]),
                         ("I flew a kite with my son.", ["flew", "kite", "son"])):
         assert rm.content_words(text) == words
+
+
+@pytest.mark.parametrize("text, cue", [
+    ("你还记得我家那个小胖子叫啥吗？", "我家那个小胖子叫啥？"),
+    ("你记不记得我说过我大学是在哪个城市读的？", "我说过我大学是在哪个城市读的？"),
+    ("上回跟你说我腿肿那个事 你还记得不 现在还是肿", "上回跟你说我腿肿那个事现在还是肿"),
+    ("Do you remember what I said my sister does for a living?", " what I said my sister does for a living?"),
+    ("What did I tell you about my knee?", "my knee?"),
+    # nothing frames these as questions to remember: they cue with their own words
+    ("我一直记得外婆做的红烧肉。", "我一直记得外婆做的红烧肉。"),
+    ("记得提醒我明天交作业", "记得提醒我明天交作业"),
+    ("帮我列一个下周的早餐清单吧", "帮我列一个下周的早餐清单吧"),
+    ("I remember my gran's garden.", "I remember my gran's garden."),
+    # left without content words, the whole message is the cue
+    ("What do you remember about me?", "What do you remember about me?"),
+    ("你还记得吗？", "你还记得吗？"),
+])
+def test_a_new_message_recalls_without_the_frame_of_a_question_asking_to_remember(text, cue):
+    assert rm.recall_cue(text) == cue
+    # the cue only leaves words out: what the message is about stays
+    assert set(rm.content_words(rm.recall_cue(text))) <= set(rm.content_words(text))
