@@ -29,7 +29,7 @@ from pathlib import Path
 
 from config import SECONDS_PER_DAY
 from services.research.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
-from services.research.recall_calibration_fit import DEFAULT_FEATURES
+from services.research.recall_calibration_fit import CV_FOLDS, DEFAULT_FEATURES
 from services.research.recall_calibration_replay import FEATURE_NAMES
 from services.research.recall_calibration_report import format_report, save_plot
 from services.study.definition import DEFAULT_STUDY_FILE, load_study
@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", type=int, default=0, metavar="N",
                         help="with --fit: refit on N bootstrap resamples of the development participants and "
                              "print the spread of the chosen unit and of held-out recall (the docs use 20)")
+    parser.add_argument("--folds", type=int, default=CV_FOLDS, metavar="K",
+                        help=f"with --fit: judge the budget and the time unit on K folds' out-of-fold counts, each "
+                             f"development participant replayed under a model fitted without them (default "
+                             f"{CV_FOLDS}; 0: on the counts of the fit itself, as rounds five to eight did)")
     parser.add_argument("--features", default=",".join(DEFAULT_FEATURES),
                         help=f"with --fit: the model's features, from {', '.join(FEATURE_NAMES)} "
                              f"(default {','.join(DEFAULT_FEATURES)})")
@@ -76,10 +80,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
         parser.error("--bootstrap needs --fit")
     if args.bootstrap < 0:
         parser.error("--bootstrap must be 0 or more")
+    if args.folds < 0 or args.folds == 1:
+        parser.error("--folds must be 0 (in-sample) or at least 2")
     embedder = embedder or configured_embedder(args.embedder)
     report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder, day_seconds=args.day_seconds,
                        fit=args.fit, features=tuple(f.strip() for f in args.features.split(",") if f.strip()),
-                       resamples=args.bootstrap)
+                       resamples=args.bootstrap, folds=args.folds)
     print(format_report(report, verbose=args.verbose))
     print(f"\nplot saved to {save_plot(report, args.out)}")
     if args.fit:

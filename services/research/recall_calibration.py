@@ -20,7 +20,13 @@ import numpy as np
 
 from config import SECONDS_PER_DAY
 from services.recall import recall_model as rm
-from services.research.recall_calibration_fit import DEFAULT_FEATURES, bootstrap, fit_anchored
+from services.research.recall_calibration_fit import (
+    CHECK_GROUP_SIZE,
+    CV_FOLDS,
+    DEFAULT_FEATURES,
+    bootstrap,
+    fit_anchored,
+)
 from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
     SAMPLE,
@@ -66,12 +72,13 @@ def _memo(embedder) -> MemoEmbedder:
 def calibrate(study: Study | None = None, *, preset: str | None = None, embedder=None,
               day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None,
               fit: bool = False, features: tuple[str, ...] = DEFAULT_FEATURES,
-              traces: list[Trace] | None = None, resamples: int = 0) -> CalibrationReport:
+              traces: list[Trace] | None = None, resamples: int = 0, folds: int = CV_FOLDS) -> CalibrationReport:
     """Everything the script prints, for the given study (default: the configured one).
 
     ``fit``: fit the anchored relevance and choose the budget and the time unit on the development
     participants (the report's ``params`` are then the fitted preset, named "fitted"); ``resamples``: with
-    ``fit``, also refit on that many bootstrap resamples of the development participants."""
+    ``fit``, also refit on that many bootstrap resamples of the development participants; ``folds``: with ``fit``,
+    judge the budget and the unit on that many folds' out-of-fold counts (0: in-sample)."""
     study = study or load_study()
     params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
     retrieval = study.memory.retrieval
@@ -81,10 +88,10 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
     spread: list[dict[str, Any]] = []
     if fit:
         params, search = fit_anchored(traces, params, study, embedder.model, retrieval, features=features,
-                                      day_seconds=day_seconds)
+                                      day_seconds=day_seconds, folds=folds)
         if resamples:
             spread = bootstrap(traces, params, study, embedder.model, retrieval, resamples=resamples,
-                               features=features, day_seconds=day_seconds)
+                               features=features, day_seconds=day_seconds, folds=folds)
     pairs = labelled_pairs(traces)
     for key, data in pairs.items():
         data["r"] = np.atleast_1d(params.relevance.to_r(
@@ -98,7 +105,8 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
         params, retrieval, embedder.model, day_seconds, pairs, gaps,
         replay_all(traces, params, study, day_seconds=day_seconds),
         replay_all(traces, params, study, day_seconds=day_seconds, reinforcement=False),
-        check_candidate_rule(params.candidates), excluded, search, recall_ceilings(traces, params), spread)
+        check_candidate_rule(params.candidates), excluded, search, recall_ceilings(traces, params), spread,
+        folds if fit else 0, CHECK_GROUP_SIZE if fit else None)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,8 @@ class CalibrationReport:
     search: list[dict[str, Any]] = field(default_factory=list)  # --fit: the choices tried on dev
     ceilings: Ceilings = field(default_factory=dict)  # the best a threshold on each score can do (recall_ceiling)
     bootstrap: list[dict[str, Any]] = field(default_factory=list)  # --fit --bootstrap N: one row per refit
+    folds: int = 0  # --fit: the cross-validation folds the choice was judged on (0: in-sample)
+    group_size: int | None = None  # --fit: participants per language in each group drawn (None: all of them)
 
     def group(self, split: str | None = None, language: str | None = None) -> dict[str, TaskOutcome]:
         return group_outcomes(self.outcomes, split, language)
@@ -367,7 +369,7 @@ def _search_line(row: dict[str, Any], chosen: bool) -> str:
     shares = "  ".join(f"{lang} " + "/".join(f"{v:.0%}" for v in s.values()) for lang, s in row["shares"].items())
     return (f"  {'->' if chosen else '  '} budget {row['budget']:5.3f}  1 unit = {row['days_per_unit']:>4g} d  "
             f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%} of "
-            f"dev resamples, mean score {row['score']:.3f}")
+            f"dev resamples, every target in {row.get('p_all', 0.0):4.0%}, mean score {row['score']:.3f}")
 
 
 def _format_search(report: CalibrationReport) -> list[str]:
@@ -375,8 +377,11 @@ def _format_search(report: CalibrationReport) -> list[str]:
         return []
     relevance = report.params.relevance
     budget, days = relevance.false_recall_budget, 1.0 / report.params.time_scale
-    out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language), judged over "
-               f"bootstrap resamples of them: the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every task "
+    judged = (f"on out-of-fold counts ({report.folds} folds: each participant replayed under a model fitted without "
+              f"them) over" if report.folds else "over")
+    drawn = f"groups of {report.group_size} per language drawn" if report.group_size else "bootstrap resamples"
+    out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language), judged {judged} "
+               f"{drawn} from them: the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every task "
                f"gating each resample, then its worst share/target (capped at 1); the highest mean score wins; chosen: "
                f"budget {budget:g}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
     out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budget"] == budget]

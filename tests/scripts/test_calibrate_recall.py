@@ -311,3 +311,61 @@ def test_check_active_preset_scores_the_held_out_and_blind_participants(embedder
     assert set(check.figures["en"]["blind"]) == {"T2", "T3", "T4", "unrelated_max"}
     assert check.failures == default_report.target_failures()
     assert check.passed == (not check.failures)
+
+
+def test_folds_keep_each_participant_and_its_bootstrap_draws_together_and_split_each_language(traces):
+    dev = [t for t in traces if t.split == "dev"]
+    drawn = fit.resample(traces, __import__("random").Random(3))
+    for group in (dev, drawn):
+        folds = fit.fold_of(group, 4, seed=17)
+        by_name: dict[str, set[int]] = {}
+        for trace, fold in zip(group, folds, strict=True):
+            by_name.setdefault(trace.participant.split("#")[0], set()).add(fold)
+        assert all(len(found) == 1 for found in by_name.values())
+        for language in ("zh", "en"):
+            names = {n for n in by_name if rp.SAMPLE_LANGUAGE[n] == language}
+            sizes = [sum(1 for n in names if by_name[n] == {k}) for k in range(4)]
+            assert max(sizes) - min(sizes) <= 1 and min(sizes) > 0, (language, sizes)
+    assert fit.fold_of(dev, 4, seed=17) == fit.fold_of(dev, 4, seed=17)
+
+
+def test_out_of_fold_counts_replay_each_participant_under_a_model_fitted_without_them(traces, monkeypatch):
+    """Each development participant's counts come from the model of the other folds: the fit never sees the
+    participant it is judged on, as it never sees a new one."""
+    study = load_study()
+    dev = [t for t in traces if t.split == "dev"]
+    fitted_on: list[set[str]] = []
+    real_fitted = fit._fitted
+
+    def recording(group, features):
+        fitted_on.append({t.participant for t in group})
+        return real_fitted(group, features)
+
+    replayed: list[tuple[set[str], int]] = []
+    real_counts = fit._counts
+
+    def counting(group, params, study_, day_seconds):
+        replayed.append(({t.participant for t in group}, len(fitted_on)))
+        return real_counts(group, params, study_, day_seconds)
+
+    monkeypatch.setattr(fit, "_fitted", recording)
+    monkeypatch.setattr(fit, "_counts", counting)
+    grid = [(0.03, 45.0), (0.02, 60.0)]
+    counts = fit.out_of_fold_counts(dev, study.memory.recall, study, "m", study.memory.retrieval, grid,
+                                    features=fit.DEFAULT_FEATURES, anchor_days=2.0, day_seconds=86400.0,
+                                    folds=4, seed=17)
+    assert len(fitted_on) == 4 and set(counts) == set(grid)
+    for group, model_index in replayed:
+        assert not group & fitted_on[model_index - 1]  # replayed under the model fitted just before, without them
+    assert set().union(*(group for group, _ in replayed)) == {t.participant for t in dev}
+    for found in counts.values():
+        assert found.shape == (len(dev), len(fit.TASKS), 4) and found[:, :, 1].sum(axis=1).all()
+
+
+def test_the_rule_judges_groups_the_size_of_the_smallest_checked_group(traces):
+    dev = [t for t in traces if t.split == "dev"]
+    weights = fit._resample_weights(dev, 50, seed=1, size=fit.CHECK_GROUP_SIZE)
+    for index, draws in weights.values():
+        assert draws.shape == (50, index.size) and (draws.sum(axis=1) == fit.CHECK_GROUP_SIZE).all()
+    whole = fit._resample_weights(dev, 5, seed=1)
+    assert all((draws.sum(axis=1) == index.size).all() for index, draws in whole.values())
