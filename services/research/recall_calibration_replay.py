@@ -38,10 +38,12 @@ PROBES_FILE = DATA_DIR / "recall_probes.json"
 # round (with the earlier ones as a model of format, and blind from the task recipe alone). The earlier
 # held-out and blind participants, looked at in rounds one to six, are development participants since.
 SEVENTH_FILES = (DATA_DIR / "recall_seventh_open.json", DATA_DIR / "recall_seventh_blind.json")
-# The eighth round's (issue 17): written before any score was measured on them, held out; the seventh
-# round's, looked at after its final run, are development participants since (their files' split).
+# The eighth round's (issue 17): written before any score was measured on them and held out in that round;
+# development participants since its final run (their files' split).
 EIGHTH_FILES = (DATA_DIR / "recall_eighth_open.json", DATA_DIR / "recall_eighth_blind.json")
-SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES, *EIGHTH_FILES)
+# The ninth round's: held out in it, written before any score was measured on them.
+NINTH_FILES = (DATA_DIR / "recall_ninth_open.json", DATA_DIR / "recall_ninth_blind.json")
+SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES, *EIGHTH_FILES, *NINTH_FILES)
 RULE_CHECK_FILE = DATA_DIR / "candidate_rule_check.json"
 
 # The pre-registered targets (issue 17, written into docs/recall_calibration.md before the final run): on the
