@@ -129,6 +129,10 @@ def test_the_targets_name_each_miss_and_pass_when_met():
     assert rp.target_failures(rising, "dev zh") == ["dev zh: T3 (80%) above T2 (50%) by more than noise"]
     within = {"T2": _outcome("T2", 10, 20), "T3": _outcome("T3", 12, 20), "T4": _outcome("T4", 4, 20)}
     assert rp.target_failures(within, "dev zh") == []
+    # a group without participants (a round between its final run and its new participants) is one miss, said so
+    empty = {t: rp.TaskOutcome(t) for t in ("T2", "T3", "T4")}
+    assert rp.target_failures(empty, "blind zh") == [
+        "blind zh: no participants to check (every calibration participant is a development one)"]
 
 
 def test_messages_without_content_are_never_candidates(default_report):
