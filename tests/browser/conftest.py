@@ -231,10 +231,21 @@ class HttpParticipant:
     def say(self, task_id: str, text: str) -> dict:
         return self.post(f"/api/tasks/{task_id}/messages", {"content": text})
 
+    def finish_chat(self, task_id: str, started: float) -> None:
+        """Finish the chat once the minimum task time, counted from ``started``, has passed. The server counts
+        from its own start time, which a loaded machine may set a little later: a "too early" is waited out
+        (for at most 10 s), anything else fails at once."""
+        time.sleep(max(0.0, started + self.min_real_seconds + 0.2 - time.monotonic()))
+        deadline = time.monotonic() + 10.0
+        status, payload = self.request("POST", f"/api/tasks/{task_id}/finish")
+        while status == 409 and payload.get("error") == "too_early" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status, payload = self.request("POST", f"/api/tasks/{task_id}/finish")
+        assert status < 300, (f"/api/tasks/{task_id}/finish", status, payload)
+
     def finish_task(self, task_id: str, started: float) -> None:
         """Finish the chat once the minimum has passed, then answer every item at its scale minimum."""
-        time.sleep(max(0.0, started + self.min_real_seconds + 0.2 - time.monotonic()))
-        self.post(f"/api/tasks/{task_id}/finish")
+        self.finish_chat(task_id, started)
         items = self.get(f"/api/tasks/{task_id}/questionnaire")["items"]
         answers = {}
         for item in items:
