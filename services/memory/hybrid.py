@@ -265,8 +265,10 @@ class ForgettingCurveSearch:
         store, cached = self._participant_matrix(user_id, reload=reload)
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
-            query = self._query_vector(query_message, query_vector, store.matrix.shape[1])
-            ranked = store.index.rank(rm.recall_cue(query_message.content), query, self.params.top_k,
+            # the cue: the message without the words framing it as a question asking to remember
+            cue = rm.recall_cue(query_message.content)
+            query = self._query_vector(cue, query_vector, store.matrix.shape[1])
+            ranked = store.index.rank(cue, query, self.params.top_k,
                                       exclude_session=query_message.task_session_id)
         chosen = [s.memory_id for s in ranked]
         ids = [int(store.message_ids[i]) for i in chosen]
@@ -287,10 +289,9 @@ class ForgettingCurveSearch:
                     or row.embedding is None or row.embedding_model != self.embedder.model
                     or hash(bytes(row.embedding)) != store.blob_hashes[index])
 
-    def _query_vector(self, query_message: Message, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
+    def _query_vector(self, cue: str, query_vector: np.ndarray | None, dim: int) -> np.ndarray:
         if query_vector is None:
-            # the cue: the message without the words framing it as a question asking to remember
-            query_vector = self.embedder.embed_queries([rm.recall_cue(query_message.content)])[0]
+            query_vector = self.embedder.embed_queries([cue])[0]
         vector = normalise(np.asarray(query_vector, dtype=np.float32).reshape(-1))[0]
         if vector.shape[0] != dim:
             raise ValueError(f"query vector has {vector.shape[0]} dimensions, stored memories have {dim}")

@@ -359,11 +359,12 @@ _CLAUSES = re.compile(r"(?<=[。！？!?；;\n，,、~～])|\s{2,}|(?<=[\u4e00-\
 _REMEMBER_ZH = re.compile(r"记得|记不记得|记住了?(?:吗|没|不)|忘了?(?:吗|没)|还知道")
 _QUESTION_ZH = re.compile(r"(?:吗|么|嘛|不|没|没有|呢)[呀啊呢吧]?\s*[？?]?\s*$|"
                           r"什么|啥|哪|谁|几|多少|怎么|为什么|是不是|有没有|[？?]")
-_REMEMBER_EN = re.compile(
-    r"\b(?:do|did|can|could|would|will|d'?)\s*(?:you|ya|u)\s+(?:still\s+|even\s+)?(?:remember|recall|know)\b|"
-    r"\b(?:remember|recall)\s+(?:what|which|who|where|when|why|how|if|whether|my|me|that|the)\b|"
-    r"\bwhat\s+(?:did|have)\s+i\s+(?:tell|told|say|said|mention|mentioned)\b|\bdid\s+i\s+(?:ever\s+)?(?:tell|mention)\b",
-    re.IGNORECASE)
+# the English frames, shared by the question test below and ``recall_cue``'s frame words
+_ASK_EN = r"\b(?:do|did|can|could|would|will|d'?)\s*(?:you|ya|u)\s+(?:still\s+|even\s+)?(?:remember|recall|know)\b"
+_ASKED_EN = r"(?:what|which|who|where|when|why|how|if|whether|my|me|that|the)\b"
+_TOLD_EN = r"\bwhat\s+(?:did|have)\s+i\s+(?:tell|told|say|said|mention|mentioned)\b"
+_DID_I_EN = r"\bdid\s+i\s+(?:ever\s+)?(?:tell|mention)\b"
+_REMEMBER_EN = re.compile(rf"{_ASK_EN}|\b(?:remember|recall)\s+{_ASKED_EN}|{_TOLD_EN}|{_DID_I_EN}", re.IGNORECASE)
 
 
 def is_recall_question(clause: str) -> bool:
@@ -397,12 +398,8 @@ def memory_content_words(text: str) -> list[str]:
 # "Do you remember …?", "What did I tell you about …". ``recall_cue`` takes them out of a new message.
 _FRAME_ZH = re.compile(r"(?:你|您)?(?:还|可|都)?(?:记不记得|还记得|记得|记住了?)(?:不|吗|没)?")
 _FRAME_END_ZH = re.compile(r"(?:吗|么|嘛|不|没|没有)[呀啊呢吧]?(?=\s*[？?]?\s*$)")
-_FRAME_EN = re.compile(
-    r"\b(?:do|did|can|could|would|will|d'?)\s*(?:you|ya|u)\s+(?:still\s+|even\s+)?(?:remember|recall|know)\b|"
-    r"\b(?:remember|recall)\b(?=\s+(?:what|which|who|where|when|why|how|if|whether|my|me|that|the)\b)|"
-    r"\bwhat\s+(?:did|have)\s+i\s+(?:tell|told|say|said|mention|mentioned)\s+(?:you\s+)?(?:about\s+)?|"
-    r"\bdid\s+i\s+(?:ever\s+)?(?:tell|mention)\s+(?:you\s+)?(?:about\s+)?",
-    re.IGNORECASE)
+_FRAME_EN = re.compile(rf"{_ASK_EN}|\b(?:remember|recall)\b(?=\s+{_ASKED_EN})|"
+                       rf"(?:{_TOLD_EN}|{_DID_I_EN})\s+(?:you\s+)?(?:about\s+)?", re.IGNORECASE)
 
 
 def _uncued(clause: str) -> str:

@@ -191,9 +191,9 @@ def _holds(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def judge(counts: np.ndarray, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     """One (budget, unit) on the development participants: the point shares and the worst unrelated rate, and
-    over the resamples: how often the shape and the unrelated bound hold in every language (``p_first``), and
-    the mean of the worst share / target over languages and tasks (capped at 1) where they hold, 0 where they
-    do not (``score``)."""
+    over the resamples: how often the shape and the unrelated bound hold in every language (``p_first``), how
+    often every target is met as well (``p_all``), and the mean of the worst share / target over languages and
+    tasks (capped at 1) where they hold, 0 where they do not (``score``)."""
     first, worst = None, None
     shares, worst_rate = {}, 0.0
     for language, (index, w) in weights.items():

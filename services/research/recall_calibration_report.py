@@ -369,7 +369,7 @@ def _search_line(row: dict[str, Any], chosen: bool) -> str:
     shares = "  ".join(f"{lang} " + "/".join(f"{v:.0%}" for v in s.values()) for lang, s in row["shares"].items())
     return (f"  {'->' if chosen else '  '} budget {row['budget']:5.3f}  1 unit = {row['days_per_unit']:>4g} d  "
             f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%} of "
-            f"dev resamples, every target in {row.get('p_all', 0.0):4.0%}, mean score {row['score']:.3f}")
+            f"dev resamples, every target in {row['p_all']:4.0%}, mean score {row['score']:.3f}")
 
 
 def _format_search(report: CalibrationReport) -> list[str]:

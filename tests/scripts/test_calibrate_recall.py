@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -321,7 +322,7 @@ def test_check_active_preset_scores_the_held_out_and_blind_participants(embedder
 
 def test_folds_keep_each_participant_and_its_bootstrap_draws_together_and_split_each_language(traces):
     dev = [t for t in traces if t.split == "dev"]
-    drawn = fit.resample(traces, __import__("random").Random(3))
+    drawn = fit.resample(traces, random.Random(3))
     for group in (dev, drawn):
         folds = fit.fold_of(group, 4, seed=17)
         by_name: dict[str, set[int]] = {}
