@@ -5,6 +5,10 @@ servers (127.0.0.1, an ephemeral port, one thread per connection), so what is
 tested is the SDK's own request building, SSE parsing and error mapping plus our
 handling of it - nothing is mocked.
 
+Embeddings are fake, deterministic vectors unless a server is given a real model
+(``model_embedder``, e.g. the offline e5): then it serves that model's vectors, so
+a calibration fit through the wire format means something.
+
 Each request takes the next scripted ``Fault`` (``server.script(...)``); once the
 script is used up every request succeeds. Every request is recorded (path,
 headers, JSON body) so tests can assert on what the client actually sent.
@@ -223,9 +227,12 @@ class WireServer:
     prefix = ""
 
     def __init__(self, reply: str = DEFAULT_REPLY, *, embedding_dim: int = EMBEDDING_DIM,
-                 latency: Latency | None = None) -> None:
+                 latency: Latency | None = None, model_embedder: Any = None) -> None:
         self.reply = self._initial_reply = reply
         self.embedding_dim = embedding_dim
+        # A real embedding model behind the wire (``embed_queries`` / ``embed_passages``, e.g. the offline e5):
+        # the vectors a lab's remote embedder would send, so a fit over them means something. None: fake ones.
+        self.model_embedder = model_embedder
         self.latency = latency
         self.chat_seconds: list[float] = []  # the model's own time per chat completion (latency mode)
         self.received: list[ReceivedRequest] = []
@@ -505,8 +512,13 @@ class DashScopeWireServer(WireServer):
         if fault.kind == "status":
             return self._error(h, fault)
         texts = list(((body.get("input") or {}).get("texts")) or [])
-        embeddings = [{"text_index": i, "embedding": fake_embedding(t, self.embedding_dim)}
-                      for i, t in enumerate(texts)]
+        if self.model_embedder is not None and texts:
+            query = (body.get("parameters") or {}).get("text_type") == "query"
+            encode = self.model_embedder.embed_queries if query else self.model_embedder.embed_passages
+            vectors = [[float(x) for x in row] for row in encode(texts)]
+        else:
+            vectors = [fake_embedding(t, self.embedding_dim) for t in texts]
+        embeddings = [{"text_index": i, "embedding": vector} for i, vector in enumerate(vectors)]
         embeddings.reverse()  # the API does not promise order; clients sort by text_index
         payload = {"output": {"embeddings": embeddings},
                    "usage": {"total_tokens": sum(len(t) for t in texts)}, "request_id": "local-emb"}

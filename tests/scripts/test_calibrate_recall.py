@@ -252,6 +252,47 @@ def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(
     assert tails["en"].scale == pytest.approx(refit.relevance.tails["en"].scale, abs=1e-4)
 
 
+@pytest.mark.slow
+def test_a_lab_fits_a_preset_for_its_own_embedder_over_the_wire_and_the_preflight_takes_it(
+        script, embedder, tmp_path, monkeypatch, capsys):
+    # The route docs/recall_calibration.md gives a lab with a remote embedder: --embedder dashscope --fit
+    # --write-preset, then the pre-flight's calibration check with that embedder. The DashScope wire server on
+    # 127.0.0.1 serves the offline e5 vectors, so the fit must find the default preset's model again, now named
+    # for the DashScope model; the real SDK, batching and text_index reordering sit in between.
+    from tests import wire_servers as wire
+
+    study_file = tmp_path / "study.json"
+    study_file.write_text(json.dumps({"name": "lab"}), encoding="utf-8")
+    with wire.DashScopeWireServer(model_embedder=embedder) as server:
+        monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-local-test")
+        monkeypatch.setenv("DASHSCOPE_BASE_URL", server.url)
+        monkeypatch.setenv("DASHSCOPE_EMBEDDING_MODEL", "text-embedding-v3")
+        assert script.main(["--embedder", "dashscope", "--fit", "--folds", "0", "--write-preset", "lab",
+                            "--preset-file", str(study_file), "--out", str(tmp_path / "p.png")]) == 0
+        assert "written to" in capsys.readouterr().out
+        sent = server.requests_to("text-embedding")
+        assert {r.body["parameters"]["text_type"] for r in sent} == {"query", "document"}
+        lab = rm.resolve_recall_params(load_study(study_file).memory.recall_config, preset="lab")
+        configured = load_study().memory.recall
+        assert lab.relevance.embedder_model == "dashscope/text-embedding-v3"
+        for language in (None, "zh", "en"):
+            mine, theirs = configured.relevance.model.model(language), lab.relevance.model.model(language)
+            assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
+            assert configured.relevance.tail(language).scale == pytest.approx(lab.relevance.tail(language).scale,
+                                                                              abs=1e-3)
+        # the study made to use it: the pre-flight's check runs with the DashScope embedder, refuses the offline one
+        raw = json.loads(study_file.read_text(encoding="utf-8"))
+        raw["memory"]["recall"]["preset"] = "lab"
+        study_file.write_text(json.dumps(raw), encoding="utf-8")
+        study = load_study(study_file)
+        remote = cal.configured_embedder("dashscope")
+        check = cal.check_active_preset(study, remote)
+        assert (check.preset, check.embedder_model) == ("lab", remote.model)
+        assert set(check.figures) == {"zh", "en"} and check.passed == (not check.failures)
+        with pytest.raises(cal.PresetEmbedderMismatch, match="fitted for the embedder 'dashscope/text-embedding-v3'"):
+            cal.check_active_preset(study, embedder)
+
+
 def test_bootstrap_needs_fit(script, embedder, capsys):
     with pytest.raises(SystemExit):
         script.main(["--bootstrap", "3"], embedder=embedder)
