@@ -15,6 +15,7 @@ target; ``--strict`` exits 2 on any of them.
 
     .venv/bin/python scripts/calibrate_recall.py [--strict] [--preset seed_literal]
     .venv/bin/python scripts/calibrate_recall.py --fit [--bootstrap 20] [--write-preset NAME]
+    .venv/bin/python scripts/calibrate_recall.py --curve   # what each false-recall budget costs, per language
 
 The logic lives in services/research/recall_calibration*.py; the numbers and the reasoning behind the default
 preset: docs/recall_calibration.md.
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 
 from config import SECONDS_PER_DAY
-from services.research.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
+from services.research.recall_calibration import NotAnchored, calibrate, configured_embedder, preset_dict, write_preset
 from services.research.recall_calibration_fit import CV_FOLDS, DEFAULT_FEATURES
 from services.research.recall_calibration_replay import FEATURE_NAMES
 from services.research.recall_calibration_report import format_report, save_plot
@@ -64,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"PNG path (default {DEFAULT_OUT})")
     parser.add_argument("--day-seconds", type=float, default=SECONDS_PER_DAY,
                         help="real seconds per study day, as PILOT_DAY_SECONDS (default 86400)")
+    parser.add_argument("--curve", action="store_true",
+                        help="also print what each false-recall budget costs: the preset (or the fit) replayed with "
+                             "only its budget changed, per language and split (an anchored preset only)")
     parser.add_argument("--verbose", action="store_true", help="print every simulated candidate")
     parser.add_argument("--strict", action="store_true",
                         help="exit 2 when recall is impossible or universal, or a pre-registered target is missed "
@@ -83,9 +87,13 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
     if args.folds < 0 or args.folds == 1:
         parser.error("--folds must be 0 (in-sample) or at least 2")
     embedder = embedder or configured_embedder(args.embedder)
-    report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder, day_seconds=args.day_seconds,
-                       fit=args.fit, features=tuple(f.strip() for f in args.features.split(",") if f.strip()),
-                       resamples=args.bootstrap, folds=args.folds)
+    try:
+        report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder,
+                           day_seconds=args.day_seconds, fit=args.fit,
+                           features=tuple(f.strip() for f in args.features.split(",") if f.strip()),
+                           resamples=args.bootstrap, folds=args.folds, curve=args.curve)
+    except NotAnchored as exc:
+        parser.error(f"--curve: {exc}")
     print(format_report(report, verbose=args.verbose))
     print(f"\nplot saved to {save_plot(report, args.out)}")
     if args.fit:

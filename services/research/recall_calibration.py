@@ -46,6 +46,7 @@ from services.research.recall_calibration_report import (
     outcome_figures,
     recall_ceilings,
 )
+from services.research.recall_operating_curve import NotAnchored, operating_curve
 from services.study.definition import Study, load_study
 
 TURN_GAPS = (0.0, 3.0, 10.0, 20.0, 40.0)
@@ -72,16 +73,22 @@ def _memo(embedder) -> MemoEmbedder:
 def calibrate(study: Study | None = None, *, preset: str | None = None, embedder=None,
               day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None,
               fit: bool = False, features: tuple[str, ...] = DEFAULT_FEATURES,
-              traces: list[Trace] | None = None, resamples: int = 0, folds: int = CV_FOLDS) -> CalibrationReport:
+              traces: list[Trace] | None = None, resamples: int = 0, folds: int = CV_FOLDS,
+              curve: bool = False) -> CalibrationReport:
     """Everything the script prints, for the given study (default: the configured one).
 
     ``fit``: fit the anchored relevance and choose the budget and the time unit on the development
     participants (the report's ``params`` are then the fitted preset, named "fitted"); ``resamples``: with
     ``fit``, also refit on that many bootstrap resamples of the development participants; ``folds``: with ``fit``,
-    judge the budget and the unit on that many folds' out-of-fold counts (0: in-sample)."""
+    judge the budget and the unit on that many folds' out-of-fold counts (0: in-sample); ``curve``: also replay the
+    (fitted) preset under every budget of ``CURVE_BUDGETS`` (``operating_curve``; an anchored preset only, else
+    ``NotAnchored``)."""
     study = study or load_study()
     params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
     retrieval = study.memory.retrieval
+    if curve and not fit and params.relevance.method != "anchored":
+        raise NotAnchored(f"the operating curve varies the false-recall budget of an anchored preset; "
+                          f"{params.preset!r} is {params.relevance.method!r}")
     embedder = _memo(embedder)
     traces = traces if traces is not None else traces_for(study, embedder, params, retrieval, day_seconds=day_seconds)
     search: list[dict[str, Any]] = []
@@ -106,7 +113,8 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
         replay_all(traces, params, study, day_seconds=day_seconds),
         replay_all(traces, params, study, day_seconds=day_seconds, reinforcement=False),
         check_candidate_rule(params.candidates), excluded, search, recall_ceilings(traces, params), spread,
-        folds if fit else 0, CHECK_GROUP_SIZE if fit else None)
+        folds if fit else 0, CHECK_GROUP_SIZE if fit else None,
+        operating_curve(traces, params, study, day_seconds=day_seconds) if curve else {})
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from services.research.recall_calibration_replay import (
     group_outcomes,
     target_failures,
 )
+from services.research.recall_operating_curve import CurvePoint, format_curve
 
 R_GRID = (0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 # Scores the ceiling is computed for: "r" is the preset's relevance at t = 0 (a monotone function of its
@@ -141,6 +142,7 @@ class CalibrationReport:
     bootstrap: list[dict[str, Any]] = field(default_factory=list)  # --fit --bootstrap N: one row per refit
     folds: int = 0  # --fit: the cross-validation folds the choice was judged on (0: in-sample)
     group_size: int | None = None  # --fit: participants per language in each group drawn (None: all of them)
+    curve: dict[str, list[CurvePoint]] = field(default_factory=dict)  # --curve: language -> one point per budget
 
     def group(self, split: str | None = None, language: str | None = None) -> dict[str, TaskOutcome]:
         return group_outcomes(self.outcomes, split, language)
@@ -362,6 +364,7 @@ def _format_events(report: CalibrationReport) -> list[str]:
 def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
     out = _format_header(report, verbose) + _format_pairs(report) + _format_curve(report)
     out += _format_search(report) + _format_outcomes(report) + _format_ceilings(report)
+    out += format_curve(report.curve, report.params) if report.curve else []
     return "\n".join(out + (_format_events(report) if verbose else []))
 
 
