@@ -41,9 +41,12 @@ SEVENTH_FILES = (DATA_DIR / "recall_seventh_open.json", DATA_DIR / "recall_seven
 # The eighth round's (issue 17): written before any score was measured on them and held out in that round;
 # development participants since its final run (their files' split).
 EIGHTH_FILES = (DATA_DIR / "recall_eighth_open.json", DATA_DIR / "recall_eighth_blind.json")
-# The ninth round's: held out in it, written before any score was measured on them.
+# The ninth round's: held out in it, written before any score was measured on them; development participants since
+# its final run.
 NINTH_FILES = (DATA_DIR / "recall_ninth_open.json", DATA_DIR / "recall_ninth_blind.json")
-SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES, *EIGHTH_FILES, *NINTH_FILES)
+# The tenth round's: held out in it, written before any score was measured on them.
+TENTH_FILES = (DATA_DIR / "recall_tenth_open.json", DATA_DIR / "recall_tenth_blind.json")
+SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES, *EIGHTH_FILES, *NINTH_FILES, *TENTH_FILES)
 RULE_CHECK_FILE = DATA_DIR / "candidate_rule_check.json"
 
 # The pre-registered targets (issue 17, written into docs/recall_calibration.md before the final run): on the
