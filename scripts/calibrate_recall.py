@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"PNG path (default {DEFAULT_OUT})")
     parser.add_argument("--day-seconds", type=float, default=SECONDS_PER_DAY,
                         help="real seconds per study day, as PILOT_DAY_SECONDS (default 86400)")
+    parser.add_argument("--one-budget", action="store_true",
+                        help="with --fit: one false-recall budget for every language (default: one per language)")
     parser.add_argument("--curve", action="store_true",
                         help="also print what each false-recall budget costs: the preset (or the fit) replayed with "
                              "only its budget changed, per language and split (an anchored preset only)")
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
     args = parser.parse_args(argv)
     if args.write_preset and not args.fit:
         parser.error("--write-preset needs --fit")
+    if args.one_budget and not args.fit:
+        parser.error("--one-budget needs --fit")
     if args.bootstrap and not args.fit:
         parser.error("--bootstrap needs --fit")
     if args.bootstrap < 0:
@@ -91,7 +95,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
         report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder,
                            day_seconds=args.day_seconds, fit=args.fit,
                            features=tuple(f.strip() for f in args.features.split(",") if f.strip()),
-                           resamples=args.bootstrap, folds=args.folds, curve=args.curve)
+                           resamples=args.bootstrap, folds=args.folds, curve=args.curve,
+                           per_language=not args.one_budget)
     except NotAnchored as exc:
         parser.error(f"--curve: {exc}")
     print(format_report(report, verbose=args.verbose))

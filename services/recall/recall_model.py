@@ -188,7 +188,8 @@ class RelevanceMapping:
     ``anchored`` (issue 17): r is an index on a false-recall budget, not a probability. The score s
     is the logistic model's linear score; ``tails`` holds, per query language (``default`` for any
     other), the fitted upper tail of the development participants' *unrelated* candidates' s. The
-    score above which a share ``false_recall_budget`` of them lies lands exactly on ``anchor_r``, the
+    score above which a share ``false_recall_budget`` of them lies (the language's own budget where
+    ``budget_by_language`` names one) lands exactly on ``anchor_r``, the
     curve's bar for a neutral memory (e = 0, g = g0_base) ``anchor_days`` study days old (T2's unlock
     offset); r rises smoothly through it with the tail's local scale at the anchor
     (``services.recall.relevance.anchored_index``).
@@ -204,6 +205,9 @@ class RelevanceMapping:
     fitted_for: dict[str, Any] | None = None
     tails: dict[str, UnrelatedTail] = field(default_factory=dict)
     false_recall_budget: float | None = None
+    # per query language: that language's budget instead of ``false_recall_budget`` (study file:
+    # ``false_recall_budget_by_language``); languages not named, and messages of no language, keep the default
+    budget_by_language: dict[str, float] = field(default_factory=dict)
     anchor_days: float | None = None
     anchor_r: float | None = None  # resolved from the curve's parameters (resolve_recall_params)
 
@@ -235,9 +239,13 @@ class RelevanceMapping:
     def tail(self, language: str | None) -> UnrelatedTail:
         return self.tails.get(language or "", self.tails["default"])
 
+    def budget(self, language: str | None = None) -> float | None:
+        """The false-recall budget of messages in ``language``: its own, else ``false_recall_budget``."""
+        return self.budget_by_language.get(language or "", self.false_recall_budget)
+
     def anchor_score(self, language: str | None = None) -> float:
-        """The score at the (1 − false_recall_budget) quantile of the language's fitted unrelated tail."""
-        return self.tail(language).quantile(self.false_recall_budget)
+        """The score at the (1 − budget) quantile of the language's fitted unrelated tail."""
+        return self.tail(language).quantile(self.budget(language))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -551,9 +559,22 @@ def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> 
     if not math.isfinite(budget) or not 0.0 < budget < min(t.share for t in fitted.values()):
         raise ValueError(f"recall relevance false_recall_budget must lie in (0, "
                          f"{min(t.share for t in fitted.values()):g}) (the fitted tails' share), got {budget}")
+    by_language = raw.get("false_recall_budget_by_language") or {}
+    if not isinstance(by_language, Mapping):
+        raise ValueError("recall relevance false_recall_budget_by_language maps a language to its budget")
+    try:
+        by_language = {str(lang): float(value) for lang, value in by_language.items()}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"recall relevance false_recall_budget_by_language: a budget is a number ({exc})") from exc
+    for lang, value in by_language.items():
+        tail = fitted.get(lang, fitted["default"])
+        if not math.isfinite(value) or not 0.0 < value < tail.share:
+            raise ValueError(f"recall relevance false_recall_budget_by_language[{lang!r}] must lie in (0, "
+                             f"{tail.share:g}) (its fitted tail's share), got {value}")
     if not anchor_days >= 0.0:
         raise ValueError(f"recall relevance anchor_days must be 0 or more, got {anchor_days}")
-    return replace(mapping, tails=fitted, false_recall_budget=budget, anchor_days=anchor_days)
+    return replace(mapping, tails=fitted, false_recall_budget=budget, budget_by_language=by_language,
+                   anchor_days=anchor_days)
 
 
 def resolve_anchor(params: RecallParams) -> RecallParams:

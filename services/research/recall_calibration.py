@@ -74,13 +74,14 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
               day_seconds: float = SECONDS_PER_DAY, overrides: dict[str, Any] | None = None,
               fit: bool = False, features: tuple[str, ...] = DEFAULT_FEATURES,
               traces: list[Trace] | None = None, resamples: int = 0, folds: int = CV_FOLDS,
-              curve: bool = False) -> CalibrationReport:
+              curve: bool = False, per_language: bool = True) -> CalibrationReport:
     """Everything the script prints, for the given study (default: the configured one).
 
     ``fit``: fit the anchored relevance and choose the budget and the time unit on the development
     participants (the report's ``params`` are then the fitted preset, named "fitted"); ``resamples``: with
     ``fit``, also refit on that many bootstrap resamples of the development participants; ``folds``: with ``fit``,
-    judge the budget and the unit on that many folds' out-of-fold counts (0: in-sample); ``curve``: also replay the
+    judge the budget and the unit on that many folds' out-of-fold counts (0: in-sample); ``per_language``: with
+    ``fit``, choose a budget per language (false: one for all); ``curve``: also replay the
     (fitted) preset under every budget of ``CURVE_BUDGETS`` (``operating_curve``; an anchored preset only, else
     ``NotAnchored``)."""
     study = study or load_study()
@@ -95,10 +96,10 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
     spread: list[dict[str, Any]] = []
     if fit:
         params, search = fit_anchored(traces, params, study, embedder.model, retrieval, features=features,
-                                      day_seconds=day_seconds, folds=folds)
+                                      day_seconds=day_seconds, folds=folds, per_language=per_language)
         if resamples:
             spread = bootstrap(traces, params, study, embedder.model, retrieval, resamples=resamples,
-                               features=features, day_seconds=day_seconds, folds=folds)
+                               features=features, day_seconds=day_seconds, folds=folds, per_language=per_language)
     pairs = labelled_pairs(traces)
     for key, data in pairs.items():
         data["r"] = np.atleast_1d(params.relevance.to_r(
@@ -171,6 +172,8 @@ def preset_dict(report: CalibrationReport) -> dict[str, Any]:
     return {
         "time_unit": params.time_unit, "time_scale": params.time_scale,
         "relevance": {"method": "anchored", "false_recall_budget": relevance.false_recall_budget,
+                      **({"false_recall_budget_by_language": dict(relevance.budget_by_language)}
+                         if relevance.budget_by_language else {}),
                       "anchor_days": relevance.anchor_days, "model": _rounded(relevance.model.to_dict()),
                       "tails": {k: _rounded(t.to_dict()) for k, t in relevance.tails.items()},
                       "embedder_model": relevance.embedder_model, "fitted_for": relevance.fitted_for},

@@ -368,28 +368,50 @@ def format_report(report: CalibrationReport, *, verbose: bool = False) -> str:
     return "\n".join(out + (_format_events(report) if verbose else []))
 
 
+def budgets_text(budgets: dict[str, float]) -> str:
+    """"zh 0.04, en 0.03", or "0.03" when every language has the same budget."""
+    if len(set(budgets.values())) == 1:
+        return f"{next(iter(budgets.values())):g}"
+    return ", ".join(f"{lang} {b:g}" for lang, b in sorted(budgets.items()))
+
+
 def _search_line(row: dict[str, Any], chosen: bool) -> str:
     shares = "  ".join(f"{lang} " + "/".join(f"{v:.0%}" for v in s.values()) for lang, s in row["shares"].items())
-    return (f"  {'->' if chosen else '  '} budget {row['budget']:5.3f}  1 unit = {row['days_per_unit']:>4g} d  "
+    budgets = " ".join(f"{lang} {b:5.3f}" for lang, b in sorted(row["budgets"].items()))
+    return (f"  {'->' if chosen else '  '} budget {budgets}  1 unit = {row['days_per_unit']:>4g} d  "
             f"{shares}  max unrelated {row['unrelated']:.1%}  shape and unrelated hold in {row['p_first']:4.0%} of "
-            f"dev resamples, every target in {row['p_all']:4.0%}, mean score {row['score']:.3f}")
+            f"dev resamples, every target in {row['p_all']:4.0%} ("
+            + ", ".join(f"{lang} {p:.0%}" for lang, p in sorted(row["p_met"].items()))
+            + f"), score {row['score']:.3f} (partial {row['partial']:.3f})")
 
 
 def _format_search(report: CalibrationReport) -> list[str]:
     if not report.search:
         return []
     relevance = report.params.relevance
-    budget, days = relevance.false_recall_budget, 1.0 / report.params.time_scale
+    days = 1.0 / report.params.time_scale
+    chosen = {lang: relevance.budget(lang) for lang in report.search[0]["budgets"]}
+    per_language = any(len(set(row["budgets"].values())) > 1 for row in report.search)
     judged = (f"on out-of-fold counts ({report.folds} folds: each participant replayed under a model fitted without "
               f"them) over" if report.folds else "over")
     drawn = f"groups of {report.group_size} per language drawn" if report.group_size else "bootstrap resamples"
+    rule = ("a budget per language; score = how often a language's group meets every target (the shape, "
+            f"≤ {UNRELATED_MAX:.0%} unrelated at every task, each share), mean over languages; partial = the "
+            "worst share/target (capped at 1) where the shape and the bound hold, breaking ties" if per_language else
+            f"one budget for every language; score = the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every "
+            "task gating each group, then its worst share/target (capped at 1), mean over groups")
     out = ["", f"--fit on the development participants (relevant recalled T2 / T3 / T4 per language), judged {judged} "
-               f"{drawn} from them: the shape first with ≤ {UNRELATED_MAX:.0%} unrelated at every task "
-               f"gating each resample, then its worst share/target (capped at 1); the highest mean score wins; chosen: "
-               f"budget {budget:g}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
-    out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budget"] == budget]
-    out.append("  the chosen unit, every budget:")
-    out += [_search_line(row, row["budget"] == budget) for row in report.search if row["days_per_unit"] == days]
+               f"{drawn} from them ({rule}); the highest score wins; chosen: "
+               f"budget {budgets_text(chosen)}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
+    out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budgets"] == chosen]
+    for language in chosen if per_language else ():
+        out.append(f"  the chosen unit, every {language} budget (the others' held at their choice):")
+        out += [_search_line(row, row["budgets"] == chosen) for row in report.search
+                if row["days_per_unit"] == days
+                and all(b == chosen[lang] for lang, b in row["budgets"].items() if lang != language)]
+    if not per_language:
+        out.append("  the chosen unit, every budget:")
+        out += [_search_line(row, row["budgets"] == chosen) for row in report.search if row["days_per_unit"] == days]
     out.append("  unrelated-score tails (dev): " + "; ".join(
         f"{lang}: above {tail.threshold:.2f} {tail.share:.0%}, scale {tail.scale:.2f}, shape {tail.shape:.3f}, "
         f"anchor s = "
@@ -408,12 +430,13 @@ def _format_bootstrap(report: CalibrationReport) -> list[str]:
     if not rows:
         return []
     units = sorted({row["days_per_unit"] for row in rows})
-    budgets = sorted({row["budget"] for row in rows})
+    languages = sorted(rows[0]["budgets"])
+    budgets = "; ".join(f"{lang} " + ", ".join(f"{b:g}" for b in sorted({r["budgets"][lang] for r in rows}))
+                        for lang in languages)
     out = ["", f"stability: refit on {len(rows)} bootstrap resamples of the development participants "
                f"(per language, with replacement)",
            f"  chosen unit (days): {', '.join(f'{u:g}' for u in units)} (min / median / max "
-           f"{_spread([r['days_per_unit'] for r in rows], percent=False)}); chosen budget: "
-           f"{', '.join(f'{b:g}' for b in budgets)}",
+           f"{_spread([r['days_per_unit'] for r in rows], percent=False)}); chosen budgets: {budgets}",
            "  relevant recalled under the refits, min / median / max:"]
     for group in rows[0]["shares"]:
         out.append(f"  {group:12s} " + "   ".join(

@@ -59,7 +59,8 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
         mine = [t for t in traces if t.language == language]
         # a budget is a quantile of the fitted tail, which covers only its top share of the unrelated scores
         for budget in (b for b in budgets if b < params.relevance.tail(language).share):
-            varied = replace(params, relevance=replace(params.relevance, false_recall_budget=budget))
+            varied = replace(params, relevance=replace(params.relevance, false_recall_budget=budget,
+                                                       budget_by_language={}))
             outcomes = replay_all(mine, varied, study, day_seconds=day_seconds, events=False)
             shares, unrelated, met = {}, {}, {}
             for split in SPLITS:
@@ -86,7 +87,8 @@ def first_budget_reaching(points: list[CurvePoint], split: str, task_id: str,
 def format_curve(curve: dict[str, list[CurvePoint]], params: rm.RecallParams) -> list[str]:
     unit = f"{1 / params.time_scale:g} days" if params.time_unit == "days" else params.time_unit
     out = ["", f"operating curve of preset {params.preset!r} (its model, tails and unit of {unit}; only the "
-               f"false-recall budget varied; preset's own: {params.relevance.false_recall_budget:.1%}): "
+               "false-recall budget varied; preset's own: "
+               + ", ".join(f"{lang} {params.relevance.budget(lang):.1%}" for lang in curve) + "): "
                "relevant recalled T2/T3/T4 % and the most unrelated candidates recalled at any task (u); "
                "* = every target met"]
     for language, points in curve.items():

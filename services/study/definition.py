@@ -559,7 +559,7 @@ def _memory(raw: Any) -> MemorySettings:
 # The S1 and R1 parameters (docs/conditions_s1_r1.md); their values live in the study data.
 _PARAM_KEYS = [k for k in RECALL_KEYS if k not in ("preset", "presets", "overrides")]
 _RELEVANCE_KEYS = ["method", "floor", "ceiling", "by_language", "embedder_model", "model", "fitted_for",
-                   "false_recall_budget", "anchor_days", "tails"]
+                   "false_recall_budget", "false_recall_budget_by_language", "anchor_days", "tails"]
 
 
 def _retrieval(raw: Any) -> RetrievalSettings:
@@ -591,6 +591,11 @@ def _recall_layer(path: str, raw: Any) -> None:
         for key in ("false_recall_budget", "anchor_days"):
             if key in relevance:
                 _typed(f"{path}.relevance.{key}", relevance[key], float)
+        budgets = _mapping(f"{path}.relevance.false_recall_budget_by_language",
+                           relevance.get("false_recall_budget_by_language") or {})
+        for lang, budget in budgets.items():
+            _choice(f"{path}.relevance.false_recall_budget_by_language", lang, LANGUAGES)
+            _typed(f"{path}.relevance.false_recall_budget_by_language.{lang}", budget, float)
     if layer.get("candidates") is not None:
         _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
                  optional=("min_content_words", "min_salience", "recall_questions"))

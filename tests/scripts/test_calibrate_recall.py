@@ -21,6 +21,7 @@ from services.research import recall_calibration as cal
 from services.research import recall_calibration_fit as fit
 from services.research import recall_calibration_replay as rp
 from services.research import recall_calibration_report as rep
+from services.research import recall_operating_curve as curve_mod
 from services.study.definition import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
@@ -84,7 +85,7 @@ def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spen
         if split == "dev":
             # the anchor is the fitted (1 - budget) quantile of these very unrelated pairs' scores
             above = np.mean(unrelated >= relevance.anchor_r)
-            assert 0.25 * relevance.false_recall_budget <= above <= 2 * relevance.false_recall_budget, language
+            assert 0.25 * relevance.budget(language) <= above <= 2 * relevance.budget(language), language
 
 
 def test_held_out_recall_is_reported_against_the_targets(default_report):
@@ -204,9 +205,10 @@ def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(em
 def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(script, embedder,
                                                                                tmp_path, capsys):
     out = tmp_path / "recall.png"
-    assert script.main(["--out", str(out)], embedder=embedder) == 0
+    assert script.main(["--out", str(out), "--curve"], embedder=embedder) == 0
     printed = capsys.readouterr()
     assert "simulated schedule" in printed.out and "p_final for a never-recalled memory" in printed.out
+    assert "operating curve of preset" in printed.out and "zh blind: T2 ≥ 50%" in printed.out
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -297,6 +299,13 @@ def test_bootstrap_needs_fit(script, embedder, capsys):
     with pytest.raises(SystemExit):
         script.main(["--bootstrap", "3"], embedder=embedder)
     assert "--bootstrap needs --fit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--one-budget"], embedder=embedder)
+    assert "--one-budget needs --fit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--curve", "--preset", "seed_literal"], embedder=embedder)
+    assert "--curve: the operating curve varies the false-recall budget of an anchored preset" in \
+        capsys.readouterr().err
 
 
 def test_pilot_mode_gives_the_same_recall_as_real_days(embedder, default_report):
@@ -417,3 +426,60 @@ def test_the_rule_judges_groups_the_size_of_the_smallest_checked_group(traces):
         assert draws.shape == (50, index.size) and (draws.sum(axis=1) == fit.CHECK_GROUP_SIZE).all()
     whole = fit._resample_weights(dev, 5, seed=1)
     assert all((draws.sum(axis=1) == index.size).all() for index, draws in whole.values())
+
+
+def _stats(holds: list[bool], ratio: list[float]) -> dict:
+    return {"shares": {t: 0.5 for t in fit.TASKS}, "unrelated": 0.01, "holds": np.array(holds),
+            "ratio": np.array(ratio)}
+
+
+def test_with_a_budget_per_language_each_language_gets_the_budget_that_serves_it_best():
+    # Two groups drawn per language. Chinese is best served by 0.04 (every group meets its targets), English by
+    # 0.02 (at 0.04 its unrelated bound fails in one group); one budget for all must trade one off for the other.
+    stats = {(0.02, 45.0): {"zh": _stats([True, True], [0.6, 0.7]), "en": _stats([True, True], [0.8, 0.8])},
+             (0.04, 45.0): {"zh": _stats([True, True], [1.0, 1.0]), "en": _stats([False, True], [0.9, 0.9])}}
+    per_language = fit.choose(fit._rows(stats, (0.02, 0.04), (45.0,), per_language=True))
+    assert per_language["budgets"] == {"zh": 0.04, "en": 0.02}
+    # how often a language's group meets every target, then the partial score (shares short of their targets)
+    assert per_language["p_met"] == {"zh": 1.0, "en": 0.0}
+    assert per_language["score"] == pytest.approx((1.0 + 0.0) / 2)
+    assert per_language["partial"] == pytest.approx((1.0 + 0.8) / 2)
+    one = fit._rows(stats, (0.02, 0.04), (45.0,), per_language=False)
+    assert [row["budgets"] for row in one] == [{"en": 0.02, "zh": 0.02}, {"en": 0.04, "zh": 0.04}]
+    # one budget: a group counts where every language holds, at the worst language's share / target
+    assert [row["score"] for row in one] == pytest.approx([(0.6 + 0.7) / 2, (0.0 + 0.9) / 2])
+    study = load_study()
+    params = study.memory.recall
+    chosen = fit.anchored_params(params, params.relevance.model, params.relevance.tails, per_language["budgets"],
+                                 45.0, 2.0, "m", study.memory.retrieval)
+    assert chosen.relevance.budget_by_language == {"zh": 0.04, "en": 0.02}
+    assert chosen.relevance.false_recall_budget == 0.02  # any other language: the smaller
+    same = fit.anchored_params(params, params.relevance.model, params.relevance.tails, {"zh": 0.03, "en": 0.03},
+                               45.0, 2.0, "m", study.memory.retrieval)
+    assert same.relevance.budget_by_language == {} and same.relevance.false_recall_budget == 0.03
+
+
+def test_the_operating_curve_replays_the_preset_with_only_its_budget_changed(embedder, traces, default_report):
+    study = load_study()
+    params = study.memory.recall
+    curve = cal.operating_curve(traces, params, study, budgets=(0.01, params.relevance.budget("zh"), 0.06))
+    assert set(curve) == {"zh", "en"}
+    for language, points in curve.items():
+        assert [p.budget for p in points] == [0.01, params.relevance.budget("zh"), 0.06]
+        for split in ("dev", "held-out", "blind"):
+            t2 = [p.shares[split]["T2"] for p in points]
+            unrelated = [p.unrelated_max[split] for p in points]
+            assert t2 == sorted(t2) and t2[0] < t2[-1], (language, split)  # a larger budget recalls more ...
+            assert unrelated[0] <= unrelated[-1], (language, split)  # ... and more of what it should not
+        if params.relevance.budget(language) == params.relevance.budget("zh"):  # the preset's own budget
+            own = points[1]
+            for split in ("held-out", "blind"):
+                figures = default_report.figures()[language][split]
+                assert [round(100 * own.shares[split][t], 1) for t in ("T2", "T3", "T4")] == \
+                    [figures[t] for t in ("T2", "T3", "T4")]
+                assert own.met[split] == (not [f for f in default_report.target_failures()
+                                               if f.startswith(f"{split} {language} ")])
+    text = "\n".join(curve_mod.format_curve(curve, params))
+    assert "operating curve of preset 'anchored'" in text and "en held-out: T2 ≥ 50%" in text
+    with pytest.raises(curve_mod.NotAnchored):
+        cal.calibrate(study, preset="seed_literal", embedder=embedder, traces=traces, curve=True)

@@ -216,13 +216,33 @@ def test_the_budget_in_the_study_file_moves_the_anchor():
             < narrower.relevance.anchor_score(language)
 
 
+def test_a_language_budget_moves_that_language_anchor_alone():
+    config = load_study().memory.recall_config
+    default = rm.resolve_recall_params(config).relevance
+    wider = rm.resolve_recall_params(config, overrides={"relevance": {
+        "false_recall_budget_by_language": {"zh": default.budget("zh") + 0.02}}}).relevance
+    assert wider.budget("zh") == pytest.approx(default.budget("zh") + 0.02)
+    assert wider.anchor_score("zh") < default.anchor_score("zh")
+    for language in ("en", None):  # another language, and a message of none, keep theirs
+        assert wider.budget(language) == default.budget(language)
+        assert wider.anchor_score(language) == default.anchor_score(language)
+    assert wider.tail("zh").exceedance(wider.anchor_score("zh")) == pytest.approx(wider.budget("zh"))
+
+
+@pytest.mark.parametrize("budgets", [{"zh": 0.0}, {"en": 0.5}, {"zh": float("nan")}, {"zh": "lots"}, [0.02]])
+def test_a_language_budget_is_validated(budgets):
+    with pytest.raises(ValueError, match="false_recall_budget_by_language"):
+        rm.resolve_recall_params(load_study().memory.recall_config,
+                                 overrides={"relevance": {"false_recall_budget_by_language": budgets}})
+
+
 def test_the_anchor_is_the_fitted_tails_budget_quantile_and_a_tail_without_shape_loads_as_exponential():
     config = load_study().memory.recall_config
     relevance = rm.resolve_recall_params(config).relevance
     for language in ("zh", "en", None):
         tail = relevance.tail(language)
         assert tail.shape < 0.0  # the development tails are lighter than exponential (docs: sixth round)
-        assert tail.exceedance(relevance.anchor_score(language)) == pytest.approx(relevance.false_recall_budget)
+        assert tail.exceedance(relevance.anchor_score(language)) == pytest.approx(relevance.budget(language))
     fifth_round = load_study().as_dict()["memory"]["recall"]  # a preset written before tails had a shape
     for tail in fifth_round["presets"]["anchored"]["relevance"]["tails"].values():
         del tail["shape"]

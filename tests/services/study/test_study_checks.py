@@ -45,6 +45,9 @@ def test_the_readme_prolific_example_is_a_study_that_starts():
     ({"panel": {"session_parameters": ["pid"]}}, "other than panel.id_parameter"),
     ({"panel": {"id_case_sensitive": "no"}}, "panel.id_case_sensitive must be bool"),
     ({"timing": {"min_participant_messages": -1}}, "must not be negative"),
+    ({"memory": {"recall": {"presets": {"anchored": {"relevance": {
+        "false_recall_budget_by_language": {"fr": 0.03}}}}}}},
+     "false_recall_budget_by_language is 'fr'; allowed: zh, en"),
     ({"payments": {"pay_incomplete": 1}}, "payments.pay_incomplete must be bool"),
     ({"panel": {"tasks": {"T1": {"incomplete_cod": "X"}}}}, "unknown key panel.tasks.T1.incomplete_cod"),
 ])
