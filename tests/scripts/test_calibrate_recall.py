@@ -55,7 +55,7 @@ def default_report(embedder, traces):
 
 
 def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
-    """Since the ninth round: the 88 earlier participants are development participants, and 32 new ones, 16 per
+    """Since the tenth round: the 120 earlier participants are development participants, and 32 new ones, 16 per
     language (8 held out with the earlier ones as a model of format, 8 blind), are held out."""
     languages = rp.SAMPLE_LANGUAGE
     blind = set(rp.BLIND)
@@ -64,7 +64,7 @@ def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
         mine = [p for p in rp.SAMPLE if languages[p] == language]
         dev = [p for p in mine if p not in rp.HELD_OUT]
         held = [p for p in mine if p in rp.HELD_OUT]
-        assert len(dev) == 44 and len(held) == 16, language
+        assert len(dev) == 60 and len(held) == 16, language
         assert len([p for p in held if p in blind]) == 8, language
         # every held-out participant walks all four tasks
         assert all(set(rp.SAMPLE[p]) == {"T1", "T2", "T3", "T4"} for p in held)
@@ -89,24 +89,24 @@ def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spen
 
 
 def test_held_out_recall_is_reported_against_the_targets(default_report):
-    """What the default preset reaches on the ninth round's held-out and blind participants is recorded in
-    docs/recall_calibration.md (the pre-registered targets are not all met); this pins what holds: Chinese
-    held-out participants meet every target, unrelated memories stay within the bound at every task in both
-    languages, recall does not rise with age, relevant memories are recalled at T2 in every group, and each
-    missed target (English shares, Chinese blind T3) is named as such."""
+    """What the default preset reaches on the tenth round's held-out and blind participants is recorded in
+    docs/recall_calibration.md: every held-out target met in both languages, and two blind misses, each by one
+    item (English T3's unrelated bound, 7 of 213 candidates; Chinese T3, 9 of 64 relevant memories). This pins
+    them, and what holds around them: relevant memories are recalled at T2 in every group, recall does not rise
+    with age, no group is near universal recall, and each missed target is named as such."""
     failures = default_report.target_failures()
+    assert failures == ["blind en T3: 3.3% of unrelated candidates recalled (7/213) > 3%",
+                        "blind zh T3: relevant recalled 14% (9/64) < 15%"]
     for split in ("held-out", "blind"):
         for language in ("zh", "en"):
             tasks = default_report.group(split, language)
-            assert tasks["T2"].relevant_share() >= (0.5 if language == "zh" else 0.15), (split, language)
+            assert tasks["T2"].relevant_share() >= 0.5, (split, language)
             for task_id, outcome in tasks.items():
-                assert outcome.unrelated_rate() <= rp.UNRELATED_MAX, (split, language, task_id)
+                assert outcome.unrelated_rate() <= 0.035, (split, language, task_id)
                 named = any(f.startswith(f"{split} {language} {task_id}: relevant recalled") for f in failures)
                 assert named is (outcome.relevant_share() < rp.TARGETS[task_id]), (split, language, task_id)
             assert all(o.relevant_share() < 0.9 for o in tasks.values()), (split, language)
-    assert not any(f.startswith("held-out zh") for f in failures)
-    assert any(f.startswith("held-out en T2") for f in failures) and any(f.startswith("blind en T2") for f in failures)
-    assert not any("more than noise" in f or "unrelated candidates recalled" in f for f in failures)
+    assert not any("more than noise" in f for f in failures)
     assert not default_report.impossible and not default_report.universal
 
 
@@ -141,10 +141,10 @@ def test_messages_without_content_are_never_candidates(default_report):
     events = [e for o in default_report.tasks.values() for e in o.events]
     assert events and not any(rm.content_words(e["memory"]) == [] for e in events)
     assert not any(rm.content_words(e["query"]) == [] for e in events)
-    # echoes: a topic-less message recalling another (counted apart from unrelated recalls). The eighth and ninth
-    # rounds' writers used leave-takings outside the vocabulary ("salamat po", "Hwyl fawr!", "又来了老铁"): 16 of
-    # the sample's 2,471 messages' recalls are such echoes (docs/recall_calibration.md, ninth round)
-    assert sum(o.echo_recalls for o in default_report.tasks.values()) <= 16
+    # echoes: a topic-less message recalling another (counted apart from unrelated recalls). The eighth to tenth
+    # rounds' writers took leave in words outside the vocabulary ("bye po", "Hwyl fawr!", "掰掰", "撤了"): under the
+    # tenth round's 4 % budgets 44 recalls over the whole sample are such echoes (docs/recall_calibration.md)
+    assert sum(o.echo_recalls for o in default_report.tasks.values()) <= 44
     assert "好的，谢谢。" in default_report.excluded_memories and "Ok, thanks." in default_report.excluded_memories
     for language in ("zh", "en"):
         # the development lists are judged right; on the held-out lists content is never dropped
@@ -214,10 +214,10 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
     assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed: blind en T2: relevant recalled 18% (6/33) < 50%" in capsys.readouterr().err
+    assert "target missed: blind zh T3: relevant recalled 14% (9/64) < 15%" in capsys.readouterr().err
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     err = capsys.readouterr().err
-    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/68) < 50%" in err
+    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/64) < 50%" in err
 
 
 def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
@@ -238,6 +238,7 @@ def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(
     assert (refit.time_unit, refit.relevance.anchor_days) == ("days", 2.0)
     assert refit.time_scale == pytest.approx(configured.time_scale)
     assert refit.relevance.false_recall_budget == configured.relevance.false_recall_budget
+    assert refit.relevance.budget_by_language == configured.relevance.budget_by_language
     for language in (None, "zh", "en"):
         mine, theirs = configured.relevance.model.model(language), refit.relevance.model.model(language)
         assert mine.features == theirs.features
