@@ -29,10 +29,11 @@ import sys
 from pathlib import Path
 
 from config import SECONDS_PER_DAY
-from services.research.recall_calibration import NotAnchored, calibrate, configured_embedder, preset_dict, write_preset
+from services.research.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
 from services.research.recall_calibration_fit import CV_FOLDS, DEFAULT_FEATURES
 from services.research.recall_calibration_replay import FEATURE_NAMES
 from services.research.recall_calibration_report import format_report, save_plot
+from services.research.recall_operating_curve import NotAnchored
 from services.study.definition import DEFAULT_STUDY_FILE, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

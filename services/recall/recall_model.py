@@ -544,6 +544,12 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
     return RelevanceMapping("linear", floor, ceiling, by_language, raw.get("embedder_model"))
 
 
+def _check_budget(name: str, budget: float, share: float, what: str) -> None:
+    """A budget is a quantile of a fitted tail, which covers only its top ``share`` of the unrelated scores."""
+    if not math.isfinite(budget) or not 0.0 < budget < share:
+        raise ValueError(f"recall relevance {name} must lie in (0, {share:g}) ({what}), got {budget}")
+
+
 def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> RelevanceMapping:
     tails = raw.get("tails")
     if not isinstance(tails, Mapping) or "default" not in tails:
@@ -556,9 +562,7 @@ def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> 
     except (KeyError, TypeError) as exc:
         raise ValueError(f"recall relevance 'anchored' needs anchor_days and tails of threshold, share and scale "
                          f"(and optionally shape) ({exc})") from exc
-    if not math.isfinite(budget) or not 0.0 < budget < min(t.share for t in fitted.values()):
-        raise ValueError(f"recall relevance false_recall_budget must lie in (0, "
-                         f"{min(t.share for t in fitted.values()):g}) (the fitted tails' share), got {budget}")
+    _check_budget("false_recall_budget", budget, min(t.share for t in fitted.values()), "the fitted tails' share")
     by_language = raw.get("false_recall_budget_by_language") or {}
     if not isinstance(by_language, Mapping):
         raise ValueError("recall relevance false_recall_budget_by_language maps a language to its budget")
@@ -567,10 +571,8 @@ def _anchored_from_config(mapping: RelevanceMapping, raw: Mapping[str, Any]) -> 
     except (TypeError, ValueError) as exc:
         raise ValueError(f"recall relevance false_recall_budget_by_language: a budget is a number ({exc})") from exc
     for lang, value in by_language.items():
-        tail = fitted.get(lang, fitted["default"])
-        if not math.isfinite(value) or not 0.0 < value < tail.share:
-            raise ValueError(f"recall relevance false_recall_budget_by_language[{lang!r}] must lie in (0, "
-                             f"{tail.share:g}) (its fitted tail's share), got {value}")
+        _check_budget(f"false_recall_budget_by_language[{lang!r}]", value, fitted.get(lang, fitted["default"]).share,
+                      "its fitted tail's share")
     if not anchor_days >= 0.0:
         raise ValueError(f"recall relevance anchor_days must be 0 or more, got {anchor_days}")
     return replace(mapping, tails=fitted, false_recall_budget=budget, budget_by_language=by_language,

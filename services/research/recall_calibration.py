@@ -46,7 +46,7 @@ from services.research.recall_calibration_report import (
     outcome_figures,
     recall_ceilings,
 )
-from services.research.recall_operating_curve import NotAnchored, operating_curve
+from services.research.recall_operating_curve import operating_curve, require_anchored
 from services.study.definition import Study, load_study
 
 TURN_GAPS = (0.0, 3.0, 10.0, 20.0, 40.0)
@@ -87,9 +87,8 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
     study = study or load_study()
     params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
     retrieval = study.memory.retrieval
-    if curve and not fit and params.relevance.method != "anchored":
-        raise NotAnchored(f"the operating curve varies the false-recall budget of an anchored preset; "
-                          f"{params.preset!r} is {params.relevance.method!r}")
+    if curve and not fit:
+        require_anchored(params)  # before the traces are built, not after
     embedder = _memo(embedder)
     traces = traces if traces is not None else traces_for(study, embedder, params, retrieval, day_seconds=day_seconds)
     search: list[dict[str, Any]] = []

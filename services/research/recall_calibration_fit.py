@@ -235,16 +235,17 @@ def judge(stats: dict[str, dict[str, Any]], per_language: bool = True) -> dict[s
     worst = np.minimum.reduce([s["ratio"] for s in stats.values()])
     # with a budget per language, a language's budget must keep the shape and the bound on all of its development
     # participants together (the rule's "subject to"): otherwise it counts as never meeting its targets
-    eligible = {lang: s.get("point_holds", True) or not per_language for lang, s in stats.items()}
+    eligible = {lang: s["point_holds"] or not per_language for lang, s in stats.items()}
     met = {lang: float(np.mean(s["holds"] & (s["ratio"] >= 1.0))) * eligible[lang] for lang, s in stats.items()}
-    own = {lang: float(np.mean(np.where(s["holds"], s["ratio"], 0.0))) * eligible[lang] for lang, s in stats.items()}
+    if per_language:
+        score = float(np.mean(list(met.values())))
+        partial = float(np.mean([np.mean(np.where(s["holds"], s["ratio"], 0.0)) * eligible[lang]
+                                 for lang, s in stats.items()]))
+    else:
+        score = partial = float(np.mean(np.where(first, worst, 0.0)))
     return {"shares": {lang: s["shares"] for lang, s in stats.items()},
             "unrelated": max(s["unrelated"] for s in stats.values()), "p_first": float(np.mean(first)),
-            "p_all": float(np.mean(first & (worst >= 1.0))), "p_met": met,
-            "partial": float(np.mean(list(own.values()))) if per_language
-            else float(np.mean(np.where(first, worst, 0.0))),
-            "score": float(np.mean(list(met.values()))) if per_language
-            else float(np.mean(np.where(first, worst, 0.0)))}
+            "p_all": float(np.mean(first & (worst >= 1.0))), "p_met": met, "partial": partial, "score": score}
 
 
 def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -274,7 +275,7 @@ def _rows(stats: dict[tuple[float, float], dict[str, dict[str, Any]]], budgets: 
                   else ((b,) * len(languages) for b in usable))
         for combo in combos:
             chosen = dict(zip(languages, combo, strict=True))
-            rows.append({"budgets": chosen, "budget": min(combo), "days_per_unit": days,
+            rows.append({"budgets": chosen, "days_per_unit": days,
                          **judge({lang: stats[(chosen[lang], days)][lang] for lang in languages}, per_language)})
     return rows
 
@@ -329,15 +330,16 @@ def bootstrap(traces: list[Trace], base: rm.RecallParams, study: Study, embedder
     and unit, and the held-out and blind relevant shares per language and task under that refit."""
     rng = random.Random(seed)
     checked = [t for t in traces if t.split != "dev"]
+    languages = sorted(set(SAMPLE_LANGUAGE.values()))
     rows = []
     for _ in range(resamples):
         params, _tried = fit_anchored(resample(traces, rng), base, study, embedder_model, retrieval,
                                       features=features, day_seconds=day_seconds, folds=folds,
                                       per_language=per_language)
         outcomes = replay_all(checked, params, study, day_seconds=day_seconds, events=False)
-        budgets = {lang: params.relevance.budget(lang) for lang in sorted(set(SAMPLE_LANGUAGE.values()))}
-        rows.append({"budgets": budgets, "days_per_unit": 1.0 / params.time_scale,
+        rows.append({"budgets": {lang: params.relevance.budget(lang) for lang in languages},
+                     "days_per_unit": 1.0 / params.time_scale,
                      "shares": {f"{split} {lang}": {t: o.relevant_share()
                                                      for t, o in group_outcomes(outcomes, split, lang).items()}
-                                for split in ("held-out", "blind") for lang in sorted(set(SAMPLE_LANGUAGE.values()))}})
+                                for split in ("held-out", "blind") for lang in languages}})
     return rows

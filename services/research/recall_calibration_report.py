@@ -404,14 +404,14 @@ def _format_search(report: CalibrationReport) -> list[str]:
                f"{drawn} from them ({rule}); the highest score wins; chosen: "
                f"budget {budgets_text(chosen)}, 1 unit = {days:g} days", "  the chosen budget, every unit:"]
     out += [_search_line(row, row["days_per_unit"] == days) for row in report.search if row["budgets"] == chosen]
-    for language in chosen if per_language else ():
-        out.append(f"  the chosen unit, every {language} budget (the others' held at their choice):")
+    # per language: that language's budgets, the others' held at their choice; one budget: every budget
+    for language in chosen if per_language else (None,):
+        out.append(f"  the chosen unit, every {language} budget (the others' held at their choice):" if language
+                   else "  the chosen unit, every budget:")
         out += [_search_line(row, row["budgets"] == chosen) for row in report.search
                 if row["days_per_unit"] == days
-                and all(b == chosen[lang] for lang, b in row["budgets"].items() if lang != language)]
-    if not per_language:
-        out.append("  the chosen unit, every budget:")
-        out += [_search_line(row, row["budgets"] == chosen) for row in report.search if row["days_per_unit"] == days]
+                and (language is None
+                     or all(b == chosen[lang] for lang, b in row["budgets"].items() if lang != language))]
     out.append("  unrelated-score tails (dev): " + "; ".join(
         f"{lang}: above {tail.threshold:.2f} {tail.share:.0%}, scale {tail.scale:.2f}, shape {tail.shape:.3f}, "
         f"anchor s = "

@@ -30,6 +30,13 @@ class NotAnchored(ValueError):
     """The operating curve varies an anchored preset's budget; another relevance has none."""
 
 
+def require_anchored(params: rm.RecallParams) -> None:
+    """Raise NotAnchored unless ``params`` has a budget to vary."""
+    if params.relevance.method != "anchored":
+        raise NotAnchored(f"the operating curve varies the false-recall budget of an anchored preset; "
+                          f"{params.preset!r} is {params.relevance.method!r}")
+
+
 CURVE_BUDGETS = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.10, 0.12, 0.15)
 
 
@@ -49,9 +56,7 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
                     day_seconds: float = SECONDS_PER_DAY) -> dict[str, list[CurvePoint]]:
     """{language: one CurvePoint per budget, in the order given, leaving out budgets beyond the share the
     language's fitted tail covers}. Needs an anchored preset."""
-    if params.relevance.method != "anchored":
-        raise NotAnchored(f"the operating curve varies the false-recall budget of an anchored preset; "
-                         f"{params.preset!r} is {params.relevance.method!r}")
+    require_anchored(params)
     if not all(0.0 < b < 1.0 for b in budgets):
         raise ValueError("a false-recall budget is a share in (0, 1)")
     curve: dict[str, list[CurvePoint]] = {}
@@ -75,12 +80,10 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
     return curve
 
 
-def first_budget_reaching(points: list[CurvePoint], split: str, task_id: str,
-                          share: float | None = None) -> CurvePoint | None:
-    """The smallest budget of ``points`` at which ``split`` recalls at least ``share`` (default: the task's
-    target) of the relevant memories at ``task_id``; None when no budget on the curve does."""
-    wanted = TARGETS[task_id] if share is None else share
-    reaching = [p for p in points if split in p.shares and p.shares[split].get(task_id, 0.0) >= wanted]
+def first_budget_reaching(points: list[CurvePoint], split: str, task_id: str) -> CurvePoint | None:
+    """The smallest budget of ``points`` at which ``split`` recalls at least the task's target share of the
+    relevant memories at ``task_id``; None when no budget on the curve does."""
+    reaching = [p for p in points if split in p.shares and p.shares[split].get(task_id, 0.0) >= TARGETS[task_id]]
     return min(reaching, key=lambda p: p.budget) if reaching else None
 
 

@@ -431,7 +431,7 @@ def test_the_rule_judges_groups_the_size_of_the_smallest_checked_group(traces):
 
 def _stats(holds: list[bool], ratio: list[float]) -> dict:
     return {"shares": {t: 0.5 for t in fit.TASKS}, "unrelated": 0.01, "holds": np.array(holds),
-            "ratio": np.array(ratio)}
+            "ratio": np.array(ratio), "point_holds": True}
 
 
 def test_with_a_budget_per_language_each_language_gets_the_budget_that_serves_it_best():
@@ -463,7 +463,7 @@ def test_with_a_budget_per_language_each_language_gets_the_budget_that_serves_it
 def test_the_operating_curve_replays_the_preset_with_only_its_budget_changed(embedder, traces, default_report):
     study = load_study()
     params = study.memory.recall
-    curve = cal.operating_curve(traces, params, study, budgets=(0.01, params.relevance.budget("zh"), 0.06))
+    curve = curve_mod.operating_curve(traces, params, study, budgets=(0.01, params.relevance.budget("zh"), 0.06))
     assert set(curve) == {"zh", "en"}
     for language, points in curve.items():
         assert [p.budget for p in points] == [0.01, params.relevance.budget("zh"), 0.06]
