@@ -54,6 +54,7 @@ def test_floor_holds_a_json_reply_and_records_its_timing(app, clock, make_partic
     assert reply.memory_exposure is None  # the first task: nothing earlier to carry
 
 
+@pytest.mark.postgres
 def test_floor_holds_a_streamed_reply_and_delivers_every_token_in_order(app, clock, make_participant):
     runtime = _paced(app, {"mode": "floor", "min_seconds": FLOOR})
     api = make_participant("floorsse")
@@ -103,6 +104,7 @@ def test_unpaced_replies_record_timing_and_no_delay(app, clock, make_participant
     assert reply.visible_first_token_ms >= reply.model_first_token_ms >= 0
 
 
+@pytest.mark.postgres
 def test_match_starts_cold_and_says_so(app, clock, make_participant):
     runtime = _paced(app, {"mode": "match", "min_samples": 5})
     api = make_participant("matchcold")
@@ -137,6 +139,7 @@ def _exposure_at_t2(app, clock, make_participant, study, group):
         return reply.memory_exposure, reply.memory_context, t1
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("group", ["L1", "L2", "L3", "L4"])
 def test_memory_exposure_at_the_start_of_t2(app, clock, make_participant, study, group):
     exposure, context, t1 = _exposure_at_t2(app, clock, make_participant, study, group)
