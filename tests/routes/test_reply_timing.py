@@ -164,3 +164,14 @@ def test_memory_exposure_at_the_start_of_t2(app, clock, make_participant, study,
         assert set(ids) == {m.id for m in window} | {r["message_id"] for r in recalled}
         recalled_tokens = sum(count_tokens(r["text"]) + count_tokens(r.get("reply") or "") for r in recalled)
         assert exposure["tokens"] == sum(count_tokens(m.content) for m in window) + profile_tokens + recalled_tokens
+
+
+@pytest.mark.parametrize("group", ["S1", "R1"])
+def test_memory_exposure_of_the_summary_conditions(app, clock, make_participant, study, group):
+    exposure, context, t1 = _exposure_at_t2(app, clock, make_participant, study, group)
+    assert exposure["summary_present"] and not exposure["profile_present"]
+    block = context["summary"] if group == "S1" else context["r1_memory"]
+    fragments = context["fragments"] if group == "S1" else []
+    assert exposure["earlier_message_ids"] == sorted({f["message_id"] for f in fragments})
+    assert set(exposure["earlier_message_ids"]) <= {m.id for m in t1}
+    assert exposure["tokens"] == count_tokens(block["text"]) + sum(count_tokens(f["text"]) for f in fragments)
