@@ -72,12 +72,15 @@ class PreparedReply:
     user_message: Message
     memory_group: str
     received_at: datetime  # when the participant's message was stored (pacing counts from it)
+    prepare_clock: datetime  # the study clock when preparing began
+    prepare_started: float  # time.monotonic() then: context building is timed in real time
     pacing: PacingPlan
     exposure: dict[str, Any] | None  # memory_exposure; None in the study's first task (nothing earlier)
 
-    def timing(self, runtime: Runtime) -> ReplyTiming:
+    def timing(self) -> ReplyTiming:
         """Start timing the reply: called just before the model is asked."""
-        return ReplyTiming.start(self.pacing, received_at=self.received_at, now=runtime.clock.now())
+        return ReplyTiming.start(self.pacing, received_at=self.received_at, now=self.prepare_clock,
+                                 prepared_since=self.prepare_started)
 
 
 def task_service(session: Session, runtime: Runtime) -> TaskService:
@@ -173,6 +176,7 @@ def unanswered_message(session: Session, user: User, task_id: str, message_id: i
 
 
 def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> PreparedReply:
+    prepare_started, prepare_clock = time.monotonic(), runtime.clock.now()
     message = session.get(Message, user_message_id)
     if message is None:  # the participant was erased since the message was stored
         raise Gone(ERASED, code="participant_erased")
@@ -202,7 +206,8 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     # model answers; what the build deferred (L4's recall) is written with the reply in _store_reply.
     session.commit()
     return PreparedReply(context=context, request=request, user_message=message, memory_group=group,
-                         received_at=received_at, pacing=pacing, exposure=exposure)
+                         received_at=received_at, prepare_clock=prepare_clock, prepare_started=prepare_started,
+                         pacing=pacing, exposure=exposure)
 
 
 def system_prompt(study: Study, group: str, language: str, context: MemoryContext) -> str:
@@ -288,7 +293,7 @@ def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = Fal
     with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
-            timing = prepared.timing(runtime)
+            timing = prepared.timing()
             try:
                 result = runtime.llm.complete(prepared.request)
             except AllProvidersFailed as exc:
@@ -321,7 +326,7 @@ def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False
     with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
-            timing = prepared.timing(runtime)
+            timing = prepared.timing()
             # held back before the first token (chat.reply_pacing), then every token at the model's pace
             for event in timing.stream(runtime.llm.stream(prepared.request)):
                 if "result" in event:

@@ -160,9 +160,15 @@ class ReplyTiming:
     visible_first_token_ms: float | None = None
 
     @classmethod
-    def start(cls, plan: PacingPlan, *, received_at: datetime, now: datetime, **clocks: Any) -> ReplyTiming:
+    def start(cls, plan: PacingPlan, *, received_at: datetime, now: datetime, prepared_since: float | None = None,
+              **clocks: Any) -> ReplyTiming:
+        """Timing from here, when the model is asked. ``received_at`` and ``now`` (the study clock, when
+        preparing began) give how long the message had waited; ``prepared_since`` (monotonic) adds the
+        context building since, measured in real time also when the study clock is a manual one."""
         timing = cls(plan, max(0.0, (now - received_at).total_seconds() * 1000.0), **clocks)
         timing.asked_at = timing.monotonic()
+        if prepared_since is not None:
+            timing.received_ago_ms += max(0.0, (timing.asked_at - prepared_since) * 1000.0)
         return timing
 
     def _since_asked_ms(self, at: float) -> float:
