@@ -175,3 +175,34 @@ def test_memory_exposure_of_the_summary_conditions(app, clock, make_participant,
     assert exposure["earlier_message_ids"] == sorted({f["message_id"] for f in fragments})
     assert set(exposure["earlier_message_ids"]) <= {m.id for m in t1}
     assert exposure["tokens"] == count_tokens(block["text"]) + sum(count_tokens(f["text"]) for f in fragments)
+
+
+@pytest.mark.postgres
+def test_match_holds_a_reply_to_the_shared_distribution(app, clock, make_participant):
+    """Warm match: one condition's recent replies came in 1-30 ms, the other's in 300-330 ms. Whichever
+    condition this participant is in, the new reply is shown no sooner than the slow condition's lowest
+    latency (300 ms): the fast condition is held to the slow one's distribution."""
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({
+        "enabled_conditions": ["L1", "L2"], "chat": {"reply_pacing": {"mode": "match", "min_samples": 10}}})
+    other = make_participant("matchseed")
+    other.post("/api/tasks/T1/start")
+    clock.advance(5)
+    seeded = other.post("/api/tasks/T1/messages", json={"content": "seed"}).get_json()["message"]
+    with runtime.db.session() as session:
+        asked = session.get(Message, seeded["id"])
+        for group, start in (("L1", 1.0), ("L2", 300.0)):
+            for i in range(30):
+                session.add(Message(user_id=asked.user_id, task_session_id=asked.task_session_id, task_id="T1",
+                                    role="assistant", content="seeded", created_at=clock.now(),
+                                    memory_group=group, pacing_delay_ms=0.0, visible_first_token_ms=start + i))
+    api = make_participant("matchwarm")
+    api.post("/api/tasks/T1/start")
+    clock.advance(5)
+    started = time.monotonic()
+    reply_id = api.post("/api/tasks/T1/messages", json={"content": "hello"}).get_json()["reply"]["id"]
+    assert time.monotonic() - started >= 0.3
+    reply = _reply(runtime, reply_id)
+    assert reply.params["pacing"]["cold_start"] is False
+    assert reply.params["pacing"]["samples"]["L1"] >= 30 and reply.params["pacing"]["samples"]["L2"] >= 30
+    assert reply.visible_first_token_ms >= 300 and reply.pacing_delay_ms > 0
