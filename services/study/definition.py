@@ -230,7 +230,7 @@ class Study:
     debrief: Debrief
     typing_checks: TypingChecks
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
-    chat: ChatSettings = field(default_factory=lambda: ChatSettings())  # optional in the file
+    chat: ChatSettings = field(default_factory=ChatSettings)  # optional in the file
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
