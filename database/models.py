@@ -215,6 +215,16 @@ class Message(Base):
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     latency_ms: Mapped[float | None] = mapped_column(Float)
     attempts: Mapped[list[Any] | None] = mapped_column(JSON)  # every provider tried, with outcome
+    # -- assistant replies: timing and pacing (services.chat.pacing), milliseconds; the model's own latency
+    # from asking it to its first token (a non-streamed reply: the whole answer), the delay added by
+    # chat.reply_pacing, and the first visible token after the participant's message was stored
+    model_first_token_ms: Mapped[float | None] = mapped_column(Float)
+    model_total_ms: Mapped[float | None] = mapped_column(Float)
+    pacing_delay_ms: Mapped[float | None] = mapped_column(Float)
+    visible_first_token_ms: Mapped[float | None] = mapped_column(Float)
+    # -- assistant replies: how much of the earlier tasks the memory context carried
+    # (services.memory.context.memory_exposure: earlier_message_ids, profile_present, summary_present, tokens)
+    memory_exposure: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # -- user messages: memory fields (filled by consolidation)
     embedding: Mapped[bytes | None] = mapped_column(LargeBinary)  # float32, L2-normalised
     embedding_model: Mapped[str | None] = mapped_column(String(128))

@@ -94,3 +94,54 @@ def test_0002_stops_on_usernames_differing_only_in_case_and_changes_nothing(tmp_
     db.upgrade()
     assert db.current_revision() is not None and db.current_revision() != "0001"
     db.dispose()
+
+
+@pytest.mark.postgres
+def test_0016_adds_reply_timing_and_exposure_and_keeps_the_messages(tmp_path):
+    """0016 (reply timing and memory_exposure) up and down on a database holding a reply: the rows stay, the
+    new columns start empty and take values."""
+    import importlib.util
+    from pathlib import Path
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from database.db_manager import alembic_config
+
+    path = Path(__file__).resolve().parents[2] / "database" / "migrations" / "versions"
+    spec = importlib.util.spec_from_file_location("m0016", next(path.glob("0016_*.py")))
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    url = os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'm0016.db'}"
+    db = Database(url)
+    if not url.startswith("sqlite"):
+        from tests.conftest import _reset_schema
+
+        _reset_schema(db)
+    db.upgrade(migration.down_revision)
+    with db.engine.begin() as conn:
+        conn.execute(text("INSERT INTO users (id, username, username_key, password_hash, role, language, "
+                          "created_at, status, session_version) VALUES (1, 'timing', 'timing', 'x', "
+                          "'participant', 'zh', '2026-03-01 09:00:00', 'active', 0)"))
+        conn.execute(text("INSERT INTO task_sessions (id, user_id, task_id, attempt, status, phase, started_at, "
+                          "last_activity_at, active_seconds, idle_gap_count, idle_seconds, consolidation_status) "
+                          "VALUES (1, 1, 'T2', 1, 'in_progress', 'chat', '2026-03-03 09:00:00', "
+                          "'2026-03-03 09:00:00', 0, 0, 0, 'pending')"))
+        conn.execute(text("INSERT INTO messages (id, user_id, task_session_id, task_id, role, content, created_at, "
+                          "recall_count) VALUES (1, 1, 1, 'T2', 'user', 'hi', '2026-03-03 09:00:01', 0), "
+                          "(2, 1, 1, 'T2', 'assistant', 'hello', '2026-03-03 09:00:02', 0)"))
+    db.upgrade("0016")
+    columns = {c["name"] for c in inspect(db.engine).get_columns("messages")}
+    assert set(migration.TIMING) | {"memory_exposure"} <= columns
+    with db.engine.begin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM messages WHERE pacing_delay_ms IS NULL "
+                                 "AND memory_exposure IS NULL")).scalar() == 2
+        conn.execute(text("UPDATE messages SET pacing_delay_ms = 250.5, visible_first_token_ms = 900 WHERE id = 2"))
+        assert conn.execute(text("SELECT visible_first_token_ms - pacing_delay_ms FROM messages "
+                                 "WHERE id = 2")).scalar() == 649.5
+    command.downgrade(alembic_config(url), migration.down_revision)
+    assert "pacing_delay_ms" not in {c["name"] for c in inspect(db.engine).get_columns("messages")}
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM messages")).scalar() == 2
+    db.upgrade()
+    db.dispose()
