@@ -118,9 +118,9 @@ def _trust_proxies(app: Flask) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, panel, participant, rights
+    from routes import admin, admin_tools, auth, pages, panel, participant, rights, staff
 
-    for module in (auth, participant, admin, admin_tools, pages, panel, rights):
+    for module in (auth, participant, admin, admin_tools, pages, panel, rights, staff):
         app.register_blueprint(module.bp)
 
 
