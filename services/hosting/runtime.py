@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from config import Settings
 from database.db_manager import BACKGROUND_POOL_SIZE, Database
 from services.llm.chain import LLMService
 from services.llm.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
@@ -18,6 +17,7 @@ from services.platform.background import BackgroundRunner
 from services.platform.clock import Clock
 from services.platform.failure_log import make_failure_recorder
 from services.study.definition import Study
+from services.study.settings import Settings
 
 
 @dataclass

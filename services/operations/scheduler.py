@@ -47,7 +47,6 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from config import Settings
 from database.db_manager import LEASE_POOL_SIZE
 from database.models import AuditLog, Reminder, User
 from services.chat.chat_service import answer_unanswered, catch_up_turn_upkeep
@@ -57,6 +56,7 @@ from services.participants import panel_service
 from services.participants.contacts import decrypted_contacts
 from services.platform.clock import parse_utc_iso
 from services.platform.leases import SchedulerLeadership
+from services.study.settings import Settings
 from services.study.timer_service import TaskService
 
 log = logging.getLogger(__name__)

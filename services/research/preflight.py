@@ -29,7 +29,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from config import Settings
 from database.models import PreflightReport
 from services.llm.embedding_service import EmbeddingProvider, build_embedder
 from services.platform.clock import Clock, utc_iso
@@ -38,6 +37,7 @@ from services.recall import recall_model
 from services.research import simulation
 from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study.definition import Study
+from services.study.settings import Settings
 
 PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
 
