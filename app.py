@@ -344,7 +344,8 @@ def configure_console_logging(environ: dict[str, str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
     logging.getLogger("apscheduler").setLevel(level)
-    logging.getLogger("services.operations.scheduler").setLevel(level)
+    for jobs in ("scheduler", "overdue", "reminders"):
+        logging.getLogger(f"services.operations.{jobs}").setLevel(level)
 
 
 def check_time_scale_on_start(app: Flask) -> None:

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from config import Settings
 from database.models import AuditLog, ConsolidationRun, TaskSession, User
-from services.operations import scheduler
-from services.operations.scheduler import ReminderConfig
+from services.operations import reminders, scheduler
+from services.operations.reminders import ReminderConfig
 from tests.conftest import walk_task
 from tests.routes.test_admin_actions import DeferredRunner
 
@@ -246,7 +246,7 @@ def test_reminder_config_from_environment(tmp_path):
     assert (config.enabled, config.smtp_host, config.smtp_port, config.starttls, config.resend_hours) == (
         True, "mail.lab", 587, True, 48.0)
     (tmp_path / "c.csv").write_text("\ufeffparticipant_code,email\nPABC, a@b.c \n,skipped@x\n", encoding="utf-8")
-    assert scheduler.load_contacts(str(tmp_path / "c.csv")) == {"PABC": "a@b.c"}
+    assert reminders.load_contacts(str(tmp_path / "c.csv")) == {"PABC": "a@b.c"}
 
 
 def _users(runtime) -> list[User]:
