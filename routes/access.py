@@ -143,7 +143,7 @@ limiter = Limiter(key_func=_limit_identity, headers_enabled=True)
 
 
 def configured_limit(name: str):
-    """A limit set in the environment (services.hosting.serving.RATE_LIMIT_DEFAULTS), read per request."""
+    """A limit set in the environment (services.study.settings.RATE_LIMIT_DEFAULTS), read per request."""
     return lambda: current_app.config["MEMORY_LAB_RATE_LIMITS"][name]
 
 

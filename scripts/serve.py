@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 
-import config  # noqa: F401 - loads .env before the environment is checked
+import config  # loads .env before the environment is checked
 from services.hosting.serving import (
     ServingConfig,
     allowed_connections,
@@ -44,7 +44,7 @@ def _prepare(serving: ServingConfig) -> str | None:
     app = create_app(settings)
     runtime = app.extensions["memory_lab"]
     try:
-        budget = connection_budget(serving, allowed_connections(runtime.db.engine))
+        budget = connection_budget(serving, allowed_connections(runtime.db.engine, serving.max_connections))
         if budget.problem():
             return budget.problem()
         print(f"make serve: database connections at most {budget.formula()}, of {budget.allowed} allowed", flush=True)
@@ -81,7 +81,7 @@ def build_application(serving: ServingConfig, bind: str):
 
 
 def main() -> int:
-    problems = production_problems()
+    problems = production_problems(os.environ.get("DATABASE_URL"), os.environ.get("SECRET_KEY"))
     if problems:
         for problem in problems:
             print(f"make serve: {problem}", file=sys.stderr)
@@ -94,7 +94,7 @@ def main() -> int:
     # APScheduler's line per job run buries what matters; which process leads the jobs
     # (services.operations.scheduler, INFO) stays visible here, where several processes share them
     logging.getLogger("apscheduler").setLevel((os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper())
-    serving = ServingConfig.from_env()
+    serving = config.serving_from_env()
     from services.study.definition import StudyDefinitionError
 
     try:

@@ -65,9 +65,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
     if db is None:
-        from services.hosting.serving import ServingConfig
-
-        serving = ServingConfig.from_env()
+        serving = settings.serving
         db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,
                       pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow,
                       pool_timeout=serving.db_pool_timeout, prepared_statements=serving.db_prepared_statements)

@@ -14,11 +14,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
 import smtplib
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -35,56 +33,12 @@ from services.operations.overdue import open_tasks, task_service
 from services.participants import panel_service
 from services.participants.contacts import decrypted_contacts
 from services.platform.clock import parse_utc_iso
+from services.study.settings import ReminderConfig
 
 log = logging.getLogger(__name__)
 
 REMINDER_ACTION = "reminder_sent"
 DIGEST_ACTION = "overdue_digest_sent"
-
-
-def _truthy(raw: str | None) -> bool:
-    return (raw or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-@dataclass
-class ReminderConfig:
-    enabled: bool = False
-    smtp_host: str = "localhost"
-    smtp_port: int = 25
-    smtp_user: str | None = None
-    smtp_password: str | None = None
-    starttls: bool = False
-    sender: str = "memory-lab@localhost"
-    contacts_path: str | None = None
-    digest_to: str | None = None
-    resend_hours: float = 24.0  # the lab's digest of overdue codes goes out at most this often
-    base_url: str | None = None
-    channels: tuple[str, ...] = ("email",)
-    webhook_url: str | None = None
-    webhook_token: str | None = None
-    webhook_timeout: float = 10.0
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> ReminderConfig:
-        env = os.environ if environ is None else environ
-        return cls(
-            enabled=_truthy(env.get("REMINDERS_ENABLED")),
-            smtp_host=env.get("SMTP_HOST", "localhost"),
-            smtp_port=int(env.get("SMTP_PORT", "25")),
-            smtp_user=env.get("SMTP_USER") or None,
-            smtp_password=env.get("SMTP_PASSWORD") or None,
-            starttls=_truthy(env.get("SMTP_STARTTLS")),
-            sender=env.get("REMINDER_FROM", "memory-lab@localhost"),
-            contacts_path=env.get("REMINDER_CONTACTS") or None,
-            digest_to=env.get("REMINDER_DIGEST_TO") or None,
-            resend_hours=float(env.get("REMINDER_RESEND_HOURS", "24")),
-            base_url=env.get("REMINDER_BASE_URL") or None,
-            channels=tuple(c.strip() for c in env.get("REMINDER_CHANNELS", "email").split(",") if c.strip()),
-            webhook_url=env.get("REMINDER_WEBHOOK_URL") or None,
-            webhook_token=env.get("REMINDER_WEBHOOK_TOKEN") or None,
-            webhook_timeout=float(env.get("REMINDER_WEBHOOK_TIMEOUT", "10")),
-        )
-
 
 
 def load_contacts(path: str | None) -> dict[str, str]:
@@ -327,8 +281,9 @@ SmtpFactory = Callable[..., smtplib.SMTP]
 def send_reminders(runtime: Runtime, config: ReminderConfig | None = None, *,
                    smtp_factory: SmtpFactory = smtplib.SMTP) -> dict[str, Any]:
     """Remind active participants of an unlocked or overdue task, once per task, kind and channel,
-    each with a fresh personal return link; then the lab's digest. Off unless enabled."""
-    config = config or ReminderConfig.from_env()
+    each with a fresh personal return link; then the lab's digest. Off unless enabled (``config``, else
+    the runtime's settings)."""
+    config = config or runtime.settings.reminders
     result: dict[str, Any] = {"enabled": config.enabled, "sent": [], "failed": [], "no_contact": [],
                               "digest": False}
     if not config.enabled:

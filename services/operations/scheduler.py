@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -28,7 +27,7 @@ from services.chat.chat_service import answer_unanswered, catch_up_turn_upkeep
 from services.hosting.runtime import Runtime
 from services.operations import admin_service
 from services.operations.overdue import mark_overdue, task_service
-from services.operations.reminders import ReminderConfig, send_reminders
+from services.operations.reminders import send_reminders
 from services.platform.leases import SchedulerLeadership
 from services.study.settings import Settings
 
@@ -63,16 +62,13 @@ def sweep_consolidation(runtime: Runtime, *, failed_retry_minutes: float = FAILE
 # -- the timer ----------------------------------------------------------------------------------------------
 
 
-def job_intervals(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, float]:
-    """Seconds between runs. Pilot mode shortens the sweep and overdue checks with its short days."""
-    env = os.environ if environ is None else environ
+def job_intervals(settings: Settings) -> dict[str, float]:
+    """Seconds between runs: ``settings.scheduler_intervals`` where it names a job, else the defaults. Pilot
+    mode shortens the sweep and overdue checks with its short days."""
     quick = max(1.0, min(60.0, settings.day_seconds / 4)) if settings.pilot_mode else 60.0
-    return {
-        "consolidation_sweep": float(env.get("SCHEDULER_SWEEP_SECONDS") or quick),
-        "mark_overdue": float(env.get("SCHEDULER_OVERDUE_SECONDS") or (quick if settings.pilot_mode else 300.0)),
-        "send_reminders": float(env.get("SCHEDULER_REMINDER_SECONDS") or 3600.0),
-        "answer_unanswered": float(env.get("SCHEDULER_ANSWER_SECONDS") or min(quick, 15.0)),
-    }
+    defaults = {"consolidation_sweep": quick, "mark_overdue": quick if settings.pilot_mode else 300.0,
+                "send_reminders": 3600.0, "answer_unanswered": min(quick, 15.0)}
+    return defaults | {job: float(seconds) for job, seconds in settings.scheduler_intervals.items() if seconds}
 
 
 def _led(leadership: SchedulerLeadership, job_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,7 +107,7 @@ def start_scheduler(app, *, start: bool = True):
     jobs: list[tuple[str, Callable[..., Any], list[Any]]] = [
         ("consolidation_sweep", sweep_consolidation, [runtime]), ("mark_overdue", mark_overdue, [runtime]),
         ("answer_unanswered", answer_unanswered, [runtime])]
-    reminders = ReminderConfig.from_env()
+    reminders = runtime.settings.reminders
     if reminders.enabled:
         jobs.append(("send_reminders", send_reminders, [runtime, reminders]))
     for job_id, fn, args in jobs:

@@ -16,6 +16,100 @@ PILOT_CONSOLIDATION_LEASE_FLOOR = 60.0  # ... scaled by pilot time, but never be
 
 
 @dataclass
+class ReminderConfig:
+    """Reminders (services.operations.reminders): the REMINDER_* and SMTP_* variables."""
+
+    enabled: bool = False
+    smtp_host: str = "localhost"
+    smtp_port: int = 25
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    starttls: bool = False
+    sender: str = "memory-lab@localhost"
+    contacts_path: str | None = None
+    digest_to: str | None = None
+    resend_hours: float = 24.0  # the lab's digest of overdue codes goes out at most this often
+    base_url: str | None = None
+    channels: tuple[str, ...] = ("email",)
+    webhook_url: str | None = None
+    webhook_token: str | None = None
+    webhook_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Web server settings (env vars documented in README, "Serving a class")."""
+
+    threads: int = 256  # per process: replies that can wait for the model at once
+    connection_limit: int = 2000  # open connections per process, idle ones included
+    idle_timeout: int = 30  # seconds an idle keep-alive connection stays open
+    workers: int = 4  # make serve: processes (each with `threads` threads)
+    db_pool_size: int = 10  # per process; PostgreSQL's default max_connections is 100 (connection_budget)
+    db_max_overflow: int = 5
+    db_pool_timeout: int = 10  # seconds a request waits for a pooled connection before a 503
+    proxy_hops: int = 0  # reverse proxies in front that set X-Forwarded-For/-Proto
+    hosts: int = 1  # machines running `make serve` on the same database (the connection budget)
+    db_prepared_statements: bool = True  # off behind pgbouncer < 1.21 in transaction mode
+    # DB_MAX_CONNECTIONS: what the deployment may use (a pooler's max_client_conn); None: ask the server
+    max_connections: int | None = None
+
+    def waitress_options(self) -> dict[str, object]:
+        return {
+            "threads": self.threads,
+            "connection_limit": self.connection_limit,
+            # waitress's event loop, not a thread, watches idle connections; this closes them
+            "channel_timeout": self.idle_timeout,
+            "cleanup_interval": max(1, min(30, self.idle_timeout // 2)),
+            # select() cannot watch descriptors above 1024; poll() can (2000 connections)
+            "asyncore_use_poll": True,
+            "backlog": 2048,
+            "ident": "ai-memory-lab",
+        }
+
+    def gunicorn_options(self, bind: str) -> dict[str, object]:
+        return {
+            "bind": bind,
+            "workers": self.workers,
+            "worker_class": "gthread",
+            "threads": self.threads,
+            "worker_connections": self.connection_limit,
+            "keepalive": self.idle_timeout,
+            "backlog": 2048,
+            # each worker its own listening socket: the kernel spreads new connections evenly, instead
+            # of the first worker to wake up taking most of a class's long-lived keep-alive connections
+            "reuse_port": True,
+            # a worker whose main loop stops for this long is restarted; requests waiting on the
+            # model do not count (their threads are separate from the loop that heartbeats)
+            "timeout": 60,
+            "graceful_timeout": 30,
+            "preload_app": False,  # each worker builds its own app: engine, pools, scheduler
+            "accesslog": None,
+            "forwarded_allow_ips": "127.0.0.1,::1",
+            # gunicorn's admin socket is a file in $HOME shared by every server on the host; unused here
+            "control_socket_disable": True,
+        }
+
+
+# The rate limits (flask-limiter strings such as "1000 per hour") and the variable that sets each.
+RATE_LIMIT_DEFAULTS = {
+    # A class on a campus network shares one public address: per-address caps on successful
+    # registrations must let a whole cohort in at once (200 within two minutes), while failed
+    # attempts (taken names, bad passwords, missing consent) are capped tightly.
+    "register": ("RATE_LIMIT_REGISTER_PER_ADDRESS", "1000 per hour"),
+    "register_failures": ("RATE_LIMIT_REGISTER_FAILURES_PER_ADDRESS", "30 per minute"),
+    # per account, so a cohort behind one address never shares it
+    "messages": ("RATE_LIMIT_MESSAGES_PER_ACCOUNT", "30 per minute"),
+    # new participants entering through the panel's link from one address (a campus shares one);
+    # returning visits (device cookie, login session) are not counted
+    "panel_entries": ("RATE_LIMIT_PANEL_ENTRIES_PER_ADDRESS", "60 per minute"),
+    # password logins: per (account, address), and failures per account from all addresses together
+    # (not counted where the account logged in before, so guesses never lock the owner out there)
+    "login_per_account_address": ("RATE_LIMIT_LOGIN_PER_ACCOUNT_ADDRESS", "10 per minute"),
+    "login_failures_per_account": ("RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT", "100 per hour"),
+}
+
+
+@dataclass
 class Settings:
     database_url: str = ""
     secret_key: str = ""
@@ -71,6 +165,11 @@ class Settings:
     # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
     # report exists for the current study definition (flask --app app preflight)
     require_preflight: bool = False
+    # the scheduler's intervals in seconds (SCHEDULER_*_SECONDS); None: its defaults (services.operations.scheduler)
+    scheduler_intervals: dict[str, float] = field(default_factory=dict)
+    reminders: ReminderConfig = field(default_factory=ReminderConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    rate_limits: dict[str, str] = field(default_factory=lambda: {n: d for n, (_, d) in RATE_LIMIT_DEFAULTS.items()})
     study: Study = field(default_factory=load_study)
 
     @property

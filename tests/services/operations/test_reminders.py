@@ -13,6 +13,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, text
 
+from config import reminders_from_env
 from database.models import Reminder
 from services.operations import reminders
 from services.operations.reminders import ReminderConfig
@@ -232,9 +233,8 @@ def test_contact_details_need_the_key_and_a_valid_address(app, make_participant,
 
 
 def test_reminder_channels_from_the_environment():
-    config = ReminderConfig.from_env({"REMINDERS_ENABLED": "1", "REMINDER_CHANNELS": "email, webhook",
-                                      "REMINDER_WEBHOOK_URL": "http://127.0.0.1:9/hook",
-                                      "REMINDER_WEBHOOK_TOKEN": "t"})
+    config = reminders_from_env({"REMINDERS_ENABLED": "1", "REMINDER_CHANNELS": "email, webhook",
+                                 "REMINDER_WEBHOOK_URL": "http://127.0.0.1:9/hook", "REMINDER_WEBHOOK_TOKEN": "t"})
     assert (config.channels, config.webhook_url, config.webhook_token) == (
         ("email", "webhook"), "http://127.0.0.1:9/hook", "t")
     with pytest.raises(ValueError, match="REMINDER_WEBHOOK_URL"):
