@@ -232,7 +232,7 @@ def _register_cli(app: Flask) -> None:
                   help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
     def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
-        from services.research.export_service import ExportOptions, write_export
+        from services.reporting.export_service import ExportOptions, write_export
 
         options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
         result = write_export(runtime, out, options=options)

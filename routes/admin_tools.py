@@ -9,8 +9,8 @@ from services.participants import payments
 from services.participants.input_checks import bounded_int
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput
-from services.research import plots
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting import plots
+from services.reporting.export_service import ExportOptions, export_runtime
 
 bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
 
