@@ -1,9 +1,13 @@
-"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots."""
+"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots, the
+study report."""
 from __future__ import annotations
+
+import io
+import zipfile
 
 from flask import Blueprint, Response, current_app, request
 
-from routes.access import admin_required, current, db_session, ok, runtime
+from routes.access import admin_required, current, db_session, json_body, ok, runtime
 from services.operations import admin_service
 from services.participants import payments
 from services.participants.input_checks import bounded_int
@@ -85,3 +89,24 @@ def plot(name: str):
                                                             "X-Plot-Cache": "hit" if hit else "miss"})
     response.set_etag(etag)
     return response.make_conditional(request)
+
+
+@bp.post("/report")
+@admin_required
+def report():
+    """The study report built from an export made now: a zip with report.html (self-contained, in the body's
+    ``language``, default the admin's) and report.json. The audit log records it."""
+    from services.reporting.report import report_files, report_runtime  # statsmodels loads on first use only
+
+    body = json_body()
+    language = plots.plot_language(body.get("language"), current().language)
+    rt = runtime()
+    result = report_runtime(rt, actor_id=current().id, channel="api")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in report_files(result, language=language).items():
+            archive.writestr(name, data)
+    stamp = rt.clock.now().strftime("%Y%m%d-%H%M%S")
+    return Response(buffer.getvalue(), mimetype="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="memory-lab-report-{stamp}-{language}.zip"',
+        "Cache-Control": "no-store"})

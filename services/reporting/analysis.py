@@ -153,10 +153,11 @@ def attrition(participants: Rows, study: Mapping[str, Any]) -> dict[str, Any]:
                               "completed": {g: row[0] for g, row in zip(names, table, strict=True)},
                               "not_completed": {g: row[1] for g, row in zip(names, table, strict=True)}}
     if len(table) < 2:
-        return {**result, "test": None, "p": None, "message": "not tested: fewer than two conditions with data"}
+        return {**result, "test": None, "p": None, "code": "one_condition",
+                "message": "not tested: fewer than two conditions with data"}
     array = np.array(table)
     if array[:, 0].sum() == 0 or array[:, 1].sum() == 0:
-        return {**result, "test": None, "p": 1.0,
+        return {**result, "test": None, "p": 1.0, "code": "no_variation",
                 "message": "no difference to test: every condition has the same outcome for everyone"}
     expected = array.sum(axis=1, keepdims=True) * array.sum(axis=0, keepdims=True) / array.sum()
     if expected.min() >= 5:
@@ -215,7 +216,16 @@ def descriptives(scores: list[tuple[str, str, str, float]], study: Mapping[str, 
 
 
 class NotFitted(Exception):
-    """Why a scale's model cannot be fitted (the message is shown in the report)."""
+    """Why a scale's model cannot be fitted: ``code`` and ``params`` for the report's translations, the English
+    message as the exception's text."""
+
+    def __init__(self, code: str, message: str, **params: Any) -> None:
+        super().__init__(message)
+        self.code, self.params = code, params
+
+    def view(self, scale: str, observations: int) -> dict[str, Any]:
+        return {"scale": scale, "status": "not_fitted", "code": self.code, "params": self.params,
+                "message": str(self), "n_observations": observations}
 
 
 def _design(scores: list[tuple[str, str, str, float]], groups: list[str], tasks: list[str]) -> np.ndarray:
@@ -250,19 +260,21 @@ def _checked(scores: list[tuple[str, str, str, float]], study: Mapping[str, Any]
     groups = [g for g in conditions(study) if people.get(g)]
     counts = {g: len(people[g]) for g in groups}
     if reference not in groups:
-        raise NotFitted(f"no scores in the reference condition {reference}")
+        raise NotFitted("no_reference", f"no scores in the reference condition {reference}", reference=reference)
     if len(groups) < 2:
-        raise NotFitted(f"one condition only ({groups[0]}): nothing to compare")
+        raise NotFitted("one_condition", f"one condition only ({groups[0]}): nothing to compare",
+                        condition=groups[0])
     few = [g for g in groups if counts[g] < MIN_PER_CONDITION]
     if few:
-        raise NotFitted(f"too few participants: {', '.join(f'{g} n={counts[g]}' for g in few)} "
-                        f"(at least {MIN_PER_CONDITION} per condition)")
+        raise NotFitted("too_few", f"too few participants: {', '.join(f'{g} n={counts[g]}' for g in few)} "
+                        f"(at least {MIN_PER_CONDITION} per condition)",
+                        counts=", ".join(f"{g} n={counts[g]}" for g in few), minimum=MIN_PER_CONDITION)
     groups = [reference, *[g for g in groups if g != reference]]
     present = {(s[1], s[2]) for s in scores}
     tasks = [t for t in task_ids(study) if any(s[2] == t for s in scores)]
     empty = [f"{g} x {t}" for g in groups for t in tasks if (g, t) not in present]
     if empty:
-        raise NotFitted(f"empty condition x task cell(s): {', '.join(empty)}")
+        raise NotFitted("empty_cells", f"empty condition x task cell(s): {', '.join(empty)}", cells=", ".join(empty))
     return groups, tasks, counts
 
 
@@ -284,7 +296,8 @@ def _fit_mixed(y: np.ndarray, x: np.ndarray, people: np.ndarray) -> tuple[Any, l
                 break
             failures.append(f"{method}: did not converge")
     if result is None:
-        raise NotFitted(f"the mixed model could not be fitted ({'; '.join(failures)})")
+        raise NotFitted("not_converged", f"the mixed model could not be fitted ({'; '.join(failures)})",
+                        detail="; ".join(failures))
     tau2, sigma2 = float(np.asarray(result.cov_re)[0, 0]), float(result.scale)
     if tau2 <= SINGULAR_SHARE * sigma2:
         notes.append("singular fit: the random-intercept variance is estimated at 0 (estimates equal those of "
@@ -301,19 +314,19 @@ def fit_scale(scale: str, scores: list[tuple[str, str, str, float]], study: Mapp
     try:
         groups, tasks, counts = _checked(scores, study)
     except NotFitted as exc:
-        return {"scale": scale, "status": "not_fitted", "message": str(exc), "n_observations": len(scores)}
+        return exc.view(scale, len(scores))
     y = np.array([s[3] for s in scores])
     x = _design(scores, groups, tasks)
     if np.linalg.matrix_rank(x) < x.shape[1]:
-        return {"scale": scale, "status": "not_fitted", "n_observations": len(scores),
-                "message": "the design is singular (conditions and tasks are confounded in these data)"}
+        return NotFitted("singular_design", "the design is singular (conditions and tasks are confounded in these "
+                         "data)").view(scale, len(scores))
     if len(tasks) == 1:
         return _ols(scale, y, x, groups, tasks, counts)
     people = np.array([s[0] for s in scores])
     try:
         result, notes = _fit_mixed(y, x, people)
     except NotFitted as exc:
-        return {"scale": scale, "status": "not_fitted", "message": str(exc), "n_observations": len(scores)}
+        return exc.view(scale, len(scores))
     k = x.shape[1]
     beta = np.asarray(result.fe_params)
     cov = np.asarray(result.cov_params())[:k, :k]
@@ -345,8 +358,8 @@ def _ols(scale: str, y: np.ndarray, x: np.ndarray, groups: list[str], tasks: lis
 
     result = sm.OLS(y, x).fit()
     if result.df_resid < 1:
-        return {"scale": scale, "status": "not_fitted", "message": "too few participants for the model's "
-                "parameters", "n_observations": len(y)}
+        return NotFitted("too_few_for_parameters", "too few participants for the model's parameters").view(
+            scale, len(y))
     sd = math.sqrt(float(result.scale))
     low, high = np.asarray(result.conf_int(0.05)).T
     rows = []
@@ -416,9 +429,9 @@ def latency(messages: Rows, study: Mapping[str, Any]) -> dict[str, Any]:
     test: dict[str, Any] = {"test": "kruskal-wallis", "column": tested, "unit": "participant median"}
     usable = [s for s in samples.values() if s]
     if len(usable) < 2:
-        test.update(p=None, message="not tested: fewer than two conditions with replies")
+        test.update(p=None, code="one_condition", message="not tested: fewer than two conditions with replies")
     elif len({x for s in usable for x in s}) < 2:
-        test.update(p=1.0, statistic=0.0, message="every participant's median is the same")
+        test.update(p=1.0, statistic=0.0, code="no_variation", message="every participant's median is the same")
     else:
         h, p = stats.kruskal(*usable)
         test.update(statistic=_round(float(h)), p=_round(float(p)))
@@ -489,9 +502,9 @@ def manipulation_check(answers: Rows, participants: Rows, study: Mapping[str, An
     samples = [[float(np.mean(v)) for v in per_person[g].values()] for g in table]
     test: dict[str, Any] = {"test": "kruskal-wallis", "unit": "participant mean"}
     if len(samples) < 2:
-        test.update(p=None, message="not tested: fewer than two conditions answered")
+        test.update(p=None, code="one_condition", message="not tested: fewer than two conditions answered")
     elif len({x for s in samples for x in s}) < 2:
-        test.update(p=1.0, statistic=0.0, message="every participant answered the same")
+        test.update(p=1.0, statistic=0.0, code="no_variation", message="every participant answered the same")
     else:
         h, p = stats.kruskal(*samples)
         test.update(statistic=_round(float(h)), p=_round(float(p)))

@@ -6,7 +6,7 @@ import base64
 from html import escape
 from typing import Any
 
-from services.reporting import report_charts
+from services.reporting import analysis, report_charts
 
 T: dict[str, dict[str, str]] = {
     "title": {"en": "Study report", "zh": "研究报告"},
@@ -43,7 +43,8 @@ T: dict[str, dict[str, str]] = {
                  "zh": "记忆暴露（memory_exposure）：各组各任务"},
     "exposure_note": {"en": "means over task sessions with replies; L1 must be 0",
                       "zh": "为有回复的任务会话的均值；L1 应为 0"},
-    "not_recorded": {"en": "not recorded", "zh": "未记录"},
+    "not_recorded_columns": {"en": "not recorded: this export has no {columns}",
+                             "zh": "未记录：本导出没有 {columns} 这些列"},
     "recall": {"en": "L4 recall events per condition and task", "zh": "L4 回忆事件：各组各任务"},
     "candidates": {"en": "candidates scored", "zh": "候选数"},
     "recalled": {"en": "recalled", "zh": "被回忆"},
@@ -51,6 +52,7 @@ T: dict[str, dict[str, str]] = {
     "per_participant": {"en": "recalled per participant", "zh": "人均回忆数"},
     "no_recall_events": {"en": "no recall events in this export", "zh": "本导出中没有回忆事件"},
     "mc": {"en": "Self-reported manipulation check ({item})", "zh": "自评操纵检验（{item}）"},
+    "no_mc": {"en": "no answers to {item} in this export", "zh": "本导出中没有 {item} 的回答"},
     "latency": {"en": "Reply timing parity", "zh": "回复用时一致性"},
     "latency_test": {"en": "{test} on each participant's median {column}",
                      "zh": "{test}（每名参与者 {column} 的中位数）"},
@@ -81,6 +83,34 @@ T: dict[str, dict[str, str]] = {
                       "script reproduces the outcome table from the export.",
                "zh": "本报告由数据导出生成；report.json 含相同数据。预注册包中的脚本可从导出重现结果表。"},
 }
+# The analysis' reasons (``code`` and ``params``), translated; its English ``message`` is the fallback.
+REASONS: dict[str, dict[str, str]] = {
+    "no_reference": {"en": "no scores in the reference condition {reference}", "zh": "参照组 {reference} 没有得分"},
+    "one_condition": {"en": "fewer than two conditions with data: nothing to compare",
+                      "zh": "有数据的组少于两个：无法比较"},
+    "too_few": {"en": "too few participants: {counts} (at least {minimum} per condition)",
+                "zh": "参与者太少：{counts}（每组至少 {minimum} 人）"},
+    "empty_cells": {"en": "empty condition x task cell(s): {cells}", "zh": "组别 × 任务中有空单元格：{cells}"},
+    "singular_design": {"en": "the design is singular (conditions and tasks are confounded in these data)",
+                        "zh": "设计矩阵奇异（这些数据中组别与任务相互混淆）"},
+    "not_converged": {"en": "the mixed model could not be fitted ({detail})", "zh": "混合模型无法拟合（{detail}）"},
+    "too_few_for_parameters": {"en": "too few participants for the model's parameters",
+                               "zh": "参与者人数少于模型参数所需"},
+    "no_variation": {"en": "no variation to test: everyone has the same value", "zh": "没有可检验的差异：所有值相同"},
+}
+
+
+def reason(entry: dict[str, Any], language: str) -> str:
+    """A not-fitted model's or an untested test's reason in ``language``."""
+    template = REASONS.get(entry.get("code") or "")
+    if template is None:
+        return str(entry.get("message") or "")
+    try:
+        return template["zh" if language == "zh" else "en"].format(**(entry.get("params") or {}))
+    except KeyError:
+        return str(entry.get("message") or "")
+
+
 CSS = """body{font-family:"Noto Sans CJK SC","Noto Sans",system-ui,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#1d1d1f;line-height:1.45}h1{font-size:1.7em}h2{margin-top:2em;border-bottom:2px solid #ddd;
 padding-bottom:.2em}h3{margin-top:1.4em}table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}
@@ -153,7 +183,7 @@ def _consort(report: dict[str, Any], language: str) -> str:
     test = attrition.get("test")
     line = (f"{t('attrition', language, outcome=attrition['outcome'])}: {test}, p = {p_text(attrition['p'])}"
             if test else f"{t('attrition', language, outcome=attrition['outcome'])}: "
-                         f"{t('not_tested', language)} ({attrition.get('message', '')})")
+                         f"{t('not_tested', language)} ({reason(attrition, language)})")
     return (f"<h2>{escape(t('consort', language))}</h2>" + _table(["", *groups], rows) + f"<p>{escape(line)}</p>"
             + _image(report_charts.consort_flow(report, language), t("consort", language)))
 
@@ -174,7 +204,7 @@ def _exposure(report: dict[str, Any], language: str) -> str:
     data = report["exposure"]
     out = f"<h3>{escape(t('exposure', language))}</h3>"
     if not data.get("recorded"):
-        return out + _msg(f"{t('not_recorded', language)}: {data['message']}")
+        return out + _msg(t("not_recorded_columns", language, columns=", ".join(analysis.EXPOSURE_COLUMNS)))
     rows = [[group, task, str(cell["sessions"]), *[num(cell.get(c)) for c in data["columns"]]]
             for group, cells in data["by_condition"].items() for task, cell in cells.items()]
     return (out + f'<p class="small">{escape(t("exposure_note", language))}</p>'
@@ -207,10 +237,10 @@ def _mc(report: dict[str, Any], language: str) -> str:
     mc = report["manipulation"]["mc"]
     out = f"<h3>{escape(t('mc', language, item=mc['item']))}</h3>"
     if not mc.get("recorded"):
-        return out + _msg(mc["message"])
+        return out + _msg(t("no_mc", language, item=mc["item"]))
     test = mc["test"]
     line = f"{test['test']} ({test['unit']}): p = {p_text(test.get('p'))}" + (
-        f" – {test['message']}" if test.get("message") else "")
+        f" – {reason(test, language)}" if test.get("message") else "")
     return (out + _cells_table(mc["by_condition_task"], report["study"]["tasks"], language)
             + f"<p>{escape(line)}</p>" + _image(report_charts.manipulation_check(report, language), "mc_1"))
 
@@ -219,7 +249,7 @@ def _latency(report: dict[str, Any], language: str) -> str:
     data = report["latency"]
     out = f"<h3>{escape(t('latency', language))}</h3>"
     if not data.get("recorded"):
-        return out + _msg(f"{t('not_recorded', language)}: {data['message']}")
+        return out + _msg(t("not_recorded_columns", language, columns=", ".join(analysis.LATENCY_COLUMNS)))
     head = [t("condition", language), t("replies", language)]
     for column in data["columns"]:
         head += [f"{column} {t('median', language)}", f"{column} {t('mean', language)}"]
@@ -228,7 +258,7 @@ def _latency(report: dict[str, Any], language: str) -> str:
             for group, c in data["by_condition"].items()]
     parity = data["parity"]
     line = (t("latency_test", language, test=parity["test"], column=parity["column"]) +
-            f": p = {p_text(parity.get('p'))}" + (f" – {parity['message']}" if parity.get("message") else ""))
+            f": p = {p_text(parity.get('p'))}" + (f" – {reason(parity, language)}" if parity.get("message") else ""))
     return (out + _table(head, rows) + f"<p>{escape(line)}</p>"
             + _image(report_charts.latency(report, language), t("latency", language)))
 
@@ -246,7 +276,7 @@ def _outcomes(report: dict[str, Any], language: str) -> str:
         out += f"<h3>{escape(title)} <span class='small'>({escape(scale)})</span></h3>"
         out += _cells_table(report["descriptives"].get(scale, {}), report["study"]["tasks"], language)
         if model["status"] != "fitted":
-            out += _msg(t("not_fitted", language, message=model["message"]))
+            out += _msg(t("not_fitted", language, message=reason(model, language)))
             continue
         rows = [[r["contrast"], num(r["estimate"]), f"[{num(r['ci_low'])}, {num(r['ci_high'])}]", p_text(r["p"]),
                  num(r["effect_size"]), str(r["n"])] for r in report["outcomes"] if r["scale"] == scale]
