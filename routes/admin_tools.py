@@ -2,9 +2,6 @@
 study report."""
 from __future__ import annotations
 
-import io
-import zipfile
-
 from flask import Blueprint, Response, current_app, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
@@ -96,17 +93,12 @@ def plot(name: str):
 def report():
     """The study report built from an export made now: a zip with report.html (self-contained, in the body's
     ``language``, default the admin's) and report.json. The audit log records it."""
-    from services.reporting.report import report_files, report_runtime  # statsmodels loads on first use only
+    from services.reporting.report import report_runtime, report_zip  # statsmodels loads on first use only
 
-    body = json_body()
-    language = plots.plot_language(body.get("language"), current().language)
+    language = plots.plot_language(json_body().get("language"), current().language)
     rt = runtime()
-    result = report_runtime(rt, actor_id=current().id, channel="api")
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in report_files(result, language=language).items():
-            archive.writestr(name, data)
+    data = report_zip(report_runtime(rt, actor_id=current().id, channel="api"), language=language)
     stamp = rt.clock.now().strftime("%Y%m%d-%H%M%S")
-    return Response(buffer.getvalue(), mimetype="application/zip", headers={
+    return Response(data, mimetype="application/zip", headers={
         "Content-Disposition": f'attachment; filename="memory-lab-report-{stamp}-{language}.zip"',
         "Cache-Control": "no-store"})

@@ -151,10 +151,13 @@ def write_report(report: dict[str, Any], out_dir: str | Path, *, language: str) 
     return paths
 
 
-def report_files(report: dict[str, Any], *, language: str) -> dict[str, bytes]:
-    """report.json and report.html as bytes (the admin console's download)."""
-    return {"report.json": json.dumps({**report, "language": language}, ensure_ascii=False, indent=2).encode(),
-            "report.html": report_html.render(report, language).encode("utf-8")}
+def report_zip(report: dict[str, Any], *, language: str) -> bytes:
+    """report.html and report.json in a zip (the admin console's download)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("report.html", report_html.render(report, language))
+        archive.writestr("report.json", json.dumps({**report, "language": language}, ensure_ascii=False, indent=2))
+    return buffer.getvalue()
 
 
 def report_runtime(runtime, *, actor_id: int | None = None, channel: str = "cli") -> dict[str, Any]:
