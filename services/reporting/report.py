@@ -20,7 +20,8 @@ import csv
 import io
 import json
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from database.models import AuditLog
 from services.platform.clock import utc_iso
 from services.reporting import analysis, report_html
 from services.reporting.export_service import CSV_FILES, ExportOptions, build_export, deployment_facts
+from services.study.evidence import Verdict
 
 REPORT_LANGUAGES = ("zh", "en")
 SCHEMA_VERSION = 1
@@ -84,6 +86,22 @@ def _from_files(read) -> ExportTables:
                         manifest=json.loads(manifest_text) if manifest_text else {})
 
 
+VERDICT_FIELDS = {f.name for f in fields(Verdict)}
+
+
+def _verdicts(value: Any) -> Iterator[dict[str, Any]]:
+    """Every judged target (``services.study.evidence.Verdict.as_dict``) anywhere inside a stored check."""
+    if isinstance(value, dict):
+        if VERDICT_FIELDS <= set(value):
+            yield {k: value[k] for k in VERDICT_FIELDS}
+            return
+        for inner in value.values():
+            yield from _verdicts(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _verdicts(inner)
+
+
 def _preflight(manifest: dict[str, Any]) -> dict[str, Any]:
     """The latest stored pre-flight report as the export's manifest carries it: its state for the exported study
     definition and each check's verdict, with the failures it names."""
@@ -96,7 +114,8 @@ def _preflight(manifest: dict[str, Any]) -> dict[str, Any]:
         details = [str(x) for key in ("failures", "failed_checks") for x in check.get(key) or []]
         if check.get("message") or check.get("reason"):
             details.append(str(check.get("message") or check.get("reason")))
-        checks[name] = {"verdict": check.get("verdict"), "passed": check.get("passed"), "details": details}
+        checks[name] = {"verdict": check.get("verdict"), "passed": check.get("passed"), "details": details,
+                        "targets": list(_verdicts(check))}
     return {"state": entry.get("state"), "study_hash": entry.get("study_hash"), "report_id": report.get("id"),
             "created_at": report.get("created_at"), "passed": report.get("passed"),
             "embedder_model": report.get("embedder_model"), "chat_model": report.get("chat_model"),

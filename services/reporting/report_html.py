@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from services.reporting import analysis, report_charts
+from services.study.evidence import Verdict, describe
 
 T: dict[str, dict[str, str]] = {
     "title": {"en": "Study report", "zh": "研究报告"},
@@ -196,7 +197,8 @@ def _preflight(report: dict[str, Any], language: str) -> str:
     verdict = t("passed" if pre.get("passed") else "failed", language)
     out += f"<p>{escape(t('preflight_head', language, id=pre['report_id'], at=pre['created_at'], verdict=verdict, state=pre['state']))}</p>"  # noqa: E501
     rows = [[name, check.get("verdict") or ("passed" if check.get("passed") else "failed"),
-             "; ".join(check["details"]) or "–"] for name, check in pre["checks"].items()]
+             "; ".join([*check["details"], *(describe(Verdict(**v), language) for v in check.get("targets", []))])
+             or "–"] for name, check in pre["checks"].items()]
     return out + _table([t("check", language), t("verdict", language), t("details", language)], rows)
 
 

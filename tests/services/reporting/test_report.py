@@ -325,3 +325,33 @@ def test_an_unreadable_export_is_refused_with_what_is_missing(tmp_path):
         load_export(tmp_path)
     with pytest.raises(ExportUnreadable, match="no such file"):
         load_export(tmp_path / "nothing.zip")
+
+
+def test_the_latest_preflight_report_and_its_judged_targets_are_shown(simulated, tmp_path):
+    """The manifest's pre-flight entry: its state, each check's verdict and failures, and every judged target
+    (evidence.Verdict) wherever the check keeps it, described in the report's language."""
+    from services.study.evidence import describe, judge
+
+    t3 = judge("zh T3 relevant recalled", 3, 40, 0.15)
+    unrelated = judge("en unrelated", 1, 60, 0.03, "at_most")
+    manifest = json.loads(zipfile.ZipFile(io.BytesIO(simulated["export"])).read("manifest.json"))
+    manifest["preflight"] = {"state": "failed", "study_hash": "abc", "report": {
+        "id": 7, "created_at": "2026-03-01T08:00:00Z", "study_hash": "abc", "passed": False,
+        "embedder_model": "e5", "chat_model": "offline", "providers": {}, "duration_seconds": 12.0,
+        "checks": {"calibration": {"verdict": "passed", "passed": True,
+                                   "pooled": {"zh": [t3.as_dict()], "en": [unrelated.as_dict()]}},
+                   "manipulation": {"verdict": "failed", "passed": False, "failed_checks": ["L4 beyond L3 (zh)"]}}}}
+    source = zipfile.ZipFile(io.BytesIO(simulated["export"]))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for name in source.namelist():
+            target.writestr(name, json.dumps(manifest) if name == "manifest.json" else source.read(name))
+    report = build_report(load_export(out.getvalue()), generated_at=simulated["clock"].now())
+    pre = report["manipulation"]["preflight"]
+    assert pre["state"] == "failed" and pre["report_id"] == 7 and pre["passed"] is False
+    assert pre["checks"]["manipulation"] == {"verdict": "failed", "passed": False,
+                                             "details": ["L4 beyond L3 (zh)"], "targets": []}
+    assert pre["checks"]["calibration"]["targets"] == [t3.as_dict(), unrelated.as_dict()]
+    html = write_report(report, tmp_path, language="zh")["html"].read_text(encoding="utf-8")
+    assert describe(t3, "zh") in html.replace("&gt;", ">") and "L4 beyond L3 (zh)" in html
+    assert "报告 7" in html
