@@ -348,7 +348,8 @@ def fit_scale(scale: str, scores: list[tuple[str, str, str, float]], study: Mapp
             "random_intercept_variance": _round(tau2), "residual_variance": _round(sigma2),
             "contrasts": [{"contrast": f"{g}-{groups[0]}", "n": counts[g] + counts[groups[0]], **contrast(g, tasks)}
                           for g in groups[1:]],
-            "by_task": [{"contrast": f"{g}-{groups[0]}", "task": t, **contrast(g, [t])}
+            "by_task": [{"contrast": f"{g}-{groups[0]}", "task": t, **contrast(g, [t]),
+                         "n": sum(1 for s in scores if s[2] == t and s[1] in (g, groups[0]))}
                         for g in groups[1:] for t in tasks]}
 
 

@@ -284,7 +284,7 @@ def _outcomes(report: dict[str, Any], language: str) -> str:
                  num(r["effect_size"]), str(r["n"])] for r in report["outcomes"] if r["scale"] == scale]
         out += f'<p class="small">{escape(model["formula"])}</p>' + _table(head, rows)
         by_task = [[f"{r['contrast']} {r['task']}", num(r["estimate"]), f"[{num(r['ci_low'])}, {num(r['ci_high'])}]",
-                    p_text(r["p"]), num(r["effect_size"]), "–"]
+                    p_text(r["p"]), num(r["effect_size"]), str(r["n"])]
                    for r in report["outcomes_by_task"] if r["scale"] == scale and len(model["tasks"]) > 1]
         if by_task:
             out += f'<p class="small">{escape(t("by_task", language))}</p>' + _table(head, by_task)

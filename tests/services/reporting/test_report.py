@@ -90,6 +90,8 @@ def test_the_report_recovers_the_injected_effect_and_the_null(simulated):
     by_task = [r for r in report["outcomes_by_task"] if r["scale"] == EFFECT_SCALE and r["contrast"] == "L4-L1"]
     assert [r["task"] for r in by_task] == ["T1", "T2", "T3", "T4"]
     assert all(r["ci_low"] > 0 for r in by_task)
+    assert by_task[0]["n"] == effect["n"]
+    assert by_task[3]["n"] == sum(1 for r in in_pair if r["T4_completed_at"]) < effect["n"]  # the dropouts
     # a scale asked at one task only is fitted by least squares
     assert _row(report, "continuance_intention", "L4-L1")["model"] == "ols"
 
