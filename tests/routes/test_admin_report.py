@@ -48,3 +48,9 @@ def test_report_needs_admin_csrf_and_a_known_language(admin_client, make_partici
     bad = admin_client.post("/api/admin/report", json={"language": "fr"})
     assert bad.status_code == 400 and bad.get_json()["error"] == "invalid_language"
     assert admin_client.get("/api/admin/report").status_code == 405
+    # a study with no answers at all: a report all the same, each part saying there is nothing yet
+    empty = admin_client.post("/api/admin/report", json={"language": "en"})
+    assert empty.status_code == 200
+    report = json.loads(zipfile.ZipFile(io.BytesIO(empty.data)).read("report.json"))
+    assert report["outcomes"] == [] and report["attrition"]["test"] is None
+    assert report["manipulation"]["mc"]["recorded"] is False
