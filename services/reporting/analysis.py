@@ -174,14 +174,15 @@ def attrition(participants: Rows, study: Mapping[str, Any]) -> dict[str, Any]:
 def scale_scores(answers: Rows, study: Mapping[str, Any], *, exclude: Iterable[str] = ()
                  ) -> dict[str, list[tuple[str, str, str, float]]]:
     """scale -> [(participant_code, condition, task_id, score)]: the mean of the scale's rating items a
-    participant answered at a task, in the order of the export's rows; excluded participants left out."""
+    participant answered at a task, in the order of the export's rows; excluded participants, and any in a
+    condition the study no longer enables, left out."""
     item_scale = {item: name for name, items in scales(study).items() for item in items}
-    skip = set(exclude)
+    skip, enabled = set(exclude), set(conditions(study))
     values: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     for row in answers:
         name = item_scale.get(row.get("item_id", ""))
         value = number(row.get("value"))
-        if name is None or value is None or row["participant_code"] in skip or not row.get("memory_group"):
+        if name is None or value is None or row["participant_code"] in skip or row.get("memory_group") not in enabled:
             continue
         values[(name, row["participant_code"], row["memory_group"], row["task_id"])].append(value)
     out: dict[str, list[tuple[str, str, str, float]]] = {name: [] for name in scales(study)}

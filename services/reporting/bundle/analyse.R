@@ -49,8 +49,8 @@ for (name in names(study$instruments)) {
 }
 
 answers$value_num <- suppressWarnings(as.numeric(sub("^'", "", answers$value)))
-keep <- answers$item_id %in% names(item_scale) & !is.na(answers$value_num) & answers$memory_group != "" &
-  !(answers$participant_code %in% excluded)
+keep <- answers$item_id %in% names(item_scale) & !is.na(answers$value_num) &
+  answers$memory_group %in% conditions & !(answers$participant_code %in% excluded)
 a <- answers[keep, ]
 a$scale <- unname(item_scale[a$item_id])
 scores <- aggregate(value_num ~ scale + participant_code + memory_group + task_id, data = a, FUN = mean)

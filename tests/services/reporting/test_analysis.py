@@ -143,3 +143,12 @@ def test_report_settings_are_validated():
     with pytest.raises(StudyDefinitionError, match="unknown key report.reference"):
         study.with_overrides({"report": {"reference": "L1"}})
     assert study.with_overrides({"report": {"exclude_flags": []}}).report.exclude_flags == ()
+
+
+def test_answers_from_a_condition_no_longer_enabled_stay_out_of_the_model(study_config):
+    people = _people({"L1": 6, "L4": 6})
+    answers = _answers(people, ["T1", "T2"], lambda c, g, t: 3 + len(c) % 4 + (1 if g == "L4" else 0))
+    model, result = _model(answers, study_config)
+    stray = _answers(_people({"S1": 6}), ["T1", "T2"], lambda c, g, t: 7)  # S1 is not enabled by default
+    model_with, result_with = _model(answers + stray, study_config)
+    assert result_with["table"] == result["table"] and model_with["n_observations"] == model["n_observations"]
