@@ -55,9 +55,12 @@ T: dict[str, dict[str, str]] = {
     "mc": {"en": "Self-reported manipulation check ({item})", "zh": "自评操纵检验（{item}）"},
     "no_mc": {"en": "no answers to {item} in this export", "zh": "本导出中没有 {item} 的回答"},
     "latency": {"en": "Reply timing parity", "zh": "回复用时一致性"},
+    "mc_test": {"en": "{test} across conditions on each participant's mean",
+                "zh": "{test}（各组之间，按每名参与者的均值）"},
     "latency_test": {"en": "{test} on each participant's median {column}",
                      "zh": "{test}（每名参与者 {column} 的中位数）"},
     "replies": {"en": "replies", "zh": "回复数"},
+    "sessions": {"en": "task sessions", "zh": "任务会话数"},
     "median": {"en": "median", "zh": "中位数"},
     "mean": {"en": "mean", "zh": "均值"},
     "outcomes": {"en": "3. Outcomes", "zh": "3. 结果"},
@@ -99,6 +102,18 @@ REASONS: dict[str, dict[str, str]] = {
                                "zh": "参与者人数少于模型参数所需"},
     "no_variation": {"en": "no variation to test: everyone has the same value", "zh": "没有可检验的差异：所有值相同"},
 }
+
+
+TESTS: dict[str, dict[str, str]] = {
+    "chi-square": {"en": "chi-square test", "zh": "卡方检验"},
+    "fisher-exact": {"en": "Fisher's exact test", "zh": "Fisher 精确检验"},
+    "fisher-freeman-halton": {"en": "Fisher-Freeman-Halton exact test", "zh": "Fisher-Freeman-Halton 精确检验"},
+    "kruskal-wallis": {"en": "Kruskal-Wallis test", "zh": "Kruskal-Wallis 检验"},
+}
+
+
+def test_name(name: str, language: str) -> str:
+    return TESTS.get(name, {}).get("zh" if language == "zh" else "en", name)
 
 
 def reason(entry: dict[str, Any], language: str) -> str:
@@ -182,7 +197,8 @@ def _consort(report: dict[str, Any], language: str) -> str:
     rows = [[t(name, language) if name in T else name, *[str(get(consort["by_condition"][g])) for g in groups]]
             for name, get in measures]
     test = attrition.get("test")
-    line = (f"{t('attrition', language, outcome=attrition['outcome'])}: {test}, p = {p_text(attrition['p'])}"
+    line = (f"{t('attrition', language, outcome=attrition['outcome'])}: {test_name(test, language)}, "
+            f"p = {p_text(attrition['p'])}"
             if test else f"{t('attrition', language, outcome=attrition['outcome'])}: "
                          f"{t('not_tested', language)} ({reason(attrition, language)})")
     return (f"<h2>{escape(t('consort', language))}</h2>" + _table(["", *groups], rows) + f"<p>{escape(line)}</p>"
@@ -210,7 +226,7 @@ def _exposure(report: dict[str, Any], language: str) -> str:
     rows = [[group, task, str(cell["sessions"]), *[num(cell.get(c)) for c in data["columns"]]]
             for group, cells in data["by_condition"].items() for task, cell in cells.items()]
     return (out + f'<p class="small">{escape(t("exposure_note", language))}</p>'
-            + _table([t("condition", language), t("task", language), "sessions", *data["columns"]], rows)
+            + _table([t("condition", language), t("task", language), t("sessions", language), *data["columns"]], rows)
             + _image(report_charts.exposure(report, language), t("exposure", language)))
 
 
@@ -241,7 +257,7 @@ def _mc(report: dict[str, Any], language: str) -> str:
     if not mc.get("recorded"):
         return out + _msg(t("no_mc", language, item=mc["item"]))
     test = mc["test"]
-    line = f"{test['test']} ({test['unit']}): p = {p_text(test.get('p'))}" + (
+    line = f"{t('mc_test', language, test=test_name(test['test'], language))}: p = {p_text(test.get('p'))}" + (
         f" – {reason(test, language)}" if test.get("message") else "")
     return (out + _cells_table(mc["by_condition_task"], report["study"]["tasks"], language)
             + f"<p>{escape(line)}</p>" + _image(report_charts.manipulation_check(report, language), "mc_1"))
@@ -259,7 +275,7 @@ def _latency(report: dict[str, Any], language: str) -> str:
                                          for v in (num(c[column]["median"], 0), num(c[column]["mean"], 0))]]
             for group, c in data["by_condition"].items()]
     parity = data["parity"]
-    line = (t("latency_test", language, test=parity["test"], column=parity["column"]) +
+    line = (t("latency_test", language, test=test_name(parity["test"], language), column=parity["column"]) +
             f": p = {p_text(parity.get('p'))}" + (f" – {reason(parity, language)}" if parity.get("message") else ""))
     return (out + _table(head, rows) + f"<p>{escape(line)}</p>"
             + _image(report_charts.latency(report, language), t("latency", language)))

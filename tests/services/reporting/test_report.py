@@ -212,7 +212,7 @@ def test_report_html_and_json_in_each_language(simulated, tmp_path, language):
     assert {"consort", "attrition", "outcomes", "latency", "exposure"} <= set(stored)
     if language == "zh":
         assert "研究报告" in html and "参与者流程" in html and "亲近感" in html and "未记录" in html
-        assert 'lang="zh-CN"' in html
+        assert 'lang="zh-CN"' in html and "Kruskal-Wallis 检验" in html and "task sessions" not in html
     else:
         assert "Study report" in html and "Participant flow" in html and "Closeness" in html
         assert "not recorded" in html and "研究报告" not in html
