@@ -33,11 +33,7 @@ from services.platform.clock import Clock
 from services.platform.errors import Unavailable
 from services.recall import recall_model
 from services.reporting import preflight_record
-from services.reporting.preflight_record import (  # noqa: F401 (study_hash: callers read it here)
-    latest_report,
-    report_view,
-    study_hash,
-)
+from services.reporting.preflight_record import latest_report, report_view, study_hash
 from services.research import simulation
 from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study.definition import Study
