@@ -126,7 +126,9 @@ def test_attrition_uses_chi_square_for_large_counts_and_fisher_for_small(study_c
     # Fisher's exact test on [[3, 0], [0, 3]]: two-sided p = 2 / C(6, 3) = 0.1
     assert small["test"] == "fisher-exact" and small["p"] == pytest.approx(0.1)
     three = analysis.attrition(_participants({"L1": (4, 1), "L2": (5, 0), "L3": (1, 4)}), study_config)
-    assert three["test"] == "fisher-freeman-halton" and 0 < three["p"] < 0.1
+    assert three["test"] == "fisher-freeman-halton" and 0.045 < three["p"] < 0.06  # exact: 0.0509
+    # scipy draws the tables for more than two rows: the seed makes the report reproducible
+    assert analysis.attrition(_participants({"L1": (4, 1), "L2": (5, 0), "L3": (1, 4)}), study_config) == three
     one = analysis.attrition(_participants({"L1": (4, 1)}), study_config)
     assert one["test"] is None and "fewer than two conditions" in one["message"]
 
