@@ -1,16 +1,17 @@
-"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots."""
+"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots, the
+study report."""
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 
-from routes.access import current, db_session, ok, runtime, staff_permission
+from routes.access import current, db_session, json_body, ok, runtime, staff_permission
 from services.operations import admin_service
 from services.participants import payments, staff
 from services.participants.input_checks import bounded_int
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput
-from services.research import plots
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting import plots
+from services.reporting.export_service import ExportOptions, export_runtime
 
 bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
 
@@ -89,3 +90,19 @@ def plot(name: str):
                                                             "X-Plot-Cache": "hit" if hit else "miss"})
     response.set_etag(etag)
     return response.make_conditional(request)
+
+
+@bp.post("/report")
+@staff_permission("report")
+def report():
+    """The study report built from an export made now: a zip with report.html (self-contained, in the body's
+    ``language``, default the admin's) and report.json. The audit log records it."""
+    from services.reporting.report import report_runtime, report_zip  # statsmodels loads on first use only
+
+    language = plots.plot_language(json_body().get("language"), current().language)
+    rt = runtime()
+    data = report_zip(report_runtime(rt, actor_id=current().id, channel="api"), language=language)
+    stamp = rt.clock.now().strftime("%Y%m%d-%H%M%S")
+    return Response(data, mimetype="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="memory-lab-report-{stamp}-{language}.zip"',
+        "Cache-Control": "no-store"})

@@ -19,21 +19,20 @@ and panel entry answer 503 ``study_not_open`` until a passing report exists for 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from database.models import PreflightReport
 from services.llm.embedding_service import EmbeddingProvider, build_embedder
-from services.platform.clock import Clock, utc_iso
+from services.platform.clock import Clock
 from services.platform.errors import Unavailable
 from services.recall import recall_model
+from services.reporting import preflight_record
+from services.reporting.preflight_record import latest_report, report_view, study_hash
 from services.research import simulation
 from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study.definition import Study
@@ -42,55 +41,19 @@ from services.study.settings import Settings
 PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
 
 
-def study_hash(study: Study) -> str:
-    """A stable hash of the frozen study definition: the same definition gives the same hash in any process."""
-    canonical = json.dumps(study.as_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
 def embedder_warning(study: Study, embedder_model: str) -> str | None:
     """Why ``r`` means nothing with this embedder, or None when the active preset was fitted for it."""
     return recall_model.embedder_warning(study.memory.recall, embedder_model)
 
 
-# -- the stored reports -------------------------------------------------------------------------------
-
-
-def latest_report(session: Session, for_hash: str | None = None) -> PreflightReport | None:
-    query = select(PreflightReport)
-    if for_hash is not None:
-        query = query.where(PreflightReport.study_hash == for_hash)
-    return session.scalar(query.order_by(PreflightReport.created_at.desc(), PreflightReport.id.desc()).limit(1))
-
-
-def report_view(report: PreflightReport | None) -> dict[str, Any] | None:
-    if report is None:
-        return None
-    return {"id": report.id, "created_at": utc_iso(report.created_at), "study_hash": report.study_hash,
-            "passed": report.passed, "embedder_model": report.embedder_model, "chat_model": report.chat_model,
-            "providers": report.providers, "checks": report.checks, "duration_seconds": report.duration_seconds}
-
-
-def _state(session: Session, study: Study) -> tuple[str, PreflightReport | None]:
-    current = study_hash(study)
-    here = latest_report(session, current)
-    if here is not None:
-        return ("verified" if here.passed else "failed"), here
-    report = latest_report(session)
-    return ("changed" if report is not None else "not_verified"), report
-
-
-def manifest_entry(session: Session, study: Study) -> dict[str, Any]:
-    """The export manifest's ``preflight``: the state for the exported study definition and the latest report."""
-    state, report = _state(session, study)
-    return {"state": state, "study_hash": study_hash(study), "report": report_view(report)}
+# -- the stored reports (read in services.reporting.preflight_record) ---------------------------------------
 
 
 def preflight_status(session: Session, settings: Settings, embedder_model: str) -> dict[str, Any]:
     """What the admin console shows at the top: ``state`` is ``verified`` (the latest report for this study
     definition passed), ``failed`` (it failed), ``changed`` (reports exist, none for this definition) or
     ``not_verified`` (no report at all); with the report it refers to and any embedder mismatch."""
-    state, report = _state(session, settings.study)
+    state, report = preflight_record.state(session, settings.study)
     return {"state": state, "study_hash": study_hash(settings.study), "required": settings.require_preflight,
             "report": report_view(report), "embedder_model": embedder_model,
             "embedder_warning": embedder_warning(settings.study, embedder_model)}

@@ -180,7 +180,7 @@ class ChatSettings:
     reply_pacing: ReplyPacing = ReplyPacing()
 
 
-OPTIONAL_SECTIONS = ("chat",)
+OPTIONAL_SECTIONS = ("chat", "report")
 
 
 def _chat(raw: Any) -> ChatSettings:
@@ -210,6 +210,17 @@ def _reply_pacing(raw: Any) -> ReplyPacing:
 # --- end of chat: reply pacing ---------------------------------------------------------------------------
 
 
+REPORT_EXCLUDE_FLAGS = ("attention_failures", "pasted_messages", "implausible_typing_messages")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """``flask --app app report``: the condition every contrast is taken against, and the participants.csv quality
+    flags (counts above 0) that exclude a participant from the outcome models."""
+    reference_condition: str
+    exclude_flags: tuple[str, ...] = ("attention_failures",)
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -229,6 +240,7 @@ class Study:
     instruments: Mapping[str, Instrument]
     debrief: Debrief
     typing_checks: TypingChecks
+    report: ReportSettings
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
     chat: ChatSettings = field(default_factory=ChatSettings)  # optional in the file
 
@@ -333,6 +345,7 @@ def build_study(definition: Mapping[str, Any]) -> Study:
                                                                                 raw["instruments"]).items()}),
         debrief=_debrief(raw["debrief"], list(_mapping("conditions", raw["conditions"]))),
         typing_checks=_typing_checks(raw["typing_checks"]),
+        report=_report(raw.get("report"), _str_list("enabled_conditions", raw["enabled_conditions"])),
         definition=freeze(definition),
         chat=_chat(raw.get("chat", {})),
     )
@@ -522,6 +535,23 @@ def _dataclass(path: str, raw: Any, cls: type) -> Any:
         if f.name in data:
             values[f.name] = _typed(f"{path}.{f.name}", data[f.name], _FIELD_KINDS[str(f.type)])
     return cls(**values)
+
+
+def _report(raw: Any, enabled: list[str]) -> ReportSettings:
+    """``report``: ``reference_condition`` (an enabled condition; null or absent: the first enabled one, L1 in the
+    default study) and ``exclude_flags`` (a subset of REPORT_EXCLUDE_FLAGS)."""
+    data = _section("report", raw if raw is not None else {}, ["reference_condition", "exclude_flags"],
+                    optional=("reference_condition", "exclude_flags"))
+    reference = data.get("reference_condition")
+    if reference is None:
+        reference = enabled[0] if enabled else ""
+    elif reference not in enabled:
+        raise StudyDefinitionError(f"report.reference_condition is {reference!r}; allowed: the enabled conditions "
+                                   f"{', '.join(enabled)}")
+    flags = _str_list("report.exclude_flags", data.get("exclude_flags", ["attention_failures"]))
+    for flag in flags:
+        _choice("report.exclude_flags[]", flag, REPORT_EXCLUDE_FLAGS)
+    return ReportSettings(reference_condition=reference, exclude_flags=tuple(flags))
 
 
 def _typing_checks(raw: Any) -> TypingChecks:

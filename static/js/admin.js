@@ -1058,6 +1058,8 @@ function showExport() {
         h("label.check", { for: "export-bom" }, bom, h("span", t("admin.export.bom"))),
         h("label.check", { for: "export-exclude-pii" }, noPii, h("span", t("admin.export.exclude_pii")))),
       link),
+    h("h2", t("admin.report.title")),
+    reportCard(),
     h("h2", t("admin.export.payments")),
     h("section.card#payments",
       h("p", t("admin.export.payments_intro")),
@@ -1066,6 +1068,31 @@ function showExport() {
         " ",
         h("a.button.secondary#payments-upload-link", { href: "/api/admin/payments.csv?upload=1", download: "" },
           t("admin.export.payments_upload")))));
+}
+
+// The study report: built by the server from an export made now, downloaded as a zip (report.html, report.json).
+function reportCard() {
+  const status = h("p.status#report-status", { role: "status" });
+  const button = h("button.button#report-generate", { type: "button" }, t("admin.report.generate"));
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.textContent = t("admin.report.working");
+    try {
+      const { blob, filename } = await api.download("/api/admin/report", { language: language() });
+      const url = URL.createObjectURL(blob);
+      const link = h("a", { href: url, download: filename });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      window.setTimeout(() => URL.revokeObjectURL(url), 10000);
+      status.textContent = t("admin.report.done", { file: filename });
+    } catch (err) {
+      status.textContent = errorText(err);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h("section.card#report", h("p", t("admin.report.intro")), h("p.actions", button), status);
 }
 
 // -- pre-flight banner --------------------------------------------------------------------------

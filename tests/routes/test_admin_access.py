@@ -30,6 +30,7 @@ ADMIN_ROUTES = [
     ("GET", "/api/admin/payments.csv", None),
     ("GET", "/api/admin/payments.csv?upload=1", None),
     ("GET", "/api/admin/preflight", None),
+    ("POST", "/api/admin/report", {"language": "en"}),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _ in ADMIN_ROUTES]
 # Staff management (tests/routes/test_staff.py checks each role on these); {sid} is a staff member's id.
@@ -84,7 +85,7 @@ def test_admin_is_served(people, admin_client, method, path, body, clock, study)
     if path.startswith("/api/admin/plots/"):
         assert response.mimetype == "image/png"
         assert response.data.startswith(b"\x89PNG\r\n\x1a\n")
-    elif path.startswith("/api/admin/export"):
+    elif path.startswith(("/api/admin/export", "/api/admin/report")):
         assert response.mimetype == "application/zip"
     elif path.startswith("/api/admin/payments"):
         assert response.mimetype == "text/csv"

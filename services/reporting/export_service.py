@@ -1,6 +1,6 @@
 """The data export: one zip that R, SPSS, Excel or pandas can read as it is.
 
-Files (columns documented in ``services.research.codebook``):
+Files (columns documented in ``services.reporting.codebook``):
 participants.csv, task_sessions.csv, messages.csv (long, one row per message),
 questionnaires_long.csv (one row per item answer), questionnaires_wide.csv
 (one row per participant, ``T1_<item>`` ...), profiles.csv (every version),
@@ -53,7 +53,7 @@ from database.models import (
     User,
 )
 from services.participants.quality import attention_items, attention_passed, typing_flags, typing_rates
-from services.research import codebook, preflight
+from services.reporting import codebook, preflight_record
 from services.study.definition import Study
 from services.text.cells import json_text, safe_cell, time_text
 
@@ -408,7 +408,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas},
             "files": dict(result.files), "deployment": deployment or {},
-            "preflight": preflight.manifest_entry(session, study),
+            "preflight": preflight_record.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
         result.files["manifest.json"] = 1

@@ -27,7 +27,7 @@ from database.models import (
     User,
 )
 from services.platform.clock import ManualClock
-from services.research.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
+from services.reporting.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
 from tests.conftest import ApiClient, _reset_schema
 
 TASK_OFFSETS = {"T1": 0, "T2": 2, "T3": 9, "T4": 16}
@@ -319,7 +319,7 @@ def test_numbers_are_written_at_the_stated_precision(exported):
     as the codebook states."""
     archive = exported["zips"][(False, False)]
     study = exported["study"]
-    from services.research import codebook
+    from services.reporting import codebook
 
     checked = 0
     for name in CSV_FILES:
