@@ -32,6 +32,7 @@ from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
     SAMPLE,
     MemoEmbedder,
+    Outcomes,
     Trace,
     check_candidate_rule,
     labelled_pairs,
@@ -159,11 +160,16 @@ def check_active_preset(study: Study, embedder) -> PresetCheck:
             f"scripts/calibrate_recall.py --fit --write-preset NAME (and make NAME the study's memory.recall.preset).")
     checked = [p for p in SAMPLE if split_of(p) != "dev"]
     traces = traces_for(study, _memo(embedder), params, study.memory.retrieval, participants=checked)
-    outcomes = replay_all(traces, params, study, events=False)
+    return judged_check(params.preset, fitted_for, replay_all(traces, params, study, events=False))
+
+
+def judged_check(preset: str, embedder_model: str | None, outcomes: Outcomes) -> PresetCheck:
+    """The calibration check on replayed outcomes of the evaluation participants: the decision rule on each
+    language's pooled groups decides, the held-out (open) and blind groups are judged alone for information."""
     judgements = judge_outcomes(outcomes)
     failures = rule_failures(judgements)
     judged = [by_group[JUDGED_GROUP] for by_group in judgements.values()]
-    return PresetCheck(preset=params.preset, embedder_model=fitted_for, passed=not failures,
+    return PresetCheck(preset=preset, embedder_model=embedder_model, passed=not failures,
                        figures=outcome_figures(outcomes), failures=failures,
                        targets=[t for j in judged for t in j.target_dicts()],
                        shape=[j.shape_dict() for j in judged],
