@@ -23,7 +23,9 @@ forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
 before the task; L3 the profile facts; L4 at least as many as L3, and - the check
 that can fail - per task and language a share of L4's probe replies holding a
 planted specific that L3's context for the same message lacks (minimum shares per
-task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
+task in L4's declaration, each share judged met / within error / missed by the
+pre-registered rule of services/study/evidence.py, per task and pooled per language:
+docs/recall_calibration.md); S1 and R1 the allergy at T2. Each condition declares
 these expectations (``manipulation_check`` in services/memory/); the script checks
 the declarations of the groups that ran, so a new condition is checked by declaring
 its own. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
