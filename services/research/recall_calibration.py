@@ -7,7 +7,7 @@ configured embedder, meet the pre-registered targets on each language's held-out
 (the decision rule of ``recall_calibration_report``: met / within error / missed)?
 ``scripts/calibrate_recall.py`` is the command line over these functions. The sample and its replay
 live in ``services.research.recall_calibration_replay``, the fits in ``services.research.recall_calibration_fit``, the
-report in ``services.research.recall_calibration_report``.
+report and the decision rule in ``services.research.recall_calibration_report``.
 """
 from __future__ import annotations
 

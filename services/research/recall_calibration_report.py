@@ -1,14 +1,15 @@
 """What the L4 recall calibration found, and how it is shown (docs/recall_calibration.md):
-``CalibrationReport`` with its warnings and the decision rule on the pre-registered targets (``judge_outcomes``),
-the per-task ceilings of single thresholds, the printed report, the plot, and the fitted preset as it goes into a
-study file.
+``CalibrationReport`` with its warnings and issue 27's decision rule on the pre-registered targets
+(``judge_outcomes``), the per-task ceilings of single thresholds, the printed report, the plot, and the fitted
+preset as it goes into a study file.
 
-The decision rule (issue 27): each language's evaluation participants (held-out and blind) are pooled, and each
-pre-registered target is judged on the pooled counts with ``services.study.evidence``: relevant memories recalled at
-T2 / T3 / T4 (``TARGETS``), at most ``UNRELATED_MAX`` of the unrelated candidates recalled at each task, and the
-decay shape, T2 above T4 by more than its error (Newcombe). A target is met, within error (amber) or missed; the
-check passes when no target is missed and the shape holds. The held-out (open) and blind groups are judged the
-same way on their own, for information only: groups of eight are decided by single items.
+The decision rule: each language's evaluation participants (held-out and blind) are pooled, and each pre-registered
+target is judged on the pooled counts with ``services.study.evidence``: relevant memories recalled at T2 / T3 / T4
+(``TARGETS``), at most ``UNRELATED_MAX`` of the unrelated candidates recalled at each task, and the decay shape, T2
+above T4 by more than its error (Newcombe). A target is met, within error (amber) or missed; the check passes when no
+target is missed and the shape holds. The held-out (open) and blind groups are judged the same way on their own, for
+information only: groups of eight are decided by single items. Used by ``scripts/calibrate_recall.py``, the
+pre-flight's ``check_active_preset`` and the operating curve.
 """
 from __future__ import annotations
 
