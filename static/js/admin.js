@@ -1141,6 +1141,7 @@ function checkLines(name, check) {
   for (const shape of check.shape || []) if (!shape.above) lines.push(["error", shapeLine(shape)]);
   if (!check.passed) {
     if (check.message) lines.push(["error", check.message]);
+    if (check.reason) lines.push(["error", check.reason]);
     if (!targets.length) {
       for (const failure of (check.failures || []).concat(check.failed_checks || [])) lines.push(["error", failure]);
     } else {
