@@ -1,8 +1,8 @@
 """scripts/calibrate_recall.py and services/research/recall_calibration*.py: the default preset is the fit the script
-produces on the development participants; recall is checked against the pre-registered targets on the held-out
-and on the blind participants (--strict fails while one is missed); almost never an unrelated memory, never a
-message without content; the seed's literal values recall nothing; reinforcement resets t and raises g; the
-pre-flight's check_active_preset."""
+produces on the development participants; recall is judged against the pre-registered targets on each language's
+held-out and blind participants pooled (issue 27's rule; --strict fails only while one is missed); almost never an
+unrelated memory, never a message without content; the seed's literal values recall nothing; reinforcement resets
+t and raises g; the pre-flight's check_active_preset."""
 from __future__ import annotations
 
 import importlib.util
@@ -91,23 +91,33 @@ def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spen
 
 def test_held_out_recall_is_reported_against_the_targets(default_report):
     """What the default preset reaches on the tenth round's held-out and blind participants is recorded in
-    docs/recall_calibration.md: every held-out target met in both languages, and two blind misses, each by one
-    item (English T3's unrelated bound, 7 of 213 candidates; Chinese T3, 9 of 64 relevant memories). This pins
-    them, and what holds around them: relevant memories are recalled at T2 in every group, recall does not rise
-    with age, no group is near universal recall, and each missed target is named as such."""
-    failures = default_report.target_failures()
-    assert failures == ["blind en T3: 3.3% of unrelated candidates recalled (7/213) > 3%",
-                        "blind zh T3: relevant recalled 14% (9/64) < 15%"]
+    docs/recall_calibration.md. Under issue 27's rule (each language's 16 evaluation participants pooled) every
+    target is met in both languages; the tenth round's two one-item shortfalls, blind English T3's unrelated bound
+    (7 of 213 candidates) and blind Chinese T3 (9 of 64 relevant memories), are within error in their groups of 8,
+    which are reported for information. The old per-group point rule named both as misses. This pins them, and what
+    holds around them: relevant memories are recalled at T2 in every group, recall does not rise with age, no group
+    is near universal recall."""
+    assert default_report.target_failures() == [] and default_report.within_error() == []
+    judgements = default_report.judgements()
+    assert all(judgements[language]["pooled"].passed for language in ("zh", "en"))
+    informational = {v.name: v.verdict for language in ("zh", "en") for group in ("open", "blind")
+                     for v in judgements[language][group].targets}
+    assert informational["en blind T3 unrelated recalled"] == "within_error"
+    assert informational["zh blind T3 relevant recalled"] == "within_error"
+    assert "missed" not in informational.values()
+    assert rep.checked_failures(default_report.outcomes) == []  # the same rule on the outcomes alone
+    # the per-group point rule it replaced
+    assert [f for split in ("held-out", "blind") for language in ("en", "zh")
+            for f in rp.target_failures(default_report.group(split, language), f"{split} {language}")] == [
+        "blind en T3: 3.3% of unrelated candidates recalled (7/213) > 3%",
+        "blind zh T3: relevant recalled 14% (9/64) < 15%"]
     for split in ("held-out", "blind"):
         for language in ("zh", "en"):
             tasks = default_report.group(split, language)
             assert tasks["T2"].relevant_share() >= 0.5, (split, language)
             for task_id, outcome in tasks.items():
                 assert outcome.unrelated_rate() <= 0.035, (split, language, task_id)
-                named = any(f.startswith(f"{split} {language} {task_id}: relevant recalled") for f in failures)
-                assert named is (outcome.relevant_share() < rp.TARGETS[task_id]), (split, language, task_id)
             assert all(o.relevant_share() < 0.9 for o in tasks.values()), (split, language)
-    assert not any("more than noise" in f for f in failures)
     assert not default_report.impossible and not default_report.universal
 
 
@@ -213,12 +223,14 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
-    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed: blind zh T3: relevant recalled 14% (9/64) < 15%" in capsys.readouterr().err
+    assert "(held-out + blind): PASSED" in printed.out and "each group on its own" in printed.out
+    # the default preset misses no target under the rule (docs/recall_calibration.md): --strict exits 0
+    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 0
+    assert "target missed" not in capsys.readouterr().err
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     err = capsys.readouterr().err
-    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/64) < 50%" in err
+    assert "IMPOSSIBLE" in err
+    assert "target missed: zh T2 relevant recalled: 0.0% (0/64; 95% one-sided 0.0%–4.1%; target ≥ 50%) — missed" in err
 
 
 def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
@@ -370,6 +382,8 @@ def test_check_active_preset_scores_the_held_out_and_blind_participants(embedder
     assert set(check.figures["en"]["blind"]) == {"T2", "T3", "T4", "unrelated_max"}
     assert check.failures == default_report.target_failures()
     assert check.passed == (not check.failures)
+    assert len(check.targets) == 12 and {t["verdict"] for t in check.targets} <= {"met", "within_error"}
+    assert [d["language"] for d in check.shape] == ["en", "zh"] and all(d["above"] for d in check.shape)
 
 
 def test_folds_keep_each_participant_and_its_bootstrap_draws_together_and_split_each_language(traces):
@@ -479,8 +493,9 @@ def test_the_operating_curve_replays_the_preset_with_only_its_budget_changed(emb
                 figures = default_report.figures()[language][split]
                 assert [round(100 * own.shares[split][t], 1) for t in ("T2", "T3", "T4")] == \
                     [figures[t] for t in ("T2", "T3", "T4")]
-                assert own.met[split] == (not [f for f in default_report.target_failures()
-                                               if f.startswith(f"{split} {language} ")])
+                # the curve marks each group by the decision rule: "held-out" (with the blind ones) is its pool
+                assert own.met[split] == default_report.judgements()[language][
+                    "pooled" if split == "held-out" else split].passed
     text = "\n".join(curve_mod.format_curve(curve, params))
     assert "operating curve of preset 'anchored'" in text and "en held-out: T2 ≥ 50%" in text
     with pytest.raises(curve_mod.NotAnchored):

@@ -127,9 +127,10 @@ def test_manipulation_checks_from_the_export(simulated):
     assert mc["test"]["test"] == "kruskal-wallis" and mc["test"]["p"] is not None
     pre = report["manipulation"]["preflight"]
     assert pre == {"state": "not_verified", "report": None}
-    # this branch's export has no pacing or exposure columns yet: said, not invented
+    # the simulated study has questionnaires but no chat replies: no latency to report (said, not invented), and
+    # the exposure columns are there with no reply that carried an exposure, so no cell
     assert report["latency"]["recorded"] is False and "not recorded" in report["latency"]["message"]
-    assert report["exposure"]["recorded"] is False
+    assert report["exposure"]["recorded"] is True and report["exposure"]["by_condition"] == {}
 
 
 def _with_columns(data: bytes, extra: dict[str, callable]) -> bytes:
