@@ -22,7 +22,7 @@ from services.chat.chat_service import task_service
 from services.participants import account_service, contacts, panel_service
 from services.platform.clock import parse_utc_iso, utc_iso
 from services.platform.errors import BadInput, NotFound
-from services.research import preflight
+from services.study import preflight_gate
 
 bp = Blueprint("panel", __name__)
 
@@ -87,7 +87,7 @@ def panel_login():
     before (device cookie) or its login session, without a new consent. Others get 403 panel_reentry_refused."""
     data = json_body()
     rt = runtime()
-    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
+    preflight_gate.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,

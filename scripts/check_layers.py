@@ -6,10 +6,9 @@
 Beyond ../shared/tools/layers.py (cycles, database -> services, condition ids) it checks that every module of
 services/ sits in a package named in the rules (no loose module but __init__.py); that each import from one
 package into another is one the importing package may make; that nothing outside a package named in
-``only_imported_by_itself`` imports it; that routes/ import no package named in ``not_for_routes`` (but the
-``not_for_routes_pending`` imports listed, each of which must still exist); that database/ imports neither
-services nor routes and services/ does not import routes; that nothing under services/ reads the environment
-(``os.environ``, ``os.getenv``: config.py reads it once); that no folder holds more than
+``only_imported_by_itself`` imports it; that routes/ import no package named in ``not_for_routes``; that
+database/ imports neither services nor routes and services/ does not import routes; that nothing under services/
+reads the environment (``os.environ``, ``os.getenv``: config.py reads it once); that no folder holds more than
 ``max_modules_per_folder`` modules; and that no script in scripts/, in a subfolder or not, is longer than
 ``max_script_lines``. Relative imports are resolved first and checked like absolute ones. Exit 0 when clean, 1
 with the problems.
@@ -96,21 +95,16 @@ def check_imports(root: Path, rules: dict) -> list[str]:
 
 
 def check_routes(root: Path, rules: dict) -> list[str]:
-    """routes/ import no package named in ``not_for_routes``, but for the ``not_for_routes_pending`` entries
-    (``"routes/x.py: services.pkg.module"``), each of which must still be there."""
-    closed, pending = set(rules.get("not_for_routes", [])), set(rules.get("not_for_routes_pending", []))
+    """routes/ import no package named in ``not_for_routes``."""
+    closed = set(rules.get("not_for_routes", []))
     if not (root / "routes").is_dir():
         return []
-    problems, seen = [], set()
+    problems = []
     for path in sorted((root / "routes").rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         for line, name in imported_names(path, root):
             if package_of(name) in closed:
-                if f"{rel}: {name}" in pending:
-                    seen.add(f"{rel}: {name}")
-                else:
-                    problems.append(f"{rel}:{line}: {name}: routes serve live requests: no {package_of(name)}")
-    problems += [f"not_for_routes_pending lists {entry!r}, which is gone: drop it" for entry in sorted(pending - seen)]
+                problems.append(f"{rel}:{line}: {name}: routes serve live requests: no {package_of(name)}")
     return problems
 
 
