@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from database.models import PreflightReport
+from services.reporting import preflight_record
 from services.research import preflight
 from services.research import recall_calibration as cal
 from services.research import simulation as sim
@@ -70,7 +71,7 @@ def _run(app, outcomes, bots):
                                       log_line=lambda line: None)
     with runtime.db.session() as session:
         status = preflight.preflight_status(session, runtime.settings, EMBEDDER.model)
-        manifest = preflight.manifest_entry(session, runtime.study)
+        manifest = preflight_record.manifest_entry(session, runtime.study)
     return outcome, status, manifest
 
 
@@ -140,18 +141,18 @@ def test_the_checks_are_listed_generically_so_a_new_one_renders():
     assert probe["passed"] and probe["amber"]
     view = {"id": 1, "created_at": "2026-11-27T23:00:00Z", "study_hash": "a" * 64, "passed": True,
             "embedder_model": "e", "chat_model": "m", "checks": {"probe": probe}}
-    lines = preflight.report_lines(view)
+    lines = preflight_record.report_lines(view)
     assert lines[1] == "  (a) probe recall check: passed (amber: a target within error)"
     assert lines[2].startswith("      zh T2 probe hit: 45.0% (9/20; 95% one-sided")
     assert lines[2].endswith("within error")
-    assert preflight.check_label("something_new") == "something new"
+    assert preflight_record.check_label("something_new") == "something new"
 
 
 def test_a_report_stored_before_the_rule_still_renders(app):
     runtime = app.extensions["memory_lab"]
     with runtime.db.session() as session:  # what the pre-flight stored before issue 27
         session.add(PreflightReport(
-            created_at=runtime.clock.now(), study_hash=preflight.study_hash(runtime.study), passed=False,
+            created_at=runtime.clock.now(), study_hash=preflight_record.study_hash(runtime.study), passed=False,
             embedder_model=EMBEDDER.model, chat_model="offline/offline-template-responder", providers={},
             checks={"calibration": {"verdict": "failed", "passed": False, "preset": "anchored",
                                     "embedder_model": EMBEDDER.model,
@@ -163,7 +164,7 @@ def test_a_report_stored_before_the_rule_still_renders(app):
                                          {"group": "L4", "baseline": "L3", "shares": {"T2": 0.44}, "passed": True}]}}}},
             duration_seconds=57.0))
     with runtime.db.session() as session:
-        manifest = preflight.manifest_entry(session, runtime.study)
+        manifest = preflight_record.manifest_entry(session, runtime.study)
     text = "\n".join(manifest["lines"])
     assert manifest["state"] == "failed" and "failed: recall calibration" in text
     assert "en blind: T2 56.2, T3 15.8, T4 9.5, unrelated_max 3.3" in text
