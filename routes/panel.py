@@ -1,9 +1,7 @@
 """Panel entry, personal return links and contact details (participants; issue 12)."""
 from __future__ import annotations
 
-from html import escape
-
-from flask import Blueprint, Response, current_app, redirect, request, send_from_directory
+from flask import Blueprint, Response, current_app, redirect, render_template, request, send_from_directory
 from flask_login import current_user, login_user
 from flask_wtf.csrf import generate_csrf
 
@@ -26,15 +24,10 @@ from services.study import preflight_gate
 
 bp = Blueprint("panel", __name__)
 
-PAGE = """<!doctype html>
-<html lang="zh-CN"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><link rel="stylesheet" href="/static/css/base.css"></head>
-<body><main class="page"><section class="card narrow"><h1>{title}</h1><p class="notice error" role="alert">{zh}</p>
-<p lang="en">{en}</p><p><a href="/#/login">登录 / Log in</a></p></section></main></body></html>"""
-
 
 def _message_page(status: int, title: str, zh: str, en: str) -> Response:
-    html = PAGE.format(title=escape(title), zh=escape(zh), en=escape(en))
+    """A page in both languages saying why a link cannot be used (templates/panel_message.html)."""
+    html = render_template("panel_message.html", title=title, zh=zh, en=en)
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
