@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         runtime.embedder = embedder
     if settings.run_migrations_on_start and settings.database_url.startswith("sqlite"):
         runtime.db.upgrade()
+    runtime.start_study_versions()
     app.extensions["memory_lab"] = runtime
     BACKPRESSURE.configure(capacity=runtime.db.connections)
     _warn_about_allowlist(runtime)
@@ -87,12 +88,33 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
             return session_user(session, cookie_id)
 
     app.teardown_appcontext(close_db_session)
+    _serve_live_study(app, runtime)
     _register_errors(app)
     _register_blueprints(app)
     _register_cli(app)
     _register_payments_cli(app)
     _register_preflight_cli(app)
     return app
+
+
+def _serve_live_study(app: Flask, runtime: Any) -> None:
+    """Each request runs under one study version: the live one (checked every STUDY_REFRESH_SECONDS), unless a
+    view pins a running task's own version (routes.access.pin_study)."""
+    from flask import g
+
+    @app.before_request
+    def live_study():
+        if runtime.studies is not None:
+            runtime.studies.refresh()
+            g.study_pins = [runtime.studies.pin_request(runtime.settings.study)]
+
+    @app.teardown_request
+    def unpin_study(_exc: BaseException | None = None):
+        for token in reversed(g.pop("study_pins", [])):
+            try:
+                runtime.studies.unpin(token)
+            except ValueError:  # a streamed reply ended in another context: nothing is pinned there
+                pass
 
 
 def _warn_about_allowlist(runtime: Any) -> None:
@@ -118,10 +140,11 @@ def _trust_proxies(app: Flask) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, panel, participant, rights
+    from routes import admin, admin_tools, auth, pages, panel, participant, rights, study_admin
 
-    for module in (auth, participant, admin, admin_tools, pages, panel, rights):
+    for module in (auth, participant, admin, admin_tools, pages, panel, rights, study_admin):
         app.register_blueprint(module.bp)
+    app.register_blueprint(study_admin.pages)
 
 
 def _error(code: str, message: str, status: int, details: dict | None = None):

@@ -10,10 +10,11 @@ import json
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, request, stream_with_context
+from flask_login import current_user
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from database.models import Message
+from database.models import Message, TaskSession
 from routes.access import (
     close_db_session,
     configured_limit,
@@ -23,6 +24,7 @@ from routes.access import (
     limiter,
     ok,
     participant_required,
+    pin_study,
     runtime,
     take_db_session,
 )
@@ -33,6 +35,20 @@ from services.platform.clock import utc_iso
 from services.study.questionnaire_service import items_for_task, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
+
+
+@bp.before_request
+def _running_task_version():
+    """A task started under an earlier study version runs to its end under that version."""
+    task_id = (request.view_args or {}).get("task_id")
+    studies = runtime().studies
+    if task_id is None or studies is None or not current_user.is_authenticated:
+        return
+    version = db_session().scalar(select(TaskSession.study_version).where(
+        TaskSession.user_id == current_user.id, TaskSession.task_id == task_id,
+        TaskSession.status == "in_progress"))
+    if version is not None and version != studies.live_version:
+        pin_study(studies.study(version))
 
 
 def _tasks():

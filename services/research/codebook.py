@@ -59,6 +59,10 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("registered_at", DATETIME, "Account creation."),
         _c("consent_at", DATETIME, "Time the consent form was accepted."),
         _c("consent_version", STRING, "Version of the consent text accepted."),
+        _c("study_version", INTEGER, "Published study version (study_versions, the admin's study editor) the "
+                                     "participant enrolled under; task_sessions.csv has each task's own."),
+        _c("test_participant", BOOLEAN, "True for a test (pilot) participant forced into a group by an admin; "
+                                        "exported only when asked for (include_test=1)."),
         _c("withdrawn_at", DATETIME, "Time of the withdrawal (the participant's own, or an admin's record of "
                                      "it); empty if active. Kept when the withdrawal was followed by erasure."),
         _c("withdrawn_by", STRING, "Who withdrew the participant: participant (their own withdrawal on the study "
@@ -104,6 +108,8 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("outcome", STRING, "For a done task: complete, or incomplete (fewer participant messages or less "
                               "active time than the study's minimum engagement: no completion code, paid only "
                               "with payments.pay_incomplete)."),
+        _c("study_version", INTEGER, "Published study version this attempt started and ran under (a version "
+                                     "published mid-task applies from the participant's next task)."),
     ],
     "panel_entries.csv": [
         _c("panel_entry_id", INTEGER, "Id of this arrival through the panel's link (increasing in time)."),

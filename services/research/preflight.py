@@ -19,8 +19,6 @@ and panel entry answer 503 ``study_not_open`` until a passing report exists for 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -38,14 +36,14 @@ from services.recall import recall_model
 from services.research import simulation
 from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study.definition import Study
+from services.study.versions import definition_hash
 
 PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
 
 
 def study_hash(study: Study) -> str:
     """A stable hash of the frozen study definition: the same definition gives the same hash in any process."""
-    canonical = json.dumps(study.as_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return definition_hash(study.definition)
 
 
 def embedder_warning(study: Study, embedder_model: str) -> str | None:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,8 @@ class Study:
     debrief: Debrief
     typing_checks: TypingChecks
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
+    # the published version (study_versions.version, services.study.versions) this is; None: not from the database
+    version: int | None = None
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -255,7 +258,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def build_study(definition: Mapping[str, Any]) -> Study:
     """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
-    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"])
+    raw = _section("", definition, [f.name for f in fields(Study) if f.name not in ("definition", "version")])
     study = Study(
         name=_typed("name", raw["name"], str),
         default_language=_choice("default_language", raw["default_language"], LANGUAGES),
@@ -407,7 +410,12 @@ def _section(path: str, raw: Any, allowed: list[str], optional: tuple[str, ...] 
     data = _mapping(path or "the study", raw)
     where = f"{path}." if path else ""
     unknown = [k for k in data if k not in allowed]
-    if unknown:
+    collected = _problems.get()
+    if unknown and collected is not None:  # the editor: name every unknown key, then go on without them
+        collected.extend(Problem(f"{where}{k}", f"unknown key {where}{k}; allowed here: {', '.join(allowed)}",
+                                 "unknown_key") for k in unknown)
+        data = {k: v for k, v in data.items() if k in allowed}
+    elif unknown:
         raise StudyDefinitionError(f"unknown key {where}{unknown[0]}; allowed here: {', '.join(allowed)}")
     missing = [k for k in allowed if k not in data and k not in optional]
     if missing:
@@ -497,7 +505,8 @@ def _debrief(raw: Any, conditions: list[str]) -> Debrief:
 
 
 def _task(index: int, raw: Any) -> Task:
-    path = f"tasks[{index}]"
+    # named by its id when it has one, so a problem is reported where the editor shows that task
+    path = f"tasks.{raw['id']}" if isinstance(raw, Mapping) and isinstance(raw.get("id"), str) else f"tasks[{index}]"
     data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire", "min_participant_messages"))
     path = f"tasks.{data['id']}" if isinstance(data.get("id"), str) else path
     return Task(id=_typed(f"{path}.id", data["id"], str),
@@ -667,3 +676,49 @@ def iter_items(study: Study, task: Task) -> Iterator[tuple[str, Mapping[str, Any
     for name in task.questionnaire:
         for item in study.instruments[name].items:
             yield name, item
+
+
+# ---------------------------------------------------------------------------
+# Problems, for the study editor (services.study.versions): every one named by its key
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str  # the definition's path, e.g. "tasks.T1.title.en" ("" for the definition as a whole)
+    message: str
+    code: str = "invalid"  # unknown_key | missing_key | wrong_type | invalid | breaking_change
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "message": self.message, "code": self.code}
+
+
+_problems: ContextVar[list[Problem] | None] = ContextVar("study_definition_problems", default=None)
+_TOP_LEVEL = tuple(f.name for f in fields(Study) if f.name not in ("definition", "version"))
+_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:(?:\.[\w\-]+)|(?:\[\d+\]))*")
+
+
+def find_problems(definition: Any) -> list[Problem]:
+    """Every unknown key of ``definition`` (with its path), and the first other problem, as ``Problem``s;
+    [] when ``build_study`` accepts it."""
+    collected: list[Problem] = []
+    token = _problems.set(collected)
+    try:
+        build_study(definition)
+    except StudyDefinitionError as exc:
+        collected.append(problem_of(str(exc)))
+    finally:
+        _problems.reset(token)
+    return collected
+
+
+def problem_of(message: str) -> Problem:
+    """The key a validation message names (its leading path), with a code saying what kind of problem it is."""
+    for prefix, code in (("unknown key ", "unknown_key"), ("missing key ", "missing_key")):
+        if message.startswith(prefix):
+            return Problem(message[len(prefix):].split(";")[0].strip(), message, code)
+    match = _PATH.match(message)
+    key = match.group(0) if match else ""
+    if key.split(".")[0].split("[")[0] not in _TOP_LEVEL:
+        key = ""
+    return Problem(key, message, "wrong_type" if " must be " in message else "invalid")
