@@ -32,7 +32,7 @@ from services.chat import chat_service
 from services.chat.chat_service import serialise_message, task_service
 from services.participants.panel_service import completion_for
 from services.platform.clock import utc_iso
-from services.study.questionnaire_service import items_for_task, store_answers, validate_answers
+from services.study.questionnaire_service import items_for_session, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
 
@@ -197,8 +197,12 @@ def finish(task_id: str):
 @bp.get("/tasks/<task_id>/questionnaire")
 @participant_required
 def get_questionnaire(task_id: str):
-    definition = _tasks().task_definition(task_id)
-    return ok({"task_id": task_id, "items": items_for_task(runtime().study, definition, current().language)})
+    tasks = _tasks()
+    definition = tasks.task_definition(task_id)
+    user = current()
+    items = items_for_session(runtime().study, definition, tasks.live_session(user.id, task_id), user.language)
+    db_session().commit()  # the order drawn for this participant, when the study randomises it
+    return ok({"task_id": task_id, "items": items})
 
 
 @bp.post("/tasks/<task_id>/questionnaire")
@@ -210,7 +214,7 @@ def post_questionnaire(task_id: str):
     tasks = task_service(session, rt)
     definition = tasks.task_definition(task_id)
     ts = tasks.running_session(user, task_id, phase="questionnaire")
-    items = items_for_task(rt.study, definition, user.language)
+    items = items_for_session(rt.study, definition, ts, user.language)
     cleaned = validate_answers(items, json_body().get("answers"), rt.study.limits.max_text_answer_chars)
     stored = store_answers(session, ts, items, cleaned, rt.clock)
     tasks.complete(ts)

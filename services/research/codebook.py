@@ -110,6 +110,11 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
                               "with payments.pay_incomplete)."),
         _c("study_version", INTEGER, "Published study version this attempt started and ran under (a version "
                                      "published mid-task applies from the participant's next task)."),
+        _c("questionnaire_order", "JSON array", "The order this attempt's questionnaire was shown in, as "
+                                                "[[instrument, [item ids]], ...], when the study file randomises it "
+                                                "(tasks.<id>.randomise_instruments, "
+                                                "instruments.<name>.randomise_items); empty when it was shown in the "
+                                                "file's order."),
     ],
     "panel_entries.csv": [
         _c("panel_entry_id", INTEGER, "Id of this arrival through the panel's link (increasing in time)."),
@@ -267,6 +272,14 @@ def _localised(value: Any, language: str) -> str:
 
 
 def item_scale(item: dict[str, Any]) -> str:
+    shown_when = item.get("show_if")
+    scale = _scale_text(item)
+    if shown_when:  # a display condition (study file: show_if): empty when the item was not shown
+        scale += f"; shown only when {shown_when['item']} {shown_when['op']} {shown_when['value']}, empty otherwise"
+    return scale
+
+
+def _scale_text(item: dict[str, Any]) -> str:
     kind = item.get("type", "likert")
     if kind == "likert":
         return f"likert {item['min']}-{item['max']} ({LIKERT_ANCHORS['en']}; {LIKERT_ANCHORS['zh']})"

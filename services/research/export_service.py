@@ -189,6 +189,7 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "consolidation_status": s.consolidation_status,
             "user_messages": counts[(s.id, "user")], "assistant_replies": counts[(s.id, "assistant")],
             "outcome": s.outcome, "study_version": s.study_version,
+            "questionnaire_order": json_text(s.questionnaire_order) if s.questionnaire_order else None,
         })
     return rows
 

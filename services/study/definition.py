@@ -31,7 +31,9 @@ from services.text.languages import LANGUAGES
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parents[2] / "data" / "study" / "default_study.json"
 ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
-ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected")
+ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected", "show_if")
+# a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
+SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
                "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
 
@@ -83,6 +85,7 @@ class Task:
     instructions: Text
     questionnaire: tuple[str, ...] = ()
     min_participant_messages: int | None = None  # this task's engagement minimum; None: timing's
+    randomise_instruments: bool = False  # the questionnaire's instruments in a random order per participant
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class Instrument:
     title: Text  # the construct, for researchers (export, codebook)
     items: tuple[Mapping[str, Any], ...]
     heading: Text | None = None  # what participants see above the items; no heading when not given
+    randomise_items: bool = False  # the items in a random order per participant
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,7 @@ def _check_consistency(study: Study) -> None:
             if name not in study.instruments:
                 raise StudyDefinitionError(f"tasks.{task.id}.questionnaire names unknown instrument {name!r}; "
                                            f"allowed: {', '.join(sorted(study.instruments))}")
+    _check_show_if(study)
     if study.timing.min_active_seconds > study.timing.task_active_seconds:
         raise StudyDefinitionError("timing.min_active_seconds exceeds timing.task_active_seconds")
     for path, task_ids in (("panel.tasks", study.panel.tasks), ("payments.per_task", study.payments.per_task)):
@@ -507,7 +512,8 @@ def _debrief(raw: Any, conditions: list[str]) -> Debrief:
 def _task(index: int, raw: Any) -> Task:
     # named by its id when it has one, so a problem is reported where the editor shows that task
     path = f"tasks.{raw['id']}" if isinstance(raw, Mapping) and isinstance(raw.get("id"), str) else f"tasks[{index}]"
-    data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire", "min_participant_messages"))
+    data = _section(path, raw, [f.name for f in fields(Task)],
+                    optional=("questionnaire", "min_participant_messages", "randomise_instruments"))
     path = f"tasks.{data['id']}" if isinstance(data.get("id"), str) else path
     return Task(id=_typed(f"{path}.id", data["id"], str),
                 unlock_offset_days=_typed(f"{path}.unlock_offset_days", data["unlock_offset_days"], float),
@@ -515,24 +521,31 @@ def _task(index: int, raw: Any) -> Task:
                 instructions=_text(f"{path}.instructions", data["instructions"]),
                 questionnaire=tuple(_str_list(f"{path}.questionnaire", data.get("questionnaire", []))),
                 min_participant_messages=_typed(f"{path}.min_participant_messages",
-                                                data.get("min_participant_messages"), (int, type(None))))
+                                                data.get("min_participant_messages"), (int, type(None))),
+                randomise_instruments=_typed(f"{path}.randomise_instruments",
+                                             data.get("randomise_instruments", False), bool))
 
 
 def _instrument(name: str, raw: Any) -> Instrument:
     path = f"instruments.{name}"
-    data = _section(path, raw, ["title", "heading", "items"], optional=("heading",))
+    data = _section(path, raw, ["title", "heading", "items", "randomise_items"],
+                    optional=("heading", "randomise_items"))
     items = []
     for i, item in enumerate(_list(f"{path}.items", data["items"])):
         where = f"{path}.items[{i}]"
-        item = _section(where, item, list(ITEM_KEYS), optional=("min", "max", "options", "required", "expected"))
+        item = _section(where, item, list(ITEM_KEYS),
+                        optional=("min", "max", "options", "required", "expected", "show_if"))
         _choice(f"{where}.type", item["type"], ITEM_TYPES)
         _text(f"{where}.text", item["text"])
+        if item.get("show_if") is not None:
+            _show_if(f"{where}.show_if", item["show_if"])
         if item["type"] == "attention":
             _attention(where, item)
         items.append(freeze(item))
     heading = data.get("heading")
     return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items),
-                      heading=None if heading is None else _text(f"{path}.heading", heading))
+                      heading=None if heading is None else _text(f"{path}.heading", heading),
+                      randomise_items=_typed(f"{path}.randomise_items", data.get("randomise_items", False), bool))
 
 
 def _memory(raw: Any) -> MemorySettings:
@@ -676,6 +689,57 @@ def iter_items(study: Study, task: Task) -> Iterator[tuple[str, Mapping[str, Any
     for name in task.questionnaire:
         for item in study.instruments[name].items:
             yield name, item
+
+
+# ---------------------------------------------------------------------------
+# Questionnaire display conditions (issue 29): "show item B when item A >= 5"
+# ---------------------------------------------------------------------------
+
+
+def _show_if(path: str, raw: Any) -> None:
+    data = _section(path, raw, ["item", "op", "value"])
+    _typed(f"{path}.item", data["item"], str)
+    _choice(f"{path}.op", data["op"], SHOW_IF_OPS)
+    _typed(f"{path}.value", data["value"], (float, str))
+    if data["op"] not in ("==", "!=") and isinstance(data["value"], str):
+        raise StudyDefinitionError(f"{path}.value must be a number for {data['op']}")
+
+
+def _check_show_if(study: Study) -> None:
+    """A display condition names an item shown earlier in every task that asks for its item."""
+    for task in study.tasks:
+        seen: set[str] = set()
+        for name, item in iter_items(study, task):
+            condition = item.get("show_if")
+            if condition is not None and condition["item"] not in seen:
+                raise StudyDefinitionError(
+                    f"instruments.{name}.items[{[i['id'] for i in study.instruments[name].items].index(item['id'])}]"
+                    f".show_if.item {condition['item']!r} is not an item asked before it in task {task.id}")
+            seen.add(item["id"])
+        if task.randomise_instruments and any(item.get("show_if") for _, item in iter_items(study, task)):
+            raise StudyDefinitionError(f"tasks.{task.id}.randomise_instruments cannot be used with display "
+                                       "conditions (show_if) in its questionnaire: the item they depend on might "
+                                       "come after them")
+    for name, instrument in study.instruments.items():
+        if instrument.randomise_items and any(item.get("show_if") for item in instrument.items):
+            raise StudyDefinitionError(f"instruments.{name}.randomise_items cannot be used with display conditions "
+                                       "(show_if) among its items")
+
+
+def shown(item: Mapping[str, Any], answers: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is shown given the answers so far (items without a display condition always are)."""
+    condition = item.get("show_if")
+    if not condition:
+        return True
+    answer = answers.get(condition["item"])
+    if answer is None:
+        return False
+    op, value = condition["op"], condition["value"]
+    if op in ("==", "!="):
+        return (answer == value) == (op == "==")
+    if isinstance(answer, bool) or not isinstance(answer, int | float):
+        return False
+    return {">=": answer >= value, "<=": answer <= value, ">": answer > value, "<": answer < value}[op]
 
 
 # ---------------------------------------------------------------------------
