@@ -249,6 +249,7 @@ const ITEM_PROBLEMS = [
   [/^must be text$/, { zh: "请填写文字。", en: "Please write your answer as text." }],
   [/^too long$/, { zh: "回答太长了。", en: "This answer is too long." }],
   [/^unknown item$/, { zh: "这道题不属于这份问卷。", en: "This question is not part of the questionnaire." }],
+  [/^not shown$/, { zh: "根据你之前的回答，这道题不需要回答。", en: "Given your earlier answer, this question is not asked." }],
 ];
 
 /** One item's problem from the server (e.g. "must be between 1 and 7") in the reader's language. */

@@ -137,9 +137,41 @@ export function buildQuestionnaire(items) {
   form.addEventListener("change", (event) => {
     const wrapper = event.target.closest(".q-item");
     if (wrapper) clearItemError(wrapper);
+    applyDisplayConditions();
   });
+  form.addEventListener("input", applyDisplayConditions);
+
+  /** Whether an item's display condition (show_if, checked again by the server) holds for the answers so far. */
+  function shown(item, given) {
+    const rule = item.show_if;
+    if (!rule) return true;
+    const answer = given[rule.item];
+    if (answer === undefined) return false;
+    if (rule.op === "==") return answer === rule.value;
+    if (rule.op === "!=") return answer !== rule.value;
+    if (typeof answer !== "number") return false;
+    return { ">=": answer >= rule.value, "<=": answer <= rule.value, ">": answer > rule.value, "<": answer < rule.value }[rule.op];
+  }
+
+  function applyDisplayConditions() {
+    if (!items.some((item) => item.show_if)) return;
+    const given = rawAnswers();
+    for (const item of items) {
+      if (!item.show_if) continue;
+      form.querySelector(`#q-${CSS.escape(item.id)}`).hidden = !shown(item, given);
+    }
+  }
 
   function answers() {
+    const given = rawAnswers();
+    const result = {};
+    for (const item of items) {
+      if (Object.hasOwn(given, item.id) && shown(item, result)) result[item.id] = given[item.id];
+    }
+    return result;
+  }
+
+  function rawAnswers() {
     const result = {};
     for (const item of items) {
       if (item.type === "text") {
@@ -154,6 +186,7 @@ export function buildQuestionnaire(items) {
     }
     return result;
   }
+  applyDisplayConditions();
 
   function clearItemError(wrapper) {
     wrapper.classList.remove("has-error");
