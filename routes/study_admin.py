@@ -94,8 +94,9 @@ def save_draft():
     draft, problems = versions.save_draft(session, definition, actor=current(), clock=rt.clock,
                                           runnable=registry.check_study)
     if draft is None:
-        return ok({"error": "invalid_definition", "message": "the definition has problems",
-                   "problems": [p.as_dict() for p in problems]}, 400)
+        listed = [p.as_dict() for p in problems]
+        return ok({"error": "invalid_definition", "message": "the definition has problems", "problems": listed,
+                   "details": {"problems": listed}}, 400)
     session.commit()
     return ok({"draft_id": draft.id, "hash": draft.study_hash, "problems": []}, 201)
 
