@@ -149,7 +149,8 @@ def test_an_l4_preview_at_t2_shows_what_l4_remembers(pages, editor_server, lang)
     preview.goto(link)
     preview.click("button.start-task")
     expect(preview.locator("#message-input")).to_be_visible()
-    fact = {"zh": "我妹妹下个月在青岛结婚，我对海鲜过敏。", "en": "My sister marries in Porto next month and I am allergic to shellfish."}
+    fact = {"zh": "我妹妹下个月在青岛结婚，我对海鲜过敏。",
+            "en": "My sister marries in Porto next month and I am allergic to shellfish."}
     preview.fill("#message-input", fact[lang])
     preview.press("#message-input", "Enter")
     expect(preview.locator(".msg.assistant:not(.pending) .msg-text").first).not_to_have_text("")
