@@ -279,3 +279,50 @@ def test_participants_cannot_reach_the_study_api(make_participant, client):
     assert person.get("/api/admin/study").status_code == 403
     assert person.post("/api/admin/study/drafts", json={"definition": {}}).status_code == 403
     assert client.get("/api/admin/study").status_code == 401
+
+
+def test_publishing_while_participants_chat_loses_nothing(app, admin_client, make_participant, clock):
+    """Participants send messages from threads while two versions are published: every message is stored with
+    its reply, and every reply of a task started under version 1 is built under version 1."""
+    import threading
+
+    from database.models import Message
+
+    people = [make_participant(language="en") for _ in range(3)]
+    for person in people:
+        assert person.post("/api/tasks/T1/start").status_code == 201
+    sent: list[tuple[int, int]] = []
+    failures: list[str] = []
+
+    def chat(index: int, person) -> None:
+        for n in range(4):
+            response = person.post("/api/tasks/T1/messages", json={"content": f"message {n} from {index}"},
+                                   headers={"Idempotency-Key": f"p{index}-m{n}"})
+            if response.status_code != 201:
+                failures.append(f"{index}/{n}: {response.status_code} {response.get_json()}")
+            sent.append((index, n))
+
+    def new_prompt(text):
+        def change(definition):
+            definition["system_prompts"]["base"]["en"] = text
+        return change
+
+    threads = [threading.Thread(target=chat, args=(i, p)) for i, p in enumerate(people)]
+    for thread in threads:
+        thread.start()
+    _publish(admin_client, _draft_with_title(admin_client, change=new_prompt("VERSION-TWO")), reason="during chat")
+    _publish(admin_client, _draft_with_title(admin_client, title={"zh": "第三版", "en": "Third"},
+                                             change=new_prompt("VERSION-THREE")), reason="again")
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures and len(sent) == 12
+    runtime = app.extensions["memory_lab"]
+    with runtime.db.Session() as session:
+        users = session.scalars(select(Message).where(Message.role == "user")).all()
+        replies = session.scalars(select(Message).where(Message.role == "assistant")).all()
+        versions = set(session.scalars(select(TaskSession.study_version)))
+    assert len(users) == 12 and len(replies) == 12
+    assert {r.reply_to_id for r in replies} == {m.id for m in users}
+    assert versions == {1}
+    assert not any("VERSION-" in r.prompt[0]["content"] for r in replies)
+    assert _live(admin_client)["version"] == 3
