@@ -251,13 +251,15 @@ def _register_cli(app: Flask) -> None:
     @click.option("--out", required=True, type=click.Path(dir_okay=False), help="zip file to write")
     @click.option("--bom", is_flag=True, help="UTF-8 with byte-order mark (Excel)")
     @click.option("--exclude-pii", is_flag=True, help="leave out usernames and free-text columns")
+    @click.option("--include-test", is_flag=True, help="also the test (pilot) participants")
     @click.option("--no-escape-formulas", is_flag=True,
                   help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
-    def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
+    def export_command(out: str, bom: bool, exclude_pii: bool, include_test: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
         from services.research.export_service import ExportOptions, write_export
 
-        options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
+        options = ExportOptions(bom=bom, exclude_pii=exclude_pii, include_test=include_test,
+                                escape_formulas=not no_escape_formulas)
         result = write_export(runtime, out, options=options)
         click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
 

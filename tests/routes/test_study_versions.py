@@ -326,3 +326,28 @@ def test_publishing_while_participants_chat_loses_nothing(app, admin_client, mak
     assert versions == {1}
     assert not any("VERSION-" in r.prompt[0]["content"] for r in replies)
     assert _live(admin_client)["version"] == 3
+
+
+def test_the_export_script_exports_the_live_version(app, admin_client, make_participant, database_url, tmp_path):
+    import json
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    _publish(admin_client, _draft_with_title(admin_client))
+    make_participant()
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "study.zip"
+    completed = subprocess.run([sys.executable, str(root / "scripts" / "export_data.py"), "--out", str(out),
+                                "--database-url", database_url], capture_output=True, text=True, timeout=120,
+                               cwd=root)
+    assert completed.returncode == 0, completed.stderr
+    with zipfile.ZipFile(out) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        config = json.loads(archive.read("study_config.json"))
+        participants = archive.read("participants.csv").decode()
+    assert manifest["study_version"] == 2
+    assert config["tasks"][0]["title"] == NEW_TITLE
+    header, row = participants.splitlines()[:2]
+    assert row.split(",")[header.split(",").index("study_version")] == "2"
