@@ -274,6 +274,11 @@ def _localised(value: Any, language: str) -> str:
 def item_scale(item: dict[str, Any]) -> str:
     shown_when = item.get("show_if")
     scale = _scale_text(item)
+    labels = item.get("labels")
+    if labels:  # the study file's words for points of the scale, in place of the default anchors
+        words = "; ".join(f"{p} = {_localised(t, 'en')} / {_localised(t, 'zh')}" for p, t in labels.items())
+        scale = (f"{scale}, points labelled {words}" if item.get("type") == "attention"
+                 else f"{item.get('type', 'likert')} {item.get('min', 1)}-{item.get('max', 7)} ({words})")
     if shown_when:  # a display condition (study file: show_if): empty when the item was not shown
         scale += f"; shown only when {shown_when['item']} {shown_when['op']} {shown_when['value']}, empty otherwise"
     return scale

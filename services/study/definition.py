@@ -31,7 +31,7 @@ from services.text.languages import LANGUAGES
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parents[2] / "data" / "study" / "default_study.json"
 ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
-ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected", "show_if")
+ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected", "show_if", "labels")
 # a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
 SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
@@ -534,11 +534,13 @@ def _instrument(name: str, raw: Any) -> Instrument:
     for i, item in enumerate(_list(f"{path}.items", data["items"])):
         where = f"{path}.items[{i}]"
         item = _section(where, item, list(ITEM_KEYS),
-                        optional=("min", "max", "options", "required", "expected", "show_if"))
+                        optional=("min", "max", "options", "required", "expected", "show_if", "labels"))
         _choice(f"{where}.type", item["type"], ITEM_TYPES)
         _text(f"{where}.text", item["text"])
         if item.get("show_if") is not None:
             _show_if(f"{where}.show_if", item["show_if"])
+        if item.get("labels") is not None:
+            _scale_labels(f"{where}.labels", item)
         if item["type"] == "attention":
             _attention(where, item)
         items.append(freeze(item))
@@ -703,6 +705,17 @@ def _show_if(path: str, raw: Any) -> None:
     _typed(f"{path}.value", data["value"], (float, str))
     if data["op"] not in ("==", "!=") and isinstance(data["value"], str):
         raise StudyDefinitionError(f"{path}.value must be a number for {data['op']}")
+
+
+def _scale_labels(path: str, item: Mapping[str, Any]) -> None:
+    """``labels``: words for points of a scale item, {"1": {"zh": ..., "en": ...}, "7": {...}} (any points)."""
+    if item["type"] not in ("likert", "ios") and not (item["type"] == "attention" and not item.get("options")):
+        raise StudyDefinitionError(f"{path}: only scale items (likert, ios, attention without options) have labels")
+    low, high = item.get("min", 1), item.get("max", 7)
+    for point, text in _mapping(path, item["labels"]).items():
+        if not (isinstance(point, str) and point.lstrip("-").isdigit() and low <= int(point) <= high):
+            raise StudyDefinitionError(f"{path}.{point} is not a point of the scale {low}-{high}")
+        _text(f"{path}.{point}", text)
 
 
 def _check_show_if(study: Study) -> None:

@@ -46,6 +46,9 @@ def items_for_task(study: Study, task: Task, language: str,
                 ] or None,
                 "text": localised(item["text"], language),
                 "show_if": dict(item["show_if"]) if item.get("show_if") else None,
+                # words for points of the scale (study file: labels); the page's own anchors otherwise
+                "labels": {point: localised(text, language) for point, text in (item.get("labels") or {}).items()}
+                or None,
             })
     return items
 

@@ -47,11 +47,11 @@ function range(min, max) {
 function likertControls(item, base) {
   const min = item.min ?? 1;
   const max = item.max ?? 7;
+  // the study's own words for points of the scale (labels), else the page's agree/disagree anchors
+  const words = item.labels || { [min]: t("q.likert_low"), [max]: t("q.likert_high") };
   const options = range(min, max).map((v) => {
     const id = `${base}-${v}`;
-    let name = String(v);
-    if (v === min) name = `${v} ${t("q.likert_low")}`;
-    if (v === max) name = `${v} ${t("q.likert_high")}`;
+    const name = words[v] ? `${v} ${words[v]}` : String(v);
     return h("label.likert-option", { for: id },
       h("input", { type: "radio", name: item.id, id, value: String(v), required: item.required, "aria-label": name }),
       h("span.likert-number", { "aria-hidden": "true" }, String(v)));
@@ -59,7 +59,7 @@ function likertControls(item, base) {
   return [
     h("div.likert-scale", { style: { "--points": String(options.length) } }, options),
     h("div.likert-anchors", { "aria-hidden": "true" },
-      h("span", `${min} = ${t("q.likert_low")}`), h("span", `${max} = ${t("q.likert_high")}`)),
+      h("span", words[min] ? `${min} = ${words[min]}` : ""), h("span", words[max] ? `${max} = ${words[max]}` : "")),
   ];
 }
 

@@ -121,3 +121,20 @@ def test_codebook_names_the_display_condition(study):
     item = _with_follow_up(study).instruments["perceived_understanding"].items[-1]
     assert "shown only when pu_1 >= 5" in codebook.item_scale(dict(item))
     assert load_study().task("T1").randomise_instruments is False
+
+
+def test_scale_labels_are_validated_shown_and_in_the_codebook(study):
+    labels = {"1": {"zh": "一点也不", "en": "Not at all"}, "7": {"zh": "完全是", "en": "Completely"}}
+    items = [dict(i) for i in study.as_dict()["instruments"]["perceived_understanding"]["items"]]
+    items[0] = {**items[0], "labels": labels}
+    labelled = study.with_overrides({"instruments": {"perceived_understanding": {"items": items}}})
+    shown_items = items_for_task(labelled, labelled.task("T1"), "en")
+    assert next(i for i in shown_items if i["id"] == "pu_1")["labels"] == {"1": "Not at all", "7": "Completely"}
+    assert next(i for i in shown_items if i["id"] == "pu_2")["labels"] is None
+    assert "1 = Not at all / 一点也不" in codebook.item_scale(dict(labelled.instruments["perceived_understanding"]
+                                                                    .items[0]))
+    items[0] = {**items[0], "labels": {"9": {"zh": "x", "en": "x"}}}
+    definition = study.as_dict()
+    definition["instruments"]["perceived_understanding"]["items"] = items
+    problem = find_problems(definition)[0]
+    assert problem.key == "instruments.perceived_understanding.items[0].labels.9"
