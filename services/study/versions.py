@@ -215,12 +215,28 @@ def save_draft(session: Session, definition: Any, *, actor: User | None, clock: 
     if problems:
         return None, problems
     live = live_row(session)
+    if live is not None:
+        definition = conform_numbers(definition, live.definition)
     draft = StudyDraft(definition=thaw(definition), study_hash=definition_hash(definition),
                        based_on_version=live.version if live else None, created_at=clock.now(),
                        created_by=actor.id if actor else None)
     session.add(draft)
     session.flush()
     return draft, []
+
+
+def conform_numbers(value: Any, reference: Any) -> Any:
+    """``value`` with each whole number written as a float where ``reference`` has a float at that path: a
+    browser sends 1.0 as 1, and an unchanged definition must keep its hash (the pre-flight keys on it)."""
+    if isinstance(value, Mapping):
+        ref = reference if isinstance(reference, Mapping) else {}
+        return {k: conform_numbers(v, ref.get(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        ref = list(reference) if isinstance(reference, list | tuple) else []
+        return [conform_numbers(v, ref[i] if i < len(ref) else None) for i, v in enumerate(value)]
+    if isinstance(value, int) and not isinstance(value, bool) and isinstance(reference, float):
+        return float(value)
+    return value
 
 
 def publish(session: Session, draft_id: int, *, reason: Any, actor: User, clock: Clock,
@@ -397,7 +413,8 @@ def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
             else:
                 changes.extend(diff(before[i], after[i], sub))
         return changes
-    if before == after and type(before) is type(after):
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (before, after))
+    if before == after and (type(before) is type(after) or numbers):
         return []
     return [{"path": path, "op": "changed", "before": before, "after": after}]
 

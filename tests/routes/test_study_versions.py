@@ -351,3 +351,16 @@ def test_the_export_script_exports_the_live_version(app, admin_client, make_part
     assert config["tasks"][0]["title"] == NEW_TITLE
     header, row = participants.splitlines()[:2]
     assert row.split(",")[header.split(",").index("study_version")] == "2"
+
+
+def test_an_unchanged_definition_sent_by_a_browser_keeps_its_hash(admin_client):
+    """JavaScript sends 1.0 as 1: the draft takes the live definition's floats back, so nothing changed."""
+    import json
+
+    live = _live(admin_client)
+    as_browser = json.loads(json.dumps(live["definition"]).replace(".0,", ",").replace(".0}", "}"))
+    # the definition holds whole floats (1.0), which the browser's copy writes as integers
+    assert json.dumps(as_browser, sort_keys=True) != json.dumps(live["definition"], sort_keys=True)
+    draft = admin_client.post("/api/admin/study/drafts", json={"definition": as_browser}).get_json()
+    assert draft["hash"] == live["hash"]
+    assert admin_client.get(f"/api/admin/study/diff?from=d{draft['draft_id']}&to=live").get_json()["changes"] == []
