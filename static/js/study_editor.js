@@ -174,8 +174,8 @@ function pairField(path, key, label, { multiline = false } = {}) {
       { multiline }))), slot(key));
 }
 
-function jsonField(path, key, label, hint) {
-  const control = h("textarea.json", { rows: 6, spellcheck: "false" });
+function jsonField(path, key, label, hint, rows = 3) {
+  const control = h("textarea.json", { rows, spellcheck: "false" });
   control.value = JSON.stringify(getAt(path) ?? null, null, 2);
   const wrapper = field(key, label, control, hint);
   control.addEventListener("input", () => {
