@@ -125,7 +125,7 @@ def _base_url() -> str:
 @bp.post("/preview")
 @design_required
 def create_preview():
-    """{condition, task, language} -> 201 {url, expires_at, preview_id}: open ``url`` to do the task as a
+    """{condition, task, language} -> 200 {url, expires_at, preview_id}: open ``url`` to do the task as a
     participant of that condition (a preview account: never counted, exported or reported)."""
     data = json_body()
     session = db_session()
@@ -134,7 +134,7 @@ def create_preview():
                                         language=data.get("language"), actor=current(), now=rt.clock.now())
     session.commit()
     return ok({"url": f"{_base_url()}/preview/{link.token}?task={data['task']}", "preview_id": user.id,
-               "expires_at": utc_iso(link.expires_at)}, 201)
+               "expires_at": utc_iso(link.expires_at)})
 
 
 @bp.get("/previews")

@@ -81,7 +81,8 @@ def _state(session: Session, study: Study) -> tuple[str, PreflightReport | None]
 def manifest_entry(session: Session, study: Study) -> dict[str, Any]:
     """The export manifest's ``preflight``: the state for the exported study definition and the latest report."""
     state, report = _state(session, study)
-    return {"state": state, "study_hash": study_hash(study), "report": report_view(report)}
+    return {"state": state, "study_hash": study_hash(study), "study_version": study.version,
+            "report": report_view(report)}
 
 
 def preflight_status(session: Session, settings: Settings, embedder_model: str) -> dict[str, Any]:
@@ -89,7 +90,8 @@ def preflight_status(session: Session, settings: Settings, embedder_model: str) 
     definition passed), ``failed`` (it failed), ``changed`` (reports exist, none for this definition) or
     ``not_verified`` (no report at all); with the report it refers to and any embedder mismatch."""
     state, report = _state(session, settings.study)
-    return {"state": state, "study_hash": study_hash(settings.study), "required": settings.require_preflight,
+    return {"state": state, "study_hash": study_hash(settings.study), "study_version": settings.study.version,
+            "required": settings.require_preflight,
             "report": report_view(report), "embedder_model": embedder_model,
             "embedder_warning": embedder_warning(settings.study, embedder_model)}
 

@@ -36,7 +36,7 @@ def test_an_l4_preview_at_t2_opens_at_once_remembers_and_counts_nowhere(app, adm
     make_participant()
     before = admin_client.get("/api/admin/participants").get_json()["summary"]["groups"]
     response = admin_client.post("/api/admin/preview", json={"condition": "L4", "task": "T1", "language": "en"})
-    assert response.status_code == 201, response.get_json()
+    assert response.status_code == 200, response.get_json()
     body = response.get_json()
     assert "/preview/" in body["url"] and body["url"].endswith("?task=T1")
     viewer = _open(app, body["url"])

@@ -201,6 +201,7 @@ def test_the_preflight_status_turns_to_changed(admin_client, app):
     published = _publish(admin_client, _draft_with_title(admin_client))
     status = admin_client.get("/api/admin/preflight").get_json()["preflight"]
     assert status["state"] == "changed" and status["study_hash"] == published["hash"]
+    assert status["study_version"] == published["version"]
 
 
 def test_a_second_app_on_the_same_database_serves_the_published_version(app, admin_client, database, clock):
