@@ -11,7 +11,7 @@ from datetime import timedelta
 from flask import Blueprint, Response, redirect, request
 from flask_login import login_user
 
-from routes.access import admin_required, current, db_session, json_body, ok, runtime
+from routes.access import admin_required, current, db_session, json_body, limiter, ok, runtime
 from services.memory import registry
 from services.operations import preview
 from services.participants import panel_service
@@ -25,6 +25,7 @@ bp = Blueprint("study_admin", __name__, url_prefix="/api/admin")
 design_required = admin_required
 
 FORMATS = ("json", "yaml")
+DEMO_OPENINGS = "30 per hour"  # per address
 
 
 def _refresh_now() -> None:
@@ -224,6 +225,7 @@ def open_preview(token: str):
 
 
 @pages.get("/demo/<token>")
+@limiter.limit(DEMO_OPENINGS)  # each opening makes an account: a shared link must not fill the database
 def open_demo(token: str):
     """A demo link: a fresh preview account of the link's condition, logged in, at the first task."""
     session = db_session()
