@@ -40,7 +40,8 @@ const TEXTS = {
     preview_private: "请在无痕窗口或另一个浏览器中打开：在本窗口打开会让这个浏览器以预览账号登录，之后需要重新登录管理台。", delete_previews: "删除所有预览账号",
     deleted: "已删除 {n} 个预览账号。", demo_links: "演示链接", days: "有效天数", label: "备注", create_demo: "创建演示链接",
     revoke: "撤销", demo_created: "演示链接（只显示这一次）：", state_live: "有效", state_revoked: "已撤销", state_expired: "已过期",
-    opened: "打开 {n} 次", test_participant: "创建测试参与者", test_created: "测试参与者 {code} 的登录链接：",
+    opened: "打开 {n} 次", test_counts: "测试参与者（单独计数，不计入分组）：{groups}",
+    preview_count: "现有预览账号 {n} 个，创建 {hours} 小时后自动删除", test_participant: "创建测试参与者", test_created: "测试参与者 {code} 的登录链接：",
     code_unknown_key: "未知的键（拼写错误？）", code_missing_key: "缺少必需的键", code_wrong_type: "类型或取值不对",
     code_invalid: "无法使用", code_breaking_change: "会破坏已收集的数据", error: "出错了：{msg}",
   },
@@ -76,7 +77,8 @@ const TEXTS = {
     preview_private: "Open it in a private window or another browser: opened here, it signs this browser in as the preview account and you will have to log in to the console again.", delete_previews: "Delete all preview accounts",
     deleted: "{n} preview account(s) deleted.", demo_links: "Demo links", days: "Valid for days", label: "Note", create_demo: "Create demo link",
     revoke: "Revoke", demo_created: "Demo link (shown this once):", state_live: "live", state_revoked: "revoked", state_expired: "expired",
-    opened: "opened {n} times", test_participant: "Create a test participant", test_created: "Log-in link of test participant {code}:",
+    opened: "opened {n} times", test_counts: "Test participants (counted apart from the groups): {groups}",
+    preview_count: "{n} preview account(s), each deleted {hours} hours after it was made", test_participant: "Create a test participant", test_created: "Log-in link of test participant {code}:",
     code_unknown_key: "Unknown key (misspelled?)", code_missing_key: "Missing key", code_wrong_type: "Wrong type or value",
     code_invalid: "Cannot be used", code_breaking_change: "Would break data already collected", error: "Something went wrong: {msg}",
   },
@@ -465,6 +467,14 @@ function previewSection() {
       }) }, tr("revoke")) : null)));
   };
   refreshDemos().catch(() => {});
+  const counts = h("p.muted#test-counts");
+  const refreshCounts = async () => {
+    const [monitor, previews] = await Promise.all([api.get("/api/admin/participants"), api.get("/api/admin/previews")]);
+    const groups = Object.entries(monitor.test_participants || {}).map(([g, n]) => `${g}: ${n}`).join(", ") || "0";
+    mount(counts, tr("test_counts", { groups }), " · ", tr("preview_count", { n: previews.previews.length,
+      hours: previews.delete_after_hours }));
+  };
+  refreshCounts().catch(() => {});
   const days = h("input#demo-days", { type: "number", min: "1", step: "1", value: "14" });
   const label = h("input#demo-label", { type: "text" });
   return section("preview", tr("s_preview"), true,
@@ -476,17 +486,20 @@ function previewSection() {
           task: value("preview-task"), language: value("preview-language") });
         mount(out, h("p", tr("preview_link"), " ", h("a#preview-link", { href: data.url, target: "_blank", rel: "noopener" }, data.url)),
           h("p.muted", tr("preview_private")));
+        await refreshCounts();
       }) }, tr("open_preview")),
       h("button.secondary#test-participant", { type: "button", onclick: run(async () => {
         const data = await api.post("/api/admin/test-participants", { condition: value("preview-condition"),
           language: value("preview-language") });
         mount(out, tr("test_created", { code: data.participant_code }), " ", h("code", data.url));
+        await refreshCounts();
       }) }, tr("test_participant")),
       h("button.secondary#delete-previews", { type: "button", onclick: run(async () => {
         const data = await api.post("/api/admin/previews/delete");
         mount(out, tr("deleted", { n: data.deleted }));
+        await refreshCounts();
       }) }, tr("delete_previews"))),
-    out,
+    out, counts,
     h("h3", tr("demo_links")),
     h("div.row", h("div.field", h("label", { for: "demo-days" }, tr("days")), days),
       h("div.field", h("label", { for: "demo-label" }, tr("label")), label),
