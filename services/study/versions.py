@@ -12,7 +12,8 @@ request about a running task is answered under that version (``StudyVersions.pin
 mid-task when a new version is published finishes the task as it began.
 
 Publishing refuses what would break data already collected (``breaking_changes``): removing a condition that
-has participants, removing or re-scaling a questionnaire item (or an instrument) that has answers. Once any
+has participants or a task that has sessions, removing or re-scaling a questionnaire item (or an instrument)
+that has answers. Once any
 participant exists, publishing needs a reason, which goes into the audit log.
 """
 from __future__ import annotations
@@ -33,7 +34,15 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-from database.models import Assignment, AuditLog, QuestionnaireResponse, StudyDraft, StudyVersion, User
+from database.models import (
+    Assignment,
+    AuditLog,
+    QuestionnaireResponse,
+    StudyDraft,
+    StudyVersion,
+    TaskSession,
+    User,
+)
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, NotFound
 from services.study.definition import Problem, Study, build_study, find_problems, thaw
@@ -300,6 +309,14 @@ def breaking_changes(session: Session, old: Mapping[str, Any], new: Mapping[str,
         if count and group not in (new.get("conditions") or {}):
             problems.append(Problem(f"conditions.{group}", f"condition {group} has {count} participant(s) and "
                                     "cannot be removed", "breaking_change"))
+    started = dict(session.execute(
+        select(TaskSession.task_id, func.count()).join(User, User.id == TaskSession.user_id)
+        .where(User.role.in_(DATA_ROLES)).group_by(TaskSession.task_id)).all())
+    new_tasks = {t.get("id") for t in new.get("tasks") or [] if isinstance(t, Mapping)}
+    for task_id, count in sorted(started.items()):
+        if task_id not in new_tasks:
+            problems.append(Problem("tasks", f"task {task_id} has {count} session(s) and cannot be removed or "
+                                    "renamed", "breaking_change"))
     answered = set(session.execute(select(QuestionnaireResponse.instrument, QuestionnaireResponse.item_id)
                                    .distinct()).all())
     old_instruments = old.get("instruments") or {}

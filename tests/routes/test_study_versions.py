@@ -183,6 +183,16 @@ def test_changes_that_would_break_collected_data_are_refused(admin_client, make_
                                  "/publish", json={"reason": "fewer groups"})
     assert response.status_code == 409
     assert any(p["key"] == "enabled_conditions" for p in response.get_json()["details"]["problems"])
+    def rename_task(definition):
+        definition["tasks"][0]["id"] = "Intro"
+        definition["panel"]["tasks"] = {("Intro" if k == "T1" else k): v
+                                        for k, v in definition["panel"]["tasks"].items()}
+        definition["payments"]["per_task"] = {("Intro" if k == "T1" else k): v
+                                              for k, v in definition["payments"]["per_task"].items()}
+
+    response = admin_client.post(f"/api/admin/study/drafts/{_draft_with_title(admin_client, change=rename_task)}"
+                                 "/publish", json={"reason": "nicer id"})
+    assert response.status_code == 409 and "task T1" in response.get_json()["message"]
     assert _live(admin_client)["version"] == 1
     # rewording an answered item breaks nothing
     def reword(definition):
