@@ -42,7 +42,7 @@ def _running_task_version():
     """A task started under an earlier study version runs to its end under that version."""
     task_id = (request.view_args or {}).get("task_id")
     studies = runtime().studies
-    if task_id is None or studies is None or not current_user.is_authenticated:
+    if task_id is None or studies is None or studies.only_version or not current_user.is_authenticated:
         return
     # a short session of its own, closed before the view: the view's rate limiter may need the pool's only
     # connection (app.load_user does the same)

@@ -89,6 +89,7 @@ class StudyVersions:
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
         self.live_version: int | None = None
+        self.oldest_version: int | None = None
         self.enabled = True
 
     def start(self, file_study: Study, clock: Clock) -> Study:
@@ -112,13 +113,20 @@ class StudyVersions:
         if not force and now - self._checked_at < self.refresh_seconds:
             return
         with self._session_factory() as session:
-            newest = session.scalar(select(func.max(StudyVersion.version)))
+            oldest, newest = session.execute(select(func.min(StudyVersion.version),
+                                                    func.max(StudyVersion.version))).one()
         self._checked_at = now
         if newest is not None and newest != self.live_version:
             study = self.study(newest)
             with self._lock:
                 self.live_version = newest
+                self.oldest_version = oldest
             self._on_change(study)
+
+    @property
+    def only_version(self) -> bool:
+        """Whether one version was ever published: every task then runs under the live one (nothing to look up)."""
+        return self.live_version is not None and self.live_version == self.oldest_version
 
     def current(self) -> Study | None:
         return self.study(self.live_version) if self.live_version is not None else None
