@@ -43,6 +43,12 @@ class Runtime:
         """The study this request runs under: the version it was pinned to (a running task's), else the live one."""
         return pinned_study() or self.settings.study
 
+    def study_for(self, version: int | None) -> Study:
+        """The published version ``version`` (a task session's), else the request's study."""
+        if version is None or self.studies is None or version == self.study.version:
+            return self.study
+        return self.studies.study(version)
+
     def start_study_versions(self) -> None:
         """Import the start-up definition as a version (when new) and serve the live version from now on."""
         def switch(study: Study) -> None:

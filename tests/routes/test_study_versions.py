@@ -375,3 +375,33 @@ def test_an_unchanged_definition_sent_by_a_browser_keeps_its_hash(admin_client):
     draft = admin_client.post("/api/admin/study/drafts", json={"definition": as_browser}).get_json()
     assert draft["hash"] == live["hash"]
     assert admin_client.get(f"/api/admin/study/diff?from=d{draft['draft_id']}&to=live").get_json()["changes"] == []
+
+
+def test_a_reply_made_off_the_request_path_uses_the_task_s_version(app, admin_client, make_participant, clock):
+    """The scheduler answers a message whose reply failed after a new version was published: the reply is built
+    under the version the task started under, not the live one."""
+    from database.models import Message
+    from services.chat.chat_service import ANSWER_GRACE_SECONDS, answer_unanswered
+    from services.llm.chain import LLMService
+    from tests.routes.test_unanswered_messages import DownModel
+
+    person = make_participant(language="en")
+    assert person.post("/api/tasks/T1/start").status_code == 201
+    runtime = app.extensions["memory_lab"]
+    working = runtime.llm
+    runtime.llm = LLMService([DownModel()], on_failure=runtime.record_failure)
+    clock.advance(5)
+    failed = person.post("/api/tasks/T1/messages", json={"content": "I have a peanut allergy."})
+    assert failed.status_code == 503
+    runtime.llm = working
+
+    def new_prompt(definition):
+        definition["system_prompts"]["base"]["en"] = "VERSION-TWO BASE PROMPT"
+
+    _publish(admin_client, _draft_with_title(admin_client, change=new_prompt), reason="while a reply was due")
+    clock.advance(ANSWER_GRACE_SECONDS + 1)
+    assert len(answer_unanswered(runtime.for_jobs())["answered"]) == 1
+    with runtime.db.Session() as session:
+        reply = session.scalar(select(Message).where(Message.role == "assistant"))
+    assert "VERSION-TWO" not in reply.prompt[0]["content"]
+    assert runtime.settings.study.version == 2
