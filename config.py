@@ -127,6 +127,8 @@ class Settings:
     # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
     # report exists for the current study definition (flask --app app preflight)
     require_preflight: bool = False
+    # STUDY_REFRESH_SECONDS: how often a process checks for a newly published study version (one small query)
+    study_refresh_seconds: float = 2.0
     study: Study = field(default_factory=load_study)
 
     @property
@@ -196,6 +198,7 @@ class Settings:
             consolidation_lease_seconds=_env_float("CONSOLIDATION_LEASE_SECONDS", None),
             task_start_consolidation_wait_seconds=_env_float("TASK_START_CONSOLIDATION_WAIT_SECONDS", 5.0),
             require_preflight=_env_bool("REQUIRE_PREFLIGHT", False),
+            study_refresh_seconds=_env_float("STUDY_REFRESH_SECONDS", 2.0),
         )
         values.update(overrides)
         _check_reminder_links(os.environ, values["public_base_url"])
@@ -211,6 +214,8 @@ class Settings:
             raise ValueError("CONSOLIDATION_LEASE_SECONDS must be a positive number of seconds")
         if values["task_start_consolidation_wait_seconds"] < 0:
             raise ValueError("TASK_START_CONSOLIDATION_WAIT_SECONDS must be 0 or more seconds")
+        if values["study_refresh_seconds"] is None or values["study_refresh_seconds"] < 0:
+            raise ValueError("STUDY_REFRESH_SECONDS must be 0 or more seconds")
         if values["pilot_timer_scale"] is not None and values["pilot_timer_scale"] <= 0:
             raise ValueError("PILOT_TIMER_SCALE must be a positive factor")
         return cls(**values)

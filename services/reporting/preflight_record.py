@@ -3,8 +3,6 @@ and the export manifest's ``preflight`` entry. Running a pre-flight is ``service
 export and the report only read what it stored, so they live here, below ``research``."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import fields
 from typing import Any
 
@@ -15,12 +13,12 @@ from database.models import PreflightReport
 from services.platform.clock import utc_iso
 from services.study import evidence
 from services.study.definition import Study
+from services.study.versions import definition_hash
 
 
 def study_hash(study: Study) -> str:
     """A stable hash of the frozen study definition: the same definition gives the same hash in any process."""
-    canonical = json.dumps(study.as_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return definition_hash(study.definition)
 
 
 def latest_report(session: Session, for_hash: str | None = None) -> PreflightReport | None:
@@ -54,7 +52,7 @@ def manifest_entry(session: Session, study: Study) -> dict[str, Any]:
     that report as lines (``report_lines``: each check's verdict, each target's figure, interval, n and verdict)."""
     found, report = state(session, study)
     view = report_view(report)
-    return {"state": found, "study_hash": study_hash(study), "report": view,
+    return {"state": found, "study_hash": study_hash(study), "study_version": study.version, "report": view,
             "lines": report_lines(view) if view else []}
 
 

@@ -68,7 +68,8 @@ def preflight_status(session: Session, settings: Settings, embedder_model: str) 
     definition passed), ``failed`` (it failed), ``changed`` (reports exist, none for this definition) or
     ``not_verified`` (no report at all); with the report it refers to and any embedder mismatch."""
     state, report = preflight_record.state(session, settings.study)
-    return {"state": state, "study_hash": study_hash(settings.study), "required": settings.require_preflight,
+    return {"state": state, "study_hash": study_hash(settings.study), "study_version": settings.study.version,
+            "required": settings.require_preflight,
             "report": report_view(report), "embedder_model": embedder_model,
             "embedder_warning": embedder_warning(settings.study, embedder_model)}
 
