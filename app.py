@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         runtime.embedder = embedder
     if settings.run_migrations_on_start and settings.database_url.startswith("sqlite"):
         runtime.db.upgrade()
+    runtime.start_study_versions()
     app.extensions["memory_lab"] = runtime
     BACKPRESSURE.configure(capacity=runtime.db.connections)
     _warn_about_allowlist(runtime)
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
             return session_user(session, cookie_id)
 
     app.teardown_appcontext(close_db_session)
+    _serve_live_study(app, runtime)
     _register_errors(app)
     _register_blueprints(app)
     _register_cli(app)
@@ -94,6 +96,26 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_preflight_cli(app)
     _register_reporting_cli(app)
     return app
+
+
+def _serve_live_study(app: Flask, runtime: Any) -> None:
+    """Each request runs under one study version: the live one (checked every STUDY_REFRESH_SECONDS), unless a
+    view pins a running task's own version (routes.access.pin_study)."""
+    from flask import g
+
+    @app.before_request
+    def live_study():
+        if runtime.studies is not None:
+            runtime.studies.refresh()
+            g.study_pins = [runtime.studies.pin_request(runtime.settings.study)]
+
+    @app.teardown_request
+    def unpin_study(_exc: BaseException | None = None):
+        for token in reversed(g.pop("study_pins", [])):
+            try:
+                runtime.studies.unpin(token)
+            except ValueError:  # a streamed reply ended in another context: nothing is pinned there
+                pass
 
 
 def _warn_about_allowlist(runtime: Any) -> None:
@@ -116,10 +138,11 @@ def _trust_proxies(app: Flask, hops: int) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, panel, participant, rights, staff
+    from routes import admin, admin_tools, auth, pages, panel, participant, rights, staff, study_admin
 
-    for module in (auth, participant, admin, admin_tools, pages, panel, rights, staff):
+    for module in (auth, participant, admin, admin_tools, pages, panel, rights, staff, study_admin):
         app.register_blueprint(module.bp)
+    app.register_blueprint(study_admin.pages)
 
 
 def _error(code: str, message: str, status: int, details: dict | None = None):
@@ -226,13 +249,15 @@ def _register_cli(app: Flask) -> None:
     @click.option("--out", required=True, type=click.Path(dir_okay=False), help="zip file to write")
     @click.option("--bom", is_flag=True, help="UTF-8 with byte-order mark (Excel)")
     @click.option("--exclude-pii", is_flag=True, help="leave out usernames and free-text columns")
+    @click.option("--include-test", is_flag=True, help="also the test (pilot) participants")
     @click.option("--no-escape-formulas", is_flag=True,
                   help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
-    def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
+    def export_command(out: str, bom: bool, exclude_pii: bool, include_test: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
         from services.reporting.export_service import ExportOptions, write_export
 
-        options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
+        options = ExportOptions(bom=bom, exclude_pii=exclude_pii, include_test=include_test,
+                                escape_formulas=not no_escape_formulas)
         result = write_export(runtime, out, options=options)
         click.echo(f"wrote {out}: " + ", ".join(f"{name} {rows}" for name, rows in result.files.items()))
 

@@ -199,6 +199,7 @@ class Settings(settings.Settings):
             consolidation_lease_seconds=_env_float("CONSOLIDATION_LEASE_SECONDS", None),
             task_start_consolidation_wait_seconds=_env_float("TASK_START_CONSOLIDATION_WAIT_SECONDS", 5.0),
             require_preflight=_env_bool("REQUIRE_PREFLIGHT", False),
+            study_refresh_seconds=_env_float("STUDY_REFRESH_SECONDS", 2.0),
             scheduler_intervals=scheduler_intervals_from_env(),
             reminders=reminders_from_env(),
             serving=serving_from_env(),
@@ -220,6 +221,8 @@ class Settings(settings.Settings):
             raise ValueError("CONSOLIDATION_LEASE_SECONDS must be a positive number of seconds")
         if values["task_start_consolidation_wait_seconds"] < 0:
             raise ValueError("TASK_START_CONSOLIDATION_WAIT_SECONDS must be 0 or more seconds")
+        if values["study_refresh_seconds"] is None or values["study_refresh_seconds"] < 0:
+            raise ValueError("STUDY_REFRESH_SECONDS must be 0 or more seconds")
         if values["pilot_timer_scale"] is not None and values["pilot_timer_scale"] <= 0:
             raise ValueError("PILOT_TIMER_SCALE must be a positive factor")
         return cls(**values)

@@ -49,7 +49,9 @@ class User(Base):
     # unique in the database, so two registrations differing only in case cannot both succeed
     username_key: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
-    role: Mapped[str] = mapped_column(String(16), default="participant")  # participant | admin
+    # participant | admin | test (a pilot participant forced into a group, counted apart, not exported unless
+    # asked for) | preview (an admin seeing a task as a condition's participant: never counted or exported)
+    role: Mapped[str] = mapped_column(String(16), default="participant")
     participant_code: Mapped[str | None] = mapped_column(String(16), unique=True)
     language: Mapped[str] = mapped_column(String(8), default="zh")
     created_at: Mapped[datetime] = mapped_column(DateTime)
@@ -78,6 +80,8 @@ class User(Base):
     # RFC 6238 second factor: the base32 secret, active once confirmed with a code
     totp_secret: Mapped[str | None] = mapped_column(String(64))
     totp_enabled_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # the published study version (study_versions.version) the participant enrolled under
+    study_version: Mapped[int | None] = mapped_column(Integer)
 
     assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
 
@@ -210,6 +214,10 @@ class TaskSession(Base):
     # set when the questionnaire is in: complete, or incomplete (below the study's minimum engagement:
     # no completion code, and paid only when payments.pay_incomplete says so)
     outcome: Mapped[str | None] = mapped_column(String(16))
+    # the published study version the attempt started under: it runs to its end under that version
+    study_version: Mapped[int | None] = mapped_column(Integer)
+    # the questionnaire's shown order when the definition randomises it: [[instrument, [item ids]], ...]
+    questionnaire_order: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 class Message(Base):
@@ -512,3 +520,52 @@ class PreflightReport(Base):
     providers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     checks: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     duration_seconds: Mapped[float | None] = mapped_column(Float)
+
+
+class StudyVersion(Base):
+    """One published study definition (services.study.versions). The highest ``version`` is the live one;
+    older ones are kept, since participants and their task sessions record the version they ran under."""
+
+    __tablename__ = "study_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, unique=True)
+    study_hash: Mapped[str] = mapped_column(String(64), index=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source: Mapped[str] = mapped_column(String(16))  # file (STUDY_CONFIG at start-up) | editor
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    reason: Mapped[str | None] = mapped_column(Text)
+    draft_id: Mapped[int | None] = mapped_column(Integer)
+
+
+class StudyDraft(Base):
+    """A validated study definition saved in the editor; kept after it is published (``published_version``)."""
+
+    __tablename__ = "study_drafts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study_hash: Mapped[str] = mapped_column(String(64))
+    based_on_version: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    published_version: Mapped[int | None] = mapped_column(Integer)
+
+
+class DemoLink(Base):
+    """A shareable demo of one condition (for an ethics board or co-authors): each opening makes a fresh
+    preview account. Only the SHA-256 of its token is stored; revocable, and it expires."""
+
+    __tablename__ = "demo_links"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    condition: Mapped[str] = mapped_column(String(8))
+    language: Mapped[str] = mapped_column(String(8))
+    label: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+    opened: Mapped[int] = mapped_column(Integer, default=0)

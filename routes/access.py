@@ -69,7 +69,13 @@ def _wants_json() -> bool:
     return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
 
 
-def _guard(role: str | None):
+# who may use the participant API: participants, test (pilot) participants and admins' preview accounts
+PARTICIPANT_ROLES = ("participant", "test", "preview")
+
+
+def _guard(role: str | None, allowed: tuple[str, ...] | None = None):
+    allowed = allowed or ((role,) if role else ())
+
     def decorator(view):
         @wraps(view)
         def wrapped(*args: Any, **kwargs: Any):
@@ -79,7 +85,7 @@ def _guard(role: str | None):
                 # an admin page asks for the admin's own sign-in page, everything else for the participants'
                 login = "/admin/login" if role == "admin" else "/"
                 return redirect(f"{login}?next={request.path}")
-            if role and current_user.role != role:
+            if allowed and current_user.role not in allowed:
                 if _wants_json():
                     raise Forbidden("this needs the admin role" if role == "admin" else "participants only",
                                     code="forbidden")
@@ -90,7 +96,7 @@ def _guard(role: str | None):
 
 
 login_required = _guard(None)
-participant_required = _guard("participant")
+participant_required = _guard("participant", PARTICIPANT_ROLES)
 admin_required = _guard("admin")
 
 
@@ -110,6 +116,13 @@ def staff_permission(permission: str):
         guarded.permission = permission
         return guarded
     return decorator
+
+
+def pin_study(study) -> None:
+    """Answer the rest of this request under ``study`` (a running task's own version: services.study.versions)."""
+    studies = runtime().studies
+    if studies is not None and study is not runtime().study:
+        g.setdefault("study_pins", []).append(studies.pin_request(study))
 
 
 def json_body() -> dict[str, Any]:

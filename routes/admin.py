@@ -5,7 +5,7 @@ from flask import Blueprint, request
 
 from routes.access import current, db_session, json_body, ok, runtime, staff_permission
 from services.chat.chat_service import task_service
-from services.operations import admin_service
+from services.operations import admin_service, preview
 from services.participants import erasure_service, panel_service
 from services.platform.clock import utc_iso
 from services.study import preflight_gate
@@ -31,6 +31,8 @@ def participants():
                                       implausible_typing=args.get("implausible_typing"))
     return ok({"participants": shown, "summary": admin_service.monitor_summary(rows, rt.study),
                "integrity": admin_service.integrity_summary(db_session(), rows, rt.study, rt.clock.now()),
+               # test (pilot) participants per group, counted apart (preview accounts are never counted)
+               "test_participants": preview.test_counts(db_session()),
                "generated_at": _now_iso()})
 
 

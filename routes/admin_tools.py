@@ -44,11 +44,12 @@ def usage():
 @staff_permission("export_deidentified")
 def export():
     """The data export as a zip: ?bom=1 for Excel, ?exclude_pii=1 without usernames and free text,
-    ?escape_formulas=0 to keep cells starting with = + - @ unescaped (they are escaped by default)."""
+    ?escape_formulas=0 to keep cells starting with = + - @ unescaped (they are escaped by default), ?include_test=1
+    with the test (pilot) participants."""
     rt = runtime()
     if not _flag("exclude_pii"):  # an assistant may take the export without usernames and free text only
         staff.require(current(), "export")
-    options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"),
+    options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"), include_test=_flag("include_test"),
                             escape_formulas=request.args.get("escape_formulas") is None or _flag("escape_formulas"))
     result = export_runtime(rt, options=options, actor_id=current().id, channel="api")
     stamp = result.generated_at.strftime("%Y%m%d-%H%M%S")

@@ -10,10 +10,11 @@ import json
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, request, stream_with_context
+from flask_login import current_user
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from database.models import Message
+from database.models import Message, TaskSession
 from routes.access import (
     close_db_session,
     configured_limit,
@@ -23,6 +24,7 @@ from routes.access import (
     limiter,
     ok,
     participant_required,
+    pin_study,
     runtime,
     take_db_session,
 )
@@ -30,9 +32,26 @@ from services.chat import chat_service
 from services.chat.chat_service import serialise_message, task_service
 from services.participants.panel_service import completion_for
 from services.platform.clock import utc_iso
-from services.study.questionnaire_service import items_for_task, store_answers, validate_answers
+from services.study.questionnaire_service import items_for_session, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
+
+
+@bp.before_request
+def _running_task_version():
+    """A task started under an earlier study version runs to its end under that version."""
+    task_id = (request.view_args or {}).get("task_id")
+    studies = runtime().studies
+    if task_id is None or studies is None or studies.only_version or not current_user.is_authenticated:
+        return
+    # a short session of its own, closed before the view: the view's rate limiter may need the pool's only
+    # connection (app.load_user does the same)
+    with runtime().db.Session() as session:
+        version = session.scalar(select(TaskSession.study_version).where(
+            TaskSession.user_id == current_user.id, TaskSession.task_id == task_id,
+            TaskSession.status == "in_progress"))
+    if version is not None and version != studies.live_version:
+        pin_study(studies.study(version))
 
 
 def _tasks():
@@ -181,8 +200,12 @@ def finish(task_id: str):
 @bp.get("/tasks/<task_id>/questionnaire")
 @participant_required
 def get_questionnaire(task_id: str):
-    definition = _tasks().task_definition(task_id)
-    return ok({"task_id": task_id, "items": items_for_task(runtime().study, definition, current().language)})
+    tasks = _tasks()
+    definition = tasks.task_definition(task_id)
+    user = current()
+    items = items_for_session(runtime().study, definition, tasks.live_session(user.id, task_id), user.language)
+    db_session().commit()  # the order drawn for this participant, when the study randomises it
+    return ok({"task_id": task_id, "items": items})
 
 
 @bp.post("/tasks/<task_id>/questionnaire")
@@ -194,7 +217,7 @@ def post_questionnaire(task_id: str):
     tasks = task_service(session, rt)
     definition = tasks.task_definition(task_id)
     ts = tasks.running_session(user, task_id, phase="questionnaire")
-    items = items_for_task(rt.study, definition, user.language)
+    items = items_for_session(rt.study, definition, ts, user.language)
     cleaned = validate_answers(items, json_body().get("answers"), rt.study.limits.max_text_answer_chars)
     stored = store_answers(session, ts, items, cleaned, rt.clock)
     tasks.complete(ts)

@@ -1,10 +1,11 @@
 """Export the study data as a zip: CSV files (long and wide), codebook, study definition.
 
-    python scripts/export_data.py --out exports/study.zip [--bom] [--exclude-pii] [--no-escape-formulas]
-                                  [--database-url URL]
+    python scripts/export_data.py --out exports/study.zip [--bom] [--exclude-pii] [--include-test]
+                                  [--no-escape-formulas] [--database-url URL]
 
 ``--bom`` writes UTF-8 with a byte-order mark so Excel opens Chinese text correctly;
-``--exclude-pii`` leaves out usernames and every free-text column; CSV cells starting with
+``--exclude-pii`` leaves out usernames and every free-text column; ``--include-test`` adds the test (pilot)
+participants (marked ``test_participant``); CSV cells starting with
 = + - @ get a leading apostrophe so spreadsheets do not run them as formulas, unless
 ``--no-escape-formulas``. The database is
 DATABASE_URL (default: the SQLite file under data/). Also available as
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="zip file to write")
     parser.add_argument("--bom", action="store_true", help="UTF-8 with byte-order mark (Excel)")
     parser.add_argument("--exclude-pii", action="store_true", help="leave out usernames and free-text columns")
+    parser.add_argument("--include-test", action="store_true", help="also the test (pilot) participants")
     parser.add_argument("--no-escape-formulas", action="store_true",
                         help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
     parser.add_argument("--database-url", help="database to export (default: DATABASE_URL or data/experiment.db)")
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime(settings=settings, db=Database(settings.database_url), clock=Clock(),
                       background=BackgroundRunner(inline=True))
     try:
-        options = ExportOptions(bom=args.bom, exclude_pii=args.exclude_pii,
+        runtime.start_study_versions()  # the live (published) study version, as the app serves it
+        options = ExportOptions(bom=args.bom, exclude_pii=args.exclude_pii, include_test=args.include_test,
                                 escape_formulas=not args.no_escape_formulas)
         result = write_export(runtime, args.out, options=options, channel="script")
     finally:

@@ -184,12 +184,13 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     ts = session.get(TaskSession, message.task_session_id)
     group = user.memory_group
     language = user.language
-    engine = MemoryEngine(session, runtime.study, embedder=runtime.embedder, clock=runtime.clock,
+    study = runtime.study_for(ts.study_version)  # the version the task started under, also off the request path
+    engine = MemoryEngine(session, study, embedder=runtime.embedder, clock=runtime.clock,
                           day_seconds=runtime.settings.day_seconds, defer_writes=True)
     context = engine.build_context(user_id=user.id, memory_group=group, task_session=ts, query=message,
                                    language=language)
-    history = _task_history(session, ts, before_id=message.id, group=group, study=runtime.study)
-    messages = [{"role": "system", "content": system_prompt(runtime.study, group, language, context)}]
+    history = _task_history(session, ts, before_id=message.id, group=group, study=study)
+    messages = [{"role": "system", "content": system_prompt(study, group, language, context)}]
     messages += history
     messages.append({"role": "user", "content": message.content})
     stored_context = context.to_dict()

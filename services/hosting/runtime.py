@@ -18,6 +18,7 @@ from services.platform.clock import Clock
 from services.platform.failure_log import make_failure_recorder
 from services.study.definition import Study
 from services.study.settings import Settings
+from services.study.versions import StudyVersions, pinned_study
 
 
 @dataclass
@@ -32,12 +33,30 @@ class Runtime:
     # background work's own pool (scheduler jobs, consolidation, memory upkeep): a request pool
     # starved by a class never stops it, and it never takes the requests' connections
     jobs_db: Database | None = None
+    # the published study versions (services.study.versions); None: the file's study only, as before
+    studies: StudyVersions | None = None
     _embedder: EmbeddingProvider | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def study(self) -> Study:
-        return self.settings.study
+        """The study this request runs under: the version it was pinned to (a running task's), else the live one."""
+        return pinned_study() or self.settings.study
+
+    def study_for(self, version: int | None) -> Study:
+        """The published version ``version`` (a task session's), else the request's study."""
+        if version is None or self.studies is None or version == self.study.version:
+            return self.study
+        return self.studies.study(version)
+
+    def start_study_versions(self) -> None:
+        """Import the start-up definition as a version (when new) and serve the live version from now on."""
+        def switch(study: Study) -> None:
+            self.settings.study = study
+
+        self.studies = StudyVersions(self.db.Session, refresh_seconds=self.settings.study_refresh_seconds,
+                                     on_change=switch)
+        self.settings.study = self.studies.start(self.settings.study, self.clock)
 
     @property
     def embedder(self) -> EmbeddingProvider:

@@ -124,7 +124,8 @@ def enrol(session: Session, study: Study, clock: Clock, *, fields: dict[str, Any
             admit()
         now = clock.now()
         user = User(**fields, role="participant", participant_code=new_participant_code(session), created_at=now,
-                    consent_at=now, consent_version=study.consent.version, status="active")
+                    consent_at=now, consent_version=study.consent.version, status="active",
+                    study_version=study.version)
         session.add(user)
         try:
             session.flush()

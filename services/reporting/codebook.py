@@ -59,6 +59,10 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("registered_at", DATETIME, "Account creation."),
         _c("consent_at", DATETIME, "Time the consent form was accepted."),
         _c("consent_version", STRING, "Version of the consent text accepted."),
+        _c("study_version", INTEGER, "Published study version (study_versions, the admin's study editor) the "
+                                     "participant enrolled under; task_sessions.csv has each task's own."),
+        _c("test_participant", BOOLEAN, "True for a test (pilot) participant forced into a group by an admin; "
+                                        "exported only when asked for (include_test=1)."),
         _c("withdrawn_at", DATETIME, "Time of the withdrawal (the participant's own, or an admin's record of "
                                      "it); empty if active. Kept when the withdrawal was followed by erasure."),
         _c("withdrawn_by", STRING, "Who withdrew the participant: participant (their own withdrawal on the study "
@@ -104,6 +108,13 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("outcome", STRING, "For a done task: complete, or incomplete (fewer participant messages or less "
                               "active time than the study's minimum engagement: no completion code, paid only "
                               "with payments.pay_incomplete)."),
+        _c("study_version", INTEGER, "Published study version this attempt started and ran under (a version "
+                                     "published mid-task applies from the participant's next task)."),
+        _c("questionnaire_order", "JSON array", "The order this attempt's questionnaire was shown in, as "
+                                                "[[instrument, [item ids]], ...], when the study file randomises it "
+                                                "(tasks.<id>.randomise_instruments, "
+                                                "instruments.<name>.randomise_items); empty when it was shown in the "
+                                                "file's order."),
     ],
     "panel_entries.csv": [
         _c("panel_entry_id", INTEGER, "Id of this arrival through the panel's link (increasing in time)."),
@@ -261,6 +272,19 @@ def _localised(value: Any, language: str) -> str:
 
 
 def item_scale(item: dict[str, Any]) -> str:
+    shown_when = item.get("show_if")
+    scale = _scale_text(item)
+    labels = item.get("labels")
+    if labels:  # the study file's words for points of the scale, in place of the default anchors
+        words = "; ".join(f"{p} = {_localised(t, 'en')} / {_localised(t, 'zh')}" for p, t in labels.items())
+        scale = (f"{scale}, points labelled {words}" if item.get("type") == "attention"
+                 else f"{item.get('type', 'likert')} {item.get('min', 1)}-{item.get('max', 7)} ({words})")
+    if shown_when:  # a display condition (study file: show_if): empty when the item was not shown
+        scale += f"; shown only when {shown_when['item']} {shown_when['op']} {shown_when['value']}, empty otherwise"
+    return scale
+
+
+def _scale_text(item: dict[str, Any]) -> str:
     kind = item.get("type", "likert")
     if kind == "likert":
         return f"likert {item['min']}-{item['max']} ({LIKERT_ANCHORS['en']}; {LIKERT_ANCHORS['zh']})"

@@ -70,6 +70,7 @@ class ExportOptions:
     bom: bool = False
     exclude_pii: bool = False
     escape_formulas: bool = True
+    include_test: bool = False  # test (pilot) participants too, marked test_participant; preview accounts never
 
 
 @dataclass
@@ -91,8 +92,9 @@ def scrub_secrets(value: Any) -> Any:
 class _Data:
     """Everything the export reads, loaded once."""
 
-    def __init__(self, session: Session) -> None:
-        self.users = session.scalars(select(User).where(User.role == "participant").order_by(User.id)).all()
+    def __init__(self, session: Session, *, include_test: bool = False) -> None:
+        roles = ("participant", "test") if include_test else ("participant",)
+        self.users = session.scalars(select(User).where(User.role.in_(roles)).order_by(User.id)).all()
         self.user_ids = {u.id for u in self.users}
         self.by_id = {u.id: u for u in self.users}
         self.assignments = {a.user_id: a for a in session.scalars(select(Assignment))}
@@ -152,7 +154,8 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
         row = {
             **data.ids(user.id), "username": user.username, "language": user.language, "status": user.status,
             "registered_at": user.created_at, "consent_at": user.consent_at,
-            "consent_version": user.consent_version, "withdrawn_at": user.withdrawn_at,
+            "consent_version": user.consent_version, "study_version": user.study_version,
+            "test_participant": user.role == "test", "withdrawn_at": user.withdrawn_at,
             "withdrawn_by": user.withdrawn_by, "withdrawn_reason": user.withdrawn_reason,
             "last_active_at": user.last_active_at,
             "assigned_at": assignment.created_at if assignment else None,
@@ -187,6 +190,8 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "consolidation_status": s.consolidation_status,
             "user_messages": counts[(s.id, "user")], "assistant_replies": counts[(s.id, "assistant")],
             "outcome": s.outcome, **exposures.get(s.id, NO_EXPOSURE),
+            "study_version": s.study_version,
+            "questionnaire_order": json_text(s.questionnaire_order) if s.questionnaire_order else None,
         })
     return rows
 
@@ -376,7 +381,7 @@ def _csv_bytes(columns: list[str], rows: list[dict[str, Any]], *, bom: bool, esc
 def build_export(session: Session, study: Study, *, options: ExportOptions, generated_at: datetime,
                  deployment: dict[str, Any] | None = None) -> ExportResult:
     """The whole export as zip bytes, with each file's row count."""
-    data = _Data(session)
+    data = _Data(session, include_test=options.include_test)
     tables = _tables(data, study, exclude_pii=options.exclude_pii)
     result = ExportResult(data=b"", generated_at=generated_at)
     buffer = io.BytesIO()
@@ -406,7 +411,8 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
         manifest = {
             "generated_at": stamp, "timezone": "UTC",
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
-                        "escape_formulas": options.escape_formulas},
+                        "escape_formulas": options.escape_formulas, "include_test": options.include_test},
+            "study_version": study.version,
             "files": dict(result.files), "deployment": deployment or {},
             "preflight": preflight_record.manifest_entry(session, study),
         }
@@ -436,7 +442,8 @@ def export_runtime(runtime, *, options: ExportOptions, actor_id: int | None = No
                               deployment=deployment_facts(runtime.settings))
         session.add(AuditLog(at=result.generated_at, actor_user_id=actor_id, action="data_exported", details={
             "channel": channel, "bom": options.bom, "exclude_pii": options.exclude_pii,
-            "escape_formulas": options.escape_formulas, "files": result.files}))
+            "escape_formulas": options.escape_formulas, "include_test": options.include_test,
+            "files": result.files}))
     return result
 
 

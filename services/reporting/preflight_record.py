@@ -19,7 +19,7 @@ def manifest_entry(session: Session, study: Study) -> dict[str, Any]:
     that report as lines (``report_lines``: each check's verdict, each target's figure, interval, n and verdict)."""
     found, report = state(session, study)
     view = report_view(report)
-    return {"state": found, "study_hash": study_hash(study), "report": view,
+    return {"state": found, "study_hash": study_hash(study), "study_version": study.version, "report": view,
             "lines": report_lines(view) if view else []}
 
 

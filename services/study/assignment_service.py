@@ -80,5 +80,7 @@ def _take_slot(session: Session) -> int:
 
 
 def group_counts(session: Session) -> dict[str, int]:
-    rows = session.execute(select(Assignment.memory_group, func.count()).group_by(Assignment.memory_group))
+    """Participants per condition; test (pilot) participants and preview accounts are not counted."""
+    rows = session.execute(select(Assignment.memory_group, func.count()).join(User, User.id == Assignment.user_id)
+                           .where(User.role == "participant").group_by(Assignment.memory_group))
     return {group: count for group, count in rows}

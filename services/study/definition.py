@@ -18,6 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from services.text.languages import LANGUAGES
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parents[2] / "data" / "study" / "default_study.json"
 ITEM_TYPES = ("likert", "ios", "choice", "text", "attention")
-ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected")
+ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expected", "show_if", "labels")
+# a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
+SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
                "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
 
@@ -82,6 +85,7 @@ class Task:
     instructions: Text
     questionnaire: tuple[str, ...] = ()
     min_participant_messages: int | None = None  # this task's engagement minimum; None: timing's
+    randomise_instruments: bool = False  # the questionnaire's instruments in a random order per participant
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Instrument:
     title: Text  # the construct, for researchers (export, codebook)
     items: tuple[Mapping[str, Any], ...]
     heading: Text | None = None  # what participants see above the items; no heading when not given
+    randomise_items: bool = False  # the items in a random order per participant
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,8 @@ class Study:
     report: ReportSettings
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
     chat: ChatSettings = field(default_factory=ChatSettings)  # optional in the file
+    # the published version (study_versions.version, services.study.versions) this is; None: not from the database
+    version: int | None = None
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -321,7 +328,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def build_study(definition: Mapping[str, Any]) -> Study:
     """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
-    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"],
+    raw = _section("", definition, [f.name for f in fields(Study) if f.name not in ("definition", "version")],
                    optional=OPTIONAL_SECTIONS)
     study = Study(
         name=_typed("name", raw["name"], str),
@@ -373,6 +380,7 @@ def _check_consistency(study: Study) -> None:
             if name not in study.instruments:
                 raise StudyDefinitionError(f"tasks.{task.id}.questionnaire names unknown instrument {name!r}; "
                                            f"allowed: {', '.join(sorted(study.instruments))}")
+    _check_show_if(study)
     if study.timing.min_active_seconds > study.timing.task_active_seconds:
         raise StudyDefinitionError("timing.min_active_seconds exceeds timing.task_active_seconds")
     for path, task_ids in (("panel.tasks", study.panel.tasks), ("payments.per_task", study.payments.per_task)):
@@ -476,7 +484,12 @@ def _section(path: str, raw: Any, allowed: list[str], optional: tuple[str, ...] 
     data = _mapping(path or "the study", raw)
     where = f"{path}." if path else ""
     unknown = [k for k in data if k not in allowed]
-    if unknown:
+    collected = _problems.get()
+    if unknown and collected is not None:  # the editor: name every unknown key, then go on without them
+        collected.extend(Problem(f"{where}{k}", f"unknown key {where}{k}; allowed here: {', '.join(allowed)}",
+                                 "unknown_key") for k in unknown)
+        data = {k: v for k, v in data.items() if k in allowed}
+    elif unknown:
         raise StudyDefinitionError(f"unknown key {where}{unknown[0]}; allowed here: {', '.join(allowed)}")
     missing = [k for k in allowed if k not in data and k not in optional]
     if missing:
@@ -583,8 +596,10 @@ def _debrief(raw: Any, conditions: list[str]) -> Debrief:
 
 
 def _task(index: int, raw: Any) -> Task:
-    path = f"tasks[{index}]"
-    data = _section(path, raw, [f.name for f in fields(Task)], optional=("questionnaire", "min_participant_messages"))
+    # named by its id when it has one, so a problem is reported where the editor shows that task
+    path = f"tasks.{raw['id']}" if isinstance(raw, Mapping) and isinstance(raw.get("id"), str) else f"tasks[{index}]"
+    data = _section(path, raw, [f.name for f in fields(Task)],
+                    optional=("questionnaire", "min_participant_messages", "randomise_instruments"))
     path = f"tasks.{data['id']}" if isinstance(data.get("id"), str) else path
     return Task(id=_typed(f"{path}.id", data["id"], str),
                 unlock_offset_days=_typed(f"{path}.unlock_offset_days", data["unlock_offset_days"], float),
@@ -592,24 +607,33 @@ def _task(index: int, raw: Any) -> Task:
                 instructions=_text(f"{path}.instructions", data["instructions"]),
                 questionnaire=tuple(_str_list(f"{path}.questionnaire", data.get("questionnaire", []))),
                 min_participant_messages=_typed(f"{path}.min_participant_messages",
-                                                data.get("min_participant_messages"), (int, type(None))))
+                                                data.get("min_participant_messages"), (int, type(None))),
+                randomise_instruments=_typed(f"{path}.randomise_instruments",
+                                             data.get("randomise_instruments", False), bool))
 
 
 def _instrument(name: str, raw: Any) -> Instrument:
     path = f"instruments.{name}"
-    data = _section(path, raw, ["title", "heading", "items"], optional=("heading",))
+    data = _section(path, raw, ["title", "heading", "items", "randomise_items"],
+                    optional=("heading", "randomise_items"))
     items = []
     for i, item in enumerate(_list(f"{path}.items", data["items"])):
         where = f"{path}.items[{i}]"
-        item = _section(where, item, list(ITEM_KEYS), optional=("min", "max", "options", "required", "expected"))
+        item = _section(where, item, list(ITEM_KEYS),
+                        optional=("min", "max", "options", "required", "expected", "show_if", "labels"))
         _choice(f"{where}.type", item["type"], ITEM_TYPES)
         _text(f"{where}.text", item["text"])
+        if item.get("show_if") is not None:
+            _show_if(f"{where}.show_if", item["show_if"])
+        if item.get("labels") is not None:
+            _scale_labels(f"{where}.labels", item)
         if item["type"] == "attention":
             _attention(where, item)
         items.append(freeze(item))
     heading = data.get("heading")
     return Instrument(title=_text(f"{path}.title", data["title"]), items=tuple(items),
-                      heading=None if heading is None else _text(f"{path}.heading", heading))
+                      heading=None if heading is None else _text(f"{path}.heading", heading),
+                      randomise_items=_typed(f"{path}.randomise_items", data.get("randomise_items", False), bool))
 
 
 def _memory(raw: Any) -> MemorySettings:
@@ -753,3 +777,111 @@ def iter_items(study: Study, task: Task) -> Iterator[tuple[str, Mapping[str, Any
     for name in task.questionnaire:
         for item in study.instruments[name].items:
             yield name, item
+
+
+# ---------------------------------------------------------------------------
+# Questionnaire display conditions (issue 29): "show item B when item A >= 5"
+# ---------------------------------------------------------------------------
+
+
+def _show_if(path: str, raw: Any) -> None:
+    data = _section(path, raw, ["item", "op", "value"])
+    _typed(f"{path}.item", data["item"], str)
+    _choice(f"{path}.op", data["op"], SHOW_IF_OPS)
+    _typed(f"{path}.value", data["value"], (float, str))
+    if data["op"] not in ("==", "!=") and isinstance(data["value"], str):
+        raise StudyDefinitionError(f"{path}.value must be a number for {data['op']}")
+
+
+def _scale_labels(path: str, item: Mapping[str, Any]) -> None:
+    """``labels``: words for points of a scale item, {"1": {"zh": ..., "en": ...}, "7": {...}} (any points)."""
+    if item["type"] not in ("likert", "ios") and not (item["type"] == "attention" and not item.get("options")):
+        raise StudyDefinitionError(f"{path}: only scale items (likert, ios, attention without options) have labels")
+    low, high = item.get("min", 1), item.get("max", 7)
+    for point, text in _mapping(path, item["labels"]).items():
+        if not (isinstance(point, str) and point.lstrip("-").isdigit() and low <= int(point) <= high):
+            raise StudyDefinitionError(f"{path}.{point} is not a point of the scale {low}-{high}")
+        _text(f"{path}.{point}", text)
+
+
+def _check_show_if(study: Study) -> None:
+    """A display condition names an item shown earlier in every task that asks for its item."""
+    for task in study.tasks:
+        seen: set[str] = set()
+        for name, item in iter_items(study, task):
+            condition = item.get("show_if")
+            if condition is not None and condition["item"] not in seen:
+                raise StudyDefinitionError(
+                    f"instruments.{name}.items[{[i['id'] for i in study.instruments[name].items].index(item['id'])}]"
+                    f".show_if.item {condition['item']!r} is not an item asked before it in task {task.id}")
+            seen.add(item["id"])
+        if task.randomise_instruments and any(item.get("show_if") for _, item in iter_items(study, task)):
+            raise StudyDefinitionError(f"tasks.{task.id}.randomise_instruments cannot be used with display "
+                                       "conditions (show_if) in its questionnaire: the item they depend on might "
+                                       "come after them")
+    for name, instrument in study.instruments.items():
+        if instrument.randomise_items and any(item.get("show_if") for item in instrument.items):
+            raise StudyDefinitionError(f"instruments.{name}.randomise_items cannot be used with display conditions "
+                                       "(show_if) among its items")
+
+
+def shown(item: Mapping[str, Any], answers: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is shown given the answers so far (items without a display condition always are)."""
+    condition = item.get("show_if")
+    if not condition:
+        return True
+    answer = answers.get(condition["item"])
+    if answer is None:
+        return False
+    op, value = condition["op"], condition["value"]
+    if op in ("==", "!="):
+        return (answer == value) == (op == "==")
+    if isinstance(answer, bool) or not isinstance(answer, int | float):
+        return False
+    return {">=": answer >= value, "<=": answer <= value, ">": answer > value, "<": answer < value}[op]
+
+
+# ---------------------------------------------------------------------------
+# Problems, for the study editor (services.study.versions): every one named by its key
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str  # the definition's path, e.g. "tasks.T1.title.en" ("" for the definition as a whole)
+    message: str
+    code: str = "invalid"  # unknown_key | missing_key | wrong_type | invalid | breaking_change
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "message": self.message, "code": self.code}
+
+
+_problems: ContextVar[list[Problem] | None] = ContextVar("study_definition_problems", default=None)
+_TOP_LEVEL = tuple(f.name for f in fields(Study) if f.name not in ("definition", "version"))
+_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:(?:\.[\w\-]+)|(?:\[\d+\]))*")
+
+
+def find_problems(definition: Any) -> list[Problem]:
+    """Every unknown key of ``definition`` (with its path), and the first other problem, as ``Problem``s;
+    [] when ``build_study`` accepts it."""
+    collected: list[Problem] = []
+    token = _problems.set(collected)
+    try:
+        build_study(definition)
+    except StudyDefinitionError as exc:
+        collected.append(problem_of(str(exc)))
+    finally:
+        _problems.reset(token)
+    return collected
+
+
+def problem_of(message: str) -> Problem:
+    """The key a validation message names (its leading path), with a code saying what kind of problem it is."""
+    for prefix, code in (("unknown key ", "unknown_key"), ("missing key ", "missing_key")):
+        if message.startswith(prefix):
+            return Problem(message[len(prefix):].split(";")[0].strip(), message, code)
+    match = _PATH.match(message)
+    key = match.group(0) if match else ""
+    if key.split(".")[0].split("[")[0] not in _TOP_LEVEL:
+        key = ""
+    return Problem(key, message, "wrong_type" if " must be " in message else "invalid")

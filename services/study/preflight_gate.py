@@ -7,8 +7,6 @@ and the report read the same records (``services.reporting.preflight_record``).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from sqlalchemy import select
@@ -20,12 +18,12 @@ from services.platform.errors import Unavailable
 from services.recall import recall_model
 from services.study.definition import Study
 from services.study.settings import Settings
+from services.study.versions import definition_hash
 
 
 def study_hash(study: Study) -> str:
     """A stable hash of the frozen study definition: the same definition gives the same hash in any process."""
-    canonical = json.dumps(study.as_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return definition_hash(study.definition)
 
 
 def latest_report(session: Session, for_hash: str | None = None) -> PreflightReport | None:
@@ -64,8 +62,8 @@ def preflight_status(session: Session, settings: Settings, embedder_model: str) 
     definition passed), ``failed`` (it failed), ``changed`` (reports exist, none for this definition) or
     ``not_verified`` (no report at all); with the report it refers to and any embedder mismatch."""
     found, report = state(session, settings.study)
-    return {"state": found, "study_hash": study_hash(settings.study), "required": settings.require_preflight,
-            "report": report_view(report), "embedder_model": embedder_model,
+    return {"state": found, "study_hash": study_hash(settings.study), "study_version": settings.study.version,
+            "required": settings.require_preflight, "report": report_view(report), "embedder_model": embedder_model,
             "embedder_warning": embedder_warning(settings.study, embedder_model)}
 
 

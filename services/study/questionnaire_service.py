@@ -1,6 +1,9 @@
 """Questionnaires: items per task from the study definition, validated on the server."""
 from __future__ import annotations
 
+import random
+import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -9,7 +12,7 @@ from sqlalchemy.orm import Session
 from database.models import QuestionnaireResponse, TaskSession
 from services.platform.clock import Clock
 from services.platform.errors import BadInput, Conflict
-from services.study.definition import Study, Task
+from services.study.definition import Study, Task, shown
 from services.study.timer_service import localised
 
 # "attention": an instructed-response check, shown as a scale (or as choices when it has options);
@@ -17,16 +20,18 @@ from services.study.timer_service import localised
 ITEM_TYPES = {"likert", "ios", "choice", "text", "attention"}
 
 
-def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, Any]]:
-    """The task's items, flattened from its instruments, in the participant's language.
+def items_for_task(study: Study, task: Task, language: str,
+                   order: list[Any] | None = None) -> list[dict[str, Any]]:
+    """The task's items, flattened from its instruments, in the participant's language; in ``order`` (a
+    task session's recorded ``questionnaire_order``) when given, else in the study file's order.
 
     ``instrument_title`` is the heading participants see (the instrument's neutral ``heading``, empty
     without one), never the construct's ``title``: naming the construct ("manipulation check",
     "affective trust") to participants invites demand effects. Exports and the codebook keep the title."""
     items = []
-    for name in task.questionnaire:
+    for name, ordered in _ordered(study, task, order):
         instrument = study.instruments[name]
-        for item in instrument.items:
+        for item in ordered:
             kind = item.get("type", "likert")
             items.append({
                 "id": item["id"],
@@ -40,8 +45,54 @@ def items_for_task(study: Study, task: Task, language: str) -> list[dict[str, An
                     {"value": o["value"], "label": localised(o.get("label"), language)} for o in item.get("options", [])
                 ] or None,
                 "text": localised(item["text"], language),
+                "show_if": dict(item["show_if"]) if item.get("show_if") else None,
+                # words for points of the scale (study file: labels); the page's own anchors otherwise
+                "labels": {point: localised(text, language) for point, text in (item.get("labels") or {}).items()}
+                or None,
             })
     return items
+
+
+def _ordered(study: Study, task: Task, order: list[Any] | None) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """(instrument, its items) in the recorded order; an order that no longer fits the task is not used."""
+    natural = [(name, list(study.instruments[name].items)) for name in task.questionnaire]
+    if not order:
+        return natural
+    by_id = {name: {item["id"]: item for item in items} for name, items in natural}
+    try:
+        ordered = [(name, [by_id[name][item_id] for item_id in ids]) for name, ids in order]
+    except (KeyError, TypeError, ValueError):
+        return natural
+    if sorted(n for n, _ in ordered) != sorted(by_id) or any(len(i) != len(by_id[n]) for n, i in ordered):
+        return natural
+    return ordered
+
+
+def draw_order(study: Study, task: Task, rng: random.Random | None = None) -> list[Any] | None:
+    """A random questionnaire order for one participant, where the task or its instruments ask for one:
+    [[instrument, [item ids]], ...]; None when everything is shown in the study file's order."""
+    randomised = [study.instruments[name].randomise_items for name in task.questionnaire]
+    if not task.randomise_instruments and not any(randomised):
+        return None
+    rng = rng or secrets.SystemRandom()
+    order = []
+    for name, shuffle in zip(task.questionnaire, randomised, strict=True):
+        ids = [item["id"] for item in study.instruments[name].items]
+        if shuffle:
+            rng.shuffle(ids)
+        order.append([name, ids])
+    if task.randomise_instruments:
+        rng.shuffle(order)
+    return order
+
+
+def items_for_session(study: Study, task: Task, ts: TaskSession | None, language: str) -> list[dict[str, Any]]:
+    """The items of a task session's questionnaire, in its own order: drawn once (when the study randomises
+    it) and recorded on the session (``questionnaire_order``; the caller commits), so reloading the page or
+    submitting shows and checks the same order."""
+    if ts is not None and ts.questionnaire_order is None:
+        ts.questionnaire_order = draw_order(study, task)
+    return items_for_task(study, task, language, order=ts.questionnaire_order if ts is not None else None)
 
 
 def validate_answers(items: list[dict[str, Any]], answers: Any, max_text_chars: int) -> dict[str, Any]:
@@ -56,6 +107,10 @@ def validate_answers(items: list[dict[str, Any]], answers: Any, max_text_chars: 
     cleaned: dict[str, Any] = {}
     for item_id, item in by_id.items():
         value = answers.get(item_id)
+        if not shown(item, cleaned):  # its display condition is not met: it was not shown, so not answered
+            if value is not None:
+                problems[item_id] = "not shown"
+            continue
         if value is None or (isinstance(value, str) and not value.strip()):
             if item["required"]:
                 problems[item_id] = "required"

@@ -165,6 +165,8 @@ class Settings:
     # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
     # report exists for the current study definition (flask --app app preflight)
     require_preflight: bool = False
+    # STUDY_REFRESH_SECONDS: how often a process checks for a newly published study version (one small query)
+    study_refresh_seconds: float = 2.0
     # the scheduler's intervals in seconds (SCHEDULER_*_SECONDS); None: its defaults (services.operations.scheduler)
     scheduler_intervals: dict[str, float] = field(default_factory=dict)
     reminders: ReminderConfig = field(default_factory=ReminderConfig)

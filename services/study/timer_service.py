@@ -98,7 +98,7 @@ class TaskService:
             elif ts and ts.status == "in_progress":
                 entry.update(status="in_progress", phase=ts.phase, started_at=utc_iso(ts.started_at),
                              timer=self.timer(ts, now))
-            elif previous_done and available_at is not None and now >= available_at:
+            elif (previous_done or user.role == "preview") and available_at is not None and now >= available_at:
                 overdue_at = available_at + timedelta(days=self.timing.overdue_after_days * self.time_scale)
                 entry.update(status="available", overdue=now >= overdue_at)
             else:
@@ -112,7 +112,7 @@ class TaskService:
         return result
 
     def _available_at(self, user: User, task: Task, t1_done_at: datetime | None) -> datetime | None:
-        if task.id == self.task_ids[0]:
+        if task.id == self.task_ids[0] or user.role == "preview":  # an admin's preview opens every task at once
             return user.consent_at or user.created_at
         if t1_done_at is None:
             return None
@@ -189,7 +189,7 @@ class TaskService:
         ).all()
         ts = TaskSession(user_id=user.id, task_id=task_id, attempt=max(attempts, default=0) + 1,
                          status="in_progress", phase="chat", started_at=now, last_activity_at=now,
-                         active_seconds=0.0, consolidation_status="pending")
+                         active_seconds=0.0, consolidation_status="pending", study_version=self.study.version)
         self.session.add(ts)
         try:
             self.session.flush()

@@ -4,6 +4,7 @@
 
 import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
+import { showStudyEditor } from "./study_editor.js";
 import {
   applyDocumentLanguage, formatClock, formatDateTime, formatDuration, formatShort, language, onLanguageChange,
   otherLanguage, setLanguage, t,
@@ -200,6 +201,7 @@ async function route() {
     else if (name === "failures") await showFailures();
     else if (name === "plots") await showPlots();
     else if (name === "export") showExport();
+    else if (name === "study") await showStudyEditor(main);
     else await showMonitor();
   } catch (err) {
     if (err.status !== 401) mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));

@@ -47,11 +47,11 @@ function range(min, max) {
 function likertControls(item, base) {
   const min = item.min ?? 1;
   const max = item.max ?? 7;
+  // the study's own words for points of the scale (labels), else the page's agree/disagree anchors
+  const words = item.labels || { [min]: t("q.likert_low"), [max]: t("q.likert_high") };
   const options = range(min, max).map((v) => {
     const id = `${base}-${v}`;
-    let name = String(v);
-    if (v === min) name = `${v} ${t("q.likert_low")}`;
-    if (v === max) name = `${v} ${t("q.likert_high")}`;
+    const name = words[v] ? `${v} ${words[v]}` : String(v);
     return h("label.likert-option", { for: id },
       h("input", { type: "radio", name: item.id, id, value: String(v), required: item.required, "aria-label": name }),
       h("span.likert-number", { "aria-hidden": "true" }, String(v)));
@@ -59,7 +59,7 @@ function likertControls(item, base) {
   return [
     h("div.likert-scale", { style: { "--points": String(options.length) } }, options),
     h("div.likert-anchors", { "aria-hidden": "true" },
-      h("span", `${min} = ${t("q.likert_low")}`), h("span", `${max} = ${t("q.likert_high")}`)),
+      h("span", words[min] ? `${min} = ${words[min]}` : ""), h("span", words[max] ? `${max} = ${words[max]}` : "")),
   ];
 }
 
@@ -137,9 +137,41 @@ export function buildQuestionnaire(items) {
   form.addEventListener("change", (event) => {
     const wrapper = event.target.closest(".q-item");
     if (wrapper) clearItemError(wrapper);
+    applyDisplayConditions();
   });
+  form.addEventListener("input", applyDisplayConditions);
+
+  /** Whether an item's display condition (show_if, checked again by the server) holds for the answers so far. */
+  function shown(item, given) {
+    const rule = item.show_if;
+    if (!rule) return true;
+    const answer = given[rule.item];
+    if (answer === undefined) return false;
+    if (rule.op === "==") return answer === rule.value;
+    if (rule.op === "!=") return answer !== rule.value;
+    if (typeof answer !== "number") return false;
+    return { ">=": answer >= rule.value, "<=": answer <= rule.value, ">": answer > rule.value, "<": answer < rule.value }[rule.op];
+  }
+
+  function applyDisplayConditions() {
+    if (!items.some((item) => item.show_if)) return;
+    const given = rawAnswers();
+    for (const item of items) {
+      if (!item.show_if) continue;
+      form.querySelector(`#q-${CSS.escape(item.id)}`).hidden = !shown(item, given);
+    }
+  }
 
   function answers() {
+    const given = rawAnswers();
+    const result = {};
+    for (const item of items) {
+      if (Object.hasOwn(given, item.id) && shown(item, result)) result[item.id] = given[item.id];
+    }
+    return result;
+  }
+
+  function rawAnswers() {
     const result = {};
     for (const item of items) {
       if (item.type === "text") {
@@ -154,6 +186,7 @@ export function buildQuestionnaire(items) {
     }
     return result;
   }
+  applyDisplayConditions();
 
   function clearItemError(wrapper) {
     wrapper.classList.remove("has-error");

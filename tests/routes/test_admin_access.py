@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import walk_task
+from tests.routes.test_study_design_access import STUDY_DESIGN_PATHS
 
 # (method, path, body); {pid} is a participant's id, {other} another participant's
 ADMIN_ROUTES = [
@@ -154,4 +155,5 @@ def test_every_admin_route_is_in_the_openapi_document(app, client):
               for _, p, _ in ADMIN_ROUTES}
     tested = {re.sub(r"/plots/\w+\.png", "/plots/{name}.png", p) for p in tested}
     tested |= {p.replace("{sid}", "{user_id}") for _, p, _ in STAFF_ROUTES} | OPEN_ADMIN_ROUTES
+    tested |= STUDY_DESIGN_PATHS  # tests/routes/test_study_design_access.py
     assert {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", r.rule) for r in rules} <= tested

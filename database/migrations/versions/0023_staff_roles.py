@@ -1,13 +1,13 @@
 """lab staff: a role per staff account, disabling, a TOTP second factor, and one-time invitation/reset links
 
 Revision ID: 0023
-Revises: 0016
+Revises: 0019
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0023'
-down_revision = '0016'
+down_revision = '0019'
 branch_labels = None
 depends_on = None
 
