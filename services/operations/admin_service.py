@@ -309,7 +309,7 @@ def _admin_message(message: Message, study: Study) -> dict[str, Any]:
     view = serialise_message(message, participant_view=False)
     if message.role == "user":
         view["implausible_typing"] = typing_flags(len(message.content), message.typing_ms, message.keystrokes,
-                                                  message.pasted_chars, study.typing_checks)
+                                                  message.pasted_chars, study.typing_checks, message.input_kind)
     return view
 
 

@@ -150,14 +150,26 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("recall_count", INTEGER, "User message: times it was recalled (L4)."),
         _c("last_recall_at", DATETIME, "User message: last recall (L4)."),
         _c("consolidated_at", DATETIME, "User message: time its memory fields were computed."),
-        _c("typing_ms", INTEGER, "User message: milliseconds from the first keystroke in the message box to "
+        _c("typing_ms", INTEGER, "User message: milliseconds from the first key press, input, composition or "
+                                 "paste event in the message box to "
                                  "sending, as measured by the participant page; empty if not reported."),
-        _c("keystrokes", INTEGER, "User message: key presses in the message box while writing it (IME "
-                                  "composition counts each key)."),
+        _c("keystrokes", INTEGER, "User message: key presses (keydown) in the message box while writing it "
+                                  "(an input method's keys count when the browser reports them; dictation and "
+                                  "autocomplete have none: see input_kind)."),
         _c("pasted_chars", INTEGER, "User message: characters pasted into the message box while writing it; "
                                     "above 0 flags text possibly written elsewhere (e.g. by another chatbot)."),
         _c("focus_losses", INTEGER, "User message: times the page lost focus (another tab or window) since the "
                                     "previous message of the task was sent, or since the chat page opened."),
+        _c("input_events", INTEGER, "User message: `input` events in the message box while writing it (each "
+                                    "insertion or deletion, from a key, an input method, dictation or a paste); "
+                                    "empty if not reported."),
+        _c("composition_events", INTEGER, "User message: input-method compositions finished (compositionend) while "
+                                          "writing it, e.g. pinyin turned into Chinese characters; empty if not reported."),
+        _c("input_kind", STRING, "User message: where most of its characters came from, as the participant page "
+                                 "saw it: typed (key presses), composed (an input method's compositions), pasted, "
+                                 "dictated (inserted with no key press or composition: voice dictation, autocomplete, "
+                                 "an on-screen keyboard's suggestion) or unknown (no input seen, e.g. a restored "
+                                 "draft); empty if not reported."),
     ],
     "questionnaires_long.csv": [
         CODE, GROUP,
@@ -329,7 +341,9 @@ def _typing_rule(study: Study) -> str:
     checks = study.typing_checks
     return (f"study file typing_checks: judged when at least {checks.min_chars} characters were typed, not pasted; "
             f"flagged above {checks.max_chars_per_second:g} typed characters per second of typing (too_fast) or "
-            f"below {checks.min_keystrokes_per_char:g} key presses per typed character (too_few_keystrokes)")
+            f"below {checks.min_keystrokes_per_char:g} key presses per typed character (too_few_keystrokes); "
+            "never flagged merely for coming without key presses: not judged when input_kind is dictated or unknown "
+            "or no key press was reported (unless composed), and composed text is judged by speed only")
 
 
 def typing_columns(study: Study) -> list[Column]:

@@ -130,7 +130,7 @@ def _quality(data: _Data, study: Study) -> dict[int, Counter]:
             result[m.user_id]["pasted_messages"] += 1 if m.pasted_chars else 0
             result[m.user_id]["focus_losses"] += m.focus_losses or 0
             result[m.user_id]["implausible_typing_messages"] += 1 if typing_flags(
-                len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks) else 0
+                len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks, m.input_kind) else 0
     checks = attention_items(study)
     for a in data.answers:
         if a.item_id in checks:
@@ -228,7 +228,8 @@ def _messages(data: _Data, study: Study) -> list[dict[str, Any]]:
             "consolidation_g": m.consolidation_g, "recall_count": m.recall_count if m.role == "user" else None,
             "last_recall_at": m.last_recall_at, "consolidated_at": m.consolidated_at,
             "typing_ms": m.typing_ms, "keystrokes": m.keystrokes, "pasted_chars": m.pasted_chars,
-            "focus_losses": m.focus_losses, **_typing_columns(m, study),
+            "focus_losses": m.focus_losses, "input_events": m.input_events,
+            "composition_events": m.composition_events, "input_kind": m.input_kind, **_typing_columns(m, study),
         })
     return rows
 
@@ -237,7 +238,7 @@ def _typing_columns(m: Message, study: Study) -> dict[str, Any]:
     if m.role != "user":
         return {}
     per_second, per_char = typing_rates(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars)
-    flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks)
+    flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks, m.input_kind)
     return {"typed_chars_per_second": per_second, "keystrokes_per_typed_char": per_char,
             "implausible_typing": None if flags is None else bool(flags),
             "implausible_typing_reasons": ";".join(flags or []) or None}

@@ -585,26 +585,69 @@ function showChat(task) {
   const answered = new Set();
 
   // Data-quality signals sent with each message (codebook: messages.csv), counted since the last send.
-  const quality = { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 };
+  // Text reaches the box by key presses, an input method's compositions (pinyin), a paste, or with no key at
+  // all (dictation, autocomplete): each is counted, and the source of most characters is the input kind.
+  const quality = {
+    firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
+    keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
+  };
   const capped = (value, cap) => Math.max(0, Math.min(Math.round(value), cap));
+  const began = () => { if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now(); };
+  function inputKind() {
+    const entries = Object.entries(quality.chars).filter(([, count]) => count > 0);
+    if (!entries.length) return "unknown";  // no input seen: a restored draft, or text set by other means
+    return entries.reduce((best, entry) => (entry[1] > best[1] ? entry : best))[0];
+  }
   function qualitySignals() {
     return {
       typing_ms: capped(quality.firstKeyAt === null ? 0 : performance.now() - quality.firstKeyAt, 86_400_000),
       keystrokes: capped(quality.keystrokes, 200_000),
       pasted_chars: capped(quality.pasted, 1_000_000),
       focus_losses: capped(quality.focusLosses, 10_000),
+      input_events: capped(quality.inputEvents, 200_000),
+      composition_events: capped(quality.compositions, 200_000),
+      input_kind: inputKind(),
     };
   }
   function resetQuality() {
-    Object.assign(quality, { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 });
+    Object.assign(quality, {
+      firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
+      keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
+    });
   }
-  input.addEventListener("keydown", () => {
-    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
+  input.addEventListener("keydown", (event) => {
+    began();
     quality.keystrokes += 1;
+    // a key an input method takes (keyCode 229) composes; the characters come at compositionend
+    quality.keyPending = !event.isComposing && event.keyCode !== 229 && event.key?.length === 1;
+  });
+  input.addEventListener("compositionstart", began);
+  input.addEventListener("compositionend", (event) => {
+    began();
+    quality.compositions += 1;
+    quality.chars.composed += [...(event.data || "")].length;
+  });
+  input.addEventListener("input", (event) => {
+    began();
+    quality.inputEvents += 1;
+    const type = event.inputType || "";
+    const inserted = [...(event.data || "")].length;
+    if (event.isComposing || type === "insertCompositionText" || type.startsWith("insertFromPaste")) {
+      // counted at compositionend, or by the paste handler
+    } else if (type === "insertFromDrop") {
+      quality.chars.pasted += inserted;
+    } else if (type.startsWith("insert") && inserted) {
+      // characters after a key press were typed; characters with no key press before them were dictated,
+      // autocompleted or chosen from a suggestion
+      quality.chars[quality.keyPending ? "typed" : "dictated"] += inserted;
+    }
+    quality.keyPending = false;
   });
   input.addEventListener("paste", (event) => {
-    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
-    quality.pasted += (event.clipboardData?.getData("text") || "").length;
+    began();
+    const pasted = (event.clipboardData?.getData("text") || "").length;
+    quality.pasted += pasted;
+    quality.chars.pasted += pasted;
   });
   const onBlur = () => { quality.focusLosses += 1; };
   window.addEventListener("blur", onBlur);
