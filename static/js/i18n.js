@@ -1,7 +1,13 @@
-// Interface text in Chinese (the default) and English. Study content (consent, task texts,
-// questionnaire items) comes from the server in the participant's language; this file only
-// holds the page's own words. The choice is kept in localStorage and, once logged in, on the
-// server (POST /api/auth/language) so that server-side texts follow it.
+// Interface text in Chinese and English. Study content (consent, task texts, questionnaire items)
+// comes from the server in the participant's language; this file only holds the page's own words.
+//
+// Which language a page opens in: an explicit `lang` in the link (?lang=en), then the reader's last
+// explicit choice on this browser (the language button, kept in localStorage), then the browser's
+// languages (navigator.languages, among those the study offers), then the study's default_language
+// (the participant page settles that once /api/study has answered: settleLanguage). Once logged in,
+// the account's language (the last explicit choice, kept on the server: POST /api/auth/language)
+// applies, unless the reader chose one on this very page (the link's lang, or the button on the
+// login page): that choice is then sent to the server instead of being overridden.
 
 const STORAGE_KEY = "memorylab.language";
 const SUPPORTED = ["zh", "en"];
@@ -925,26 +931,55 @@ const MESSAGES = {
 
 const listeners = new Set();
 
-function initialLanguage() {
-  const stored = localStorage.getItem(STORAGE_KEY);
-  return SUPPORTED.includes(stored) ? stored : "zh";
+function supportedBase(tag, offered = SUPPORTED) {
+  const base = String(tag || "").toLowerCase().split(/[-_]/)[0];
+  return offered.includes(base) ? base : null;
 }
 
-let current = initialLanguage();
+function linkLanguage() {
+  return supportedBase(new URLSearchParams(location.search).get("lang"));
+}
+
+function storedLanguage() {
+  try {
+    return supportedBase(localStorage.getItem(STORAGE_KEY));
+  } catch {
+    return null;  // storage refused (private mode): no remembered choice
+  }
+}
+
+function remember(lang) {
+  try {
+    localStorage.setItem(STORAGE_KEY, lang);
+  } catch {
+    // not remembered on this browser; the account still keeps it once logged in
+  }
+}
+
+// the explicit choice made on this page (the link's lang, or the language button), or null
+let chosenHere = linkLanguage();
+if (chosenHere) remember(chosenHere);
 
 /** Whether the reader chose a language on this browser before (a page may then follow the browser's). */
 export function hasStoredLanguage() {
-  return SUPPORTED.includes(localStorage.getItem(STORAGE_KEY));
+  return storedLanguage() !== null;
 }
 
-/** The browser's preferred supported language: zh for any Chinese locale, else en. */
-export function browserLanguage() {
+/** The browser's first preferred language among ``offered`` (any Chinese locale counts as zh), or null. */
+export function browserLanguage(offered = SUPPORTED) {
   const preferred = navigator.languages?.length ? navigator.languages : [navigator.language || ""];
   for (const tag of preferred) {
-    const base = String(tag).toLowerCase().split("-")[0];
-    if (SUPPORTED.includes(base)) return base;
+    const found = supportedBase(tag, offered);
+    if (found) return found;
   }
-  return "en";
+  return null;
+}
+
+let current = linkLanguage() || storedLanguage() || browserLanguage() || "zh";
+
+/** The language explicitly chosen on this page (the link's lang or the language button), else null. */
+export function chosenOnThisPage() {
+  return chosenHere;
 }
 
 export function language() {
@@ -961,14 +996,38 @@ export function t(key, vars = {}) {
   return text.replace(/\{(\w+)\}/g, (match, name) => (name in vars ? String(vars[name]) : match));
 }
 
-/** Change the language locally; listeners re-render. Returns true when it changed. */
-export function setLanguage(lang) {
+function apply(lang) {
   if (!SUPPORTED.includes(lang) || lang === current) return false;
   current = lang;
-  localStorage.setItem(STORAGE_KEY, lang);
   applyDocumentLanguage();
   listeners.forEach((fn) => fn(lang));
   return true;
+}
+
+/** The reader's explicit choice (the language button): remembered on this browser; listeners re-render.
+ * Returns true when it changed. */
+export function setLanguage(lang) {
+  if (!SUPPORTED.includes(lang)) return false;
+  chosenHere = lang;
+  remember(lang);
+  return apply(lang);
+}
+
+/** A language the page follows without the reader choosing it (the account's, the study's default):
+ * not remembered on this browser. Returns true when it changed. */
+export function adoptLanguage(lang) {
+  return apply(lang);
+}
+
+/** Once the study's languages and default are known: the link's lang, else the remembered choice, else the
+ * browser's languages among those offered, else the study's default. Returns the language settled on. */
+export function settleLanguage(offered, fallback) {
+  const languages = (offered || SUPPORTED).filter((lang) => SUPPORTED.includes(lang));
+  const stored = storedLanguage();
+  const settled = linkLanguage() || (stored && languages.includes(stored) ? stored : null)
+    || browserLanguage(languages) || (SUPPORTED.includes(fallback) ? fallback : current);
+  apply(settled);
+  return settled;
 }
 
 export function onLanguageChange(fn) {

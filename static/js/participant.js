@@ -5,7 +5,8 @@
 import { api, forgetCsrfToken, postStream } from "./api.js";
 import { h, mount } from "./dom.js";
 import {
-  applyDocumentLanguage, formatDateTime, formatDuration, language, onLanguageChange, otherLanguage, setLanguage, t,
+  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, formatDuration, language, onLanguageChange,
+  otherLanguage, setLanguage, settleLanguage, t,
 } from "./i18n.js";
 import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
@@ -166,9 +167,23 @@ function signedIn(user) {
     goToAdmin();
     return;
   }
-  if (user.language && user.language !== language()) setLanguage(user.language);
+  followAccount(user);
   reportTimeZone();
   go("#/tasks");
+}
+
+// The account keeps the participant's last explicit choice of language: the page follows it, unless the
+// participant chose one on this very page (the link's lang, or the button before logging in), which is
+// then the newer choice and is stored on the account instead.
+function followAccount(user) {
+  const chosen = chosenOnThisPage();
+  if (chosen && user.role === "participant" && chosen !== user.language) {
+    api.post("/api/auth/language", { language: chosen })
+      .then((data) => { if (state.user) state.user = data.user; })
+      .catch(() => {});  // the page stays in the chosen language; the account learns it at the next switch
+  } else if (user.language) {
+    adoptLanguage(user.language);
+  }
 }
 
 // Reminders give times in the participant's own time zone: the page tells the server which one it is.
@@ -361,7 +376,9 @@ function showLogin() {
     error.textContent = "";
     submit.disabled = true;
     try {
-      const data = await api.post("/api/auth/login", { username: username.value.trim(), password: password.value });
+      const data = await api.post("/api/auth/login", {
+        username: username.value.trim(), password: password.value, language: chosenOnThisPage() ?? undefined,
+      });
       signedIn(data.user);
     } catch (err) {
       error.textContent = err.status === 401 || err.status === 400 ? t("login.failed") : errorText(err);
@@ -1389,6 +1406,8 @@ async function boot() {
     mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
     return;
   }
+  settleLanguage(state.study.languages, state.study.default_language);
+  renderHeader();
   try {
     state.user = (await api.get("/api/auth/me")).user;
   } catch (err) {
@@ -1408,7 +1427,7 @@ async function boot() {
     state.panelId = panelId;
     if (await resumePanel()) return;
   }
-  if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
+  if (state.user) followAccount(state.user);
   reportTimeZone();
   if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {
     location.hash = "#/login";  // sent here from a page that needs a log-in (e.g. /admin)
