@@ -98,7 +98,10 @@ function renderHeader() {
   languageButton.setAttribute("aria-label", t("app.switch_language_label"));
   languageButton.lang = otherLanguage() === "zh" ? "zh-CN" : "en";
   logoutButton.hidden = !state.user;
-  who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
+  // the participant code (what the lab knows them by), never the username: a panel account's is its panel id
+  const code = state.user?.participant_code;
+  if (code) mount(who, h("span.who-label", t("app.participant_code")), " ", h("span.who-code", code));
+  else who.replaceChildren();
 }
 
 languageButton.addEventListener("click", async () => {
