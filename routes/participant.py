@@ -44,8 +44,10 @@ def _tasks():
 def list_tasks():
     user = current()
     tasks = _tasks().overview(user)
+    # "completed" once every task is done (the account stays active: the debrief, the consent copy)
+    finished = user.status == "active" and bool(tasks) and all(t["status"] == "done" for t in tasks)
     return ok({"tasks": tasks, "pilot_mode": runtime().settings.pilot_mode, "now": _now_iso(),
-               "participant_status": user.status})
+               "participant_status": "completed" if finished else user.status})
 
 
 @bp.get("/tasks/<task_id>")

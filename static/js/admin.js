@@ -79,7 +79,15 @@ function noteText(note) {
 function consolidateReason(data) {
   if ((data.runs || []).length || !data.reason) return "";
   const held = data.held || [];
-  if (!held.length) return t("admin.consolidate.nothing");
+  if (!held.length) {
+    // the same words as the monitor's column: tasks still in progress, tasks not needed (withdrawn)
+    const tasks = (ids) => Object.entries((ids || []).reduce((n, id) => ({ ...n, [id]: (n[id] || 0) + 1 }), {}))
+      .map(([id, n]) => (n > 1 ? `${id} ×${n}` : id)).join(", ");
+    const parts = [t("admin.consolidate.nothing")];
+    if (data.in_progress?.length) parts.push(`${term("admin.consolidation", "in_progress")}: ${tasks(data.in_progress)}`);
+    if (data.not_needed?.length) parts.push(`${term("admin.consolidation", "not_needed")}: ${tasks(data.not_needed)}`);
+    return parts.join("; ");
+  }
   return held.map((r) => t("admin.consolidate.held", {
     task: r.task_id, session: r.task_session_id, since: formatDateTime(r.running_since, { seconds: true }),
     until: formatDateTime(r.lease_until, { seconds: true }) })).join("; ");
@@ -500,7 +508,7 @@ async function showMonitor() {
       integrityCard(integrity));
     const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
       .filter((g) => g && g !== "–" && g !== "unassigned").sort();
-    const statuses = [...new Set(["active", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
+    const statuses = [...new Set(["active", "completed", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
     if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
     if (document.activeElement !== statusSelect) {
       fillSelect(statusSelect, statuses, state.filters.status, (v) => term("admin.status", v));
@@ -921,7 +929,7 @@ async function showParticipant(id) {
         term("admin.phase", s.phase), formatDateTime(s.started_at, { seconds: true }),
         formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
         t("admin.idle_gaps", { count: fmt(s.idle_gap_count), seconds: fmt(s.idle_seconds, 1) }), term("admin.end", s.end_reason), s.reset_reason || "–",
-        term("admin.consolidation", s.consolidation_status)])),
+        term("admin.consolidation", s.consolidation_state ?? s.consolidation_status)])),
       h("h2", t("admin.detail.profiles")),
       h("section.card#profiles", profileHistory(record.profiles || [])),
       h("h2", t("admin.detail.recalls")),

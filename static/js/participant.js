@@ -404,6 +404,7 @@ function taskMeta(task) {
     case "in_progress":
       return t("tasks.available_since", { time: formatDateTime(task.available_at) });
     default:
+      if (task.locked_reason === "withdrawn") return t("tasks.not_done_withdrawn");
       // the server's reason: an unlock time not reached yet is never shown as "finish the previous task"
       if (task.locked_reason === "opens_at" && task.available_at) {
         return t("tasks.unlocks_at", { time: formatDateTime(task.available_at, { seconds: opensSoon(task) }) });
@@ -436,10 +437,12 @@ function taskCard(task, onStart) {
     const label = task.phase === "questionnaire" ? t("tasks.questionnaire") : t("tasks.continue");
     action = h("a.button.start-task", { href: `#/task/${encodeURIComponent(task.id)}`, dataset: { task: task.id } }, label);
   }
-  return h("li.task-card", { class: `status-${task.status}`, dataset: { task: task.id, status: task.status } },
+  // a withdrawn participant's unfinished tasks say so, not "locked"
+  const shown = task.status === "locked" && task.locked_reason === "withdrawn" ? "withdrawn" : task.status;
+  return h("li.task-card", { class: `status-${shown}`, dataset: { task: task.id, status: task.status } },
     h("div.task-head",
       h("h2", h("span.task-id", task.id), " ", task.title),
-      h(`span.badge.${task.status}`, t(`tasks.status.${task.status}`))),
+      h(`span.badge.${shown}`, t(`tasks.status.${shown}`))),
     h("p.task-meta", taskMeta(task)),
     action ? h("div.actions", action) : null);
 }
@@ -478,7 +481,11 @@ async function showTasks() {
     const summary = [];
     const withdrawn = data.participant_status === "withdrawn";
     const finished = tasks.length && tasks.every((task) => task.status === "done");
-    if (withdrawn) summary.push(h("p.notice.info#withdrawn-notice", t("tasks.withdrawn")));
+    if (withdrawn) {
+      const contact = localised(state.study?.consent?.contact);
+      summary.push(h("div.notice.info#withdrawn-notice", h("p", t("tasks.withdrawn")),
+        contact ? h("p#withdrawn-contact", t("tasks.withdrawn_contact"), " ", contact) : null));
+    }
     else if (finished) summary.push(h("p.notice.ok", t("tasks.all_done")));
     if (withdrawn || finished) summary.push(h("p", h("a.button#debrief-link", { href: "#/debrief" }, t("rights.debrief_link"))));
     const upcoming = tasks
