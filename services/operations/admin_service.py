@@ -287,10 +287,15 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
     audit = session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id).order_by(AuditLog.id)).all()
     return {
         "participant": row,
+        "timer_scale": tasks.timer_scale,
         "task_sessions": [{
             "id": s.id, "task_id": s.task_id, "attempt": s.attempt, "status": s.status, "phase": s.phase,
             "started_at": utc_iso(s.started_at), "chat_ended_at": utc_iso(s.chat_ended_at),
             "completed_at": utc_iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
+            # real (wall-clock) seconds beside the study seconds: they differ in pilot mode
+            "active_real_seconds": round(s.active_seconds * tasks.timer_scale, 1),
+            "chat_wall_seconds": round((s.chat_ended_at - s.started_at).total_seconds(), 1)
+            if s.chat_ended_at and s.started_at else None,
             "idle_gap_count": s.idle_gap_count, "idle_seconds": round(s.idle_seconds, 1),
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,

@@ -170,7 +170,9 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
     return rows
 
 
-def _task_sessions(data: _Data) -> list[dict[str, Any]]:
+def _task_sessions(data: _Data, timer_scale: float = 1.0) -> list[dict[str, Any]]:
+    """One row per task attempt; active chat time in study seconds and in real seconds (pilot mode: study
+    seconds x timer_scale, the deployment's real seconds per study second of a task timer)."""
     counts = Counter((m.task_session_id, m.role) for m in data.messages)
     rows = []
     for s in data.sessions:
@@ -178,7 +180,8 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "task_session_id": s.id, **data.ids(s.user_id), "task_id": s.task_id, "attempt": s.attempt,
             "status": s.status, "phase": s.phase, "started_at": s.started_at, "chat_ended_at": s.chat_ended_at,
             "completed_at": s.completed_at, "last_activity_at": s.last_activity_at,
-            "active_seconds": round(s.active_seconds, 3), "idle_gap_count": s.idle_gap_count,
+            "active_seconds": round(s.active_seconds, 3), "active_study_seconds": round(s.active_seconds, 3),
+            "active_real_seconds": round(s.active_seconds * timer_scale, 3), "idle_gap_count": s.idle_gap_count,
             "idle_seconds": round(s.idle_seconds, 3),
             "chat_wall_seconds": round((s.chat_ended_at - s.started_at).total_seconds(), 3)
             if s.chat_ended_at else None,
@@ -306,11 +309,11 @@ def _reply_contexts(data: _Data) -> list[dict[str, Any]]:
     } for m in data.messages if m.role == "assistant"]
 
 
-def _tables(data: _Data, study: Study, *, exclude_pii: bool
+def _tables(data: _Data, study: Study, *, exclude_pii: bool, timer_scale: float = 1.0
             ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     raw = {
         "participants.csv": _participants(data, study),
-        "task_sessions.csv": _task_sessions(data),
+        "task_sessions.csv": _task_sessions(data, timer_scale),
         "messages.csv": _messages(data, study),
         "questionnaires_long.csv": _questionnaires_long(data, study, exclude_pii),
         "questionnaires_wide.csv": _questionnaires_wide(data),
@@ -339,7 +342,8 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
                  deployment: dict[str, Any] | None = None) -> ExportResult:
     """The whole export as zip bytes, with each file's row count."""
     data = _Data(session)
-    tables = _tables(data, study, exclude_pii=options.exclude_pii)
+    deployment = deployment or {}
+    tables = _tables(data, study, exclude_pii=options.exclude_pii, timer_scale=deployment.get("timer_scale", 1.0))
     result = ExportResult(data=b"", generated_at=generated_at)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -361,7 +365,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
         stamp = time_text(generated_at)
         archive.writestr("codebook.md", codebook.codebook_markdown(
             rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom,
-            escape_formulas=options.escape_formulas))
+            escape_formulas=options.escape_formulas, deployment=deployment))
         result.files["codebook.md"] = 1
         archive.writestr("study_config.json", json.dumps(scrub_secrets(study.as_dict()), ensure_ascii=False, indent=2))
         result.files["study_config.json"] = 1
@@ -369,7 +373,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "generated_at": stamp, "timezone": "UTC",
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas},
-            "files": dict(result.files), "deployment": deployment or {},
+            "files": dict(result.files), "deployment": deployment,
             "preflight": preflight.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
@@ -386,6 +390,11 @@ def deployment_facts(settings) -> dict[str, Any]:
         "embedding_provider": settings.embedding_provider,
         "pilot_mode": settings.pilot_mode,
         "day_seconds": settings.day_seconds,
+        # the clocks: PILOT_DAY_SECONDS (day_seconds above) and PILOT_TIMER_SCALE as set (null: not set), and
+        # the real seconds per study second they give the task timers (task_sessions.csv active_real_seconds)
+        "pilot_day_seconds": settings.day_seconds if settings.pilot_mode else None,
+        "pilot_timer_scale": settings.pilot_timer_scale if settings.pilot_mode else None,
+        "timer_scale": settings.timer_scale,
         "database": settings.database_url.split(":", 1)[0],
     }
 

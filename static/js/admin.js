@@ -330,6 +330,23 @@ function statusCell(row) {
   return h("div.status-cell", parts);
 }
 
+/** A task attempt's active chat time in real seconds; in pilot mode with its study seconds, labelled. */
+function sessionTime(session, scale = 1) {
+  const real = fmt(session.active_real_seconds ?? session.active_seconds, 1);
+  if (Math.abs((scale ?? 1) - 1) < 1e-9) return real;
+  return t("admin.session_time_pilot", { real, study: fmt(session.active_seconds, 1) });
+}
+
+/** Chat time so far in real (wall-clock) time, as credited at the last action (it never drops back); in pilot
+ * mode the study time beside it, labelled. */
+function activeTime(timer) {
+  const study = timer?.credited_active_seconds ?? timer?.active_seconds ?? 0;
+  const scale = timer?.timer_scale ?? 1;
+  const real = timer?.credited_active_real_seconds ?? study * scale;
+  if (Math.abs(scale - 1) < 1e-9) return t("admin.task.active", { time: formatDuration(real) });
+  return t("admin.task.active_pilot", { time: formatDuration(real), study: formatDuration(study) });
+}
+
 function taskCell(row, taskId) {
   const detail = (row.task_details || []).find((d) => d.id === taskId) || { status: row.tasks?.[taskId] || "locked" };
   const status = detail.status || "locked";
@@ -344,7 +361,7 @@ function taskCell(row, taskId) {
   } else if (status === "in_progress") {
     parts.push(h("span.sub", detail.phase === "questionnaire"
       ? t("admin.task.phase_questionnaire")
-      : t("admin.task.active", { time: formatDuration(detail.timer?.active_seconds ?? 0) })));
+      : activeTime(detail.timer)));
   } else if (status === "available") {
     parts.push(h("span.sub", t("admin.task.since", { time: formatShort(detail.available_at) })));
   } else if (detail.available_at && new Date(detail.available_at) > new Date()) {
@@ -927,7 +944,8 @@ async function showParticipant(id) {
         "end", "reset_reason", "consolidation"),
       (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), term("admin.session", s.status),
         term("admin.phase", s.phase), formatDateTime(s.started_at, { seconds: true }),
-        formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
+        formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }),
+        sessionTime(s, record.timer_scale),
         t("admin.idle_gaps", { count: fmt(s.idle_gap_count), seconds: fmt(s.idle_seconds, 1) }), term("admin.end", s.end_reason), s.reset_reason || "–",
         term("admin.consolidation", s.consolidation_state ?? s.consolidation_status)])),
       h("h2", t("admin.detail.profiles")),
