@@ -64,6 +64,10 @@ def task_detail(task_id: str):
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
     status["messages"] = messages
     status["participant_status"] = user.status  # "withdrawn": the page says so instead of "not yet"
+    # whether finishing this task properly earns a completion code (the default study has none): the page
+    # then never promises one
+    offered = completion_for(runtime().study, task_id, user)
+    status["completion_code_offered"] = bool(offered and offered.get("completion_code"))
     if status["status"] == "done":
         status["completion"] = completion_for(runtime().study, task_id, user, incomplete=status["incomplete"])
     return ok({"task": status})

@@ -589,7 +589,7 @@ function showChat(task) {
     h("p", t("task.finish_confirm")),
     belowMinimum,
     h("div.actions",
-      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish")),
+      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish_yes")),
       h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
         t("task.cancel"))));
   const statusError = noticeBox();
@@ -946,20 +946,23 @@ function showChat(task) {
     const timer = sync.timer || {};
     const elapsed = (performance.now() - sync.at) / 1000;
     const remaining = Math.max(0, (timer.remaining_real_seconds ?? 0) - elapsed);
-    // real seconds per study second, from the server's own numbers (pilot mode compresses time)
-    const scale = timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1;
+    // real seconds per study second: the server's (pilot mode compresses time)
+    const scale = timer.timer_scale
+      ?? (timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1);
     const active = (timer.active_seconds ?? 0) + (scale > 0 ? elapsed / scale : 0);
     const canFinish = Boolean(timer.can_finish) || active >= (timer.min_active_seconds ?? 0);
-    return { remaining, canFinish, scale };
+    return { remaining, canFinish, scale, active };
   }
 
+  // what is left of the minimum chat time, on the wall clock, counting down (the same number in both languages:
+  // the server's timer scale, not a ratio of rounded figures)
   function minimumHint() {
     const timer = sync.timer || {};
-    const { scale } = estimate();
-    const realMinimum = (timer.min_active_seconds ?? 0) * scale;
-    return realMinimum >= 120
-      ? t("task.min_hint", { minutes: Math.round(realMinimum / 60) })
-      : t("task.min_hint_seconds", { seconds: Math.ceil(realMinimum) });
+    const { scale, active } = estimate();
+    const left = Math.max(0, ((timer.min_active_seconds ?? 0) - active) * scale);
+    return left >= 120
+      ? t("task.min_hint", { minutes: Math.ceil(left / 60) })
+      : t("task.min_hint_seconds", { seconds: Math.ceil(left) });
   }
 
   function tick() {
@@ -969,6 +972,7 @@ function showChat(task) {
     timeLabel.textContent = t("task.remaining_label", { time: formatDuration(remaining) });
     finishButton.disabled = !canFinish;
     finishHint.hidden = canFinish;
+    if (!canFinish) finishHint.textContent = minimumHint();
     if (remaining <= 0 && !checking) heartbeat();
   }
 
@@ -1068,7 +1072,9 @@ function showChat(task) {
     // below the study's minimum of messages the task ends incomplete: say so before it happens
     const sent = log.querySelectorAll(".msg.user").length;
     belowMinimum.hidden = sent >= (task.min_messages ?? 0);
-    belowMinimum.textContent = t("task.finish_below_minimum", { count: sent, min: task.min_messages });
+    // the default study has no completion codes: say what happens without promising one
+    belowMinimum.textContent = t(task.completion_code_offered ? "task.finish_below_minimum" : "task.finish_below_minimum_no_code",
+      { count: sent, min: task.min_messages });
     confirmBox.hidden = false;
     confirmBox.querySelector("#finish-confirm").focus();
   });
@@ -1171,10 +1177,11 @@ async function showQuestionnaire(task) {
 
 // -- after a task: completion code, personal return link, next unlock ------------------------------
 
-function completionBlock(completion) {
+function completionBlock(completion, codeOffered = true) {
   if (!completion) return null;
   return [
-    completion.incomplete ? h("p.notice.info#incomplete-notice", t("done.incomplete")) : null,
+    completion.incomplete
+      ? h("p.notice.info#incomplete-notice", t(codeOffered ? "done.incomplete" : "done.incomplete_no_code")) : null,
     completion.completion_code ? h("p.completion", t("done.code"), " ", h("strong#completion-code", completion.completion_code)) : null,
     completion.completion_code ? h("p.hint", t("done.code_hint")) : null,
     completion.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: completion.redirect_url }, t("done.redirect"))) : null,
@@ -1243,7 +1250,7 @@ async function showDone(taskId) {
     h("section.card.done",
       h("h1", t("done.title", { task: `${task.id} · ${task.title}` })),
       takeFlash(),
-      completionBlock(task.completion),
+      completionBlock(task.completion, task.completion_code_offered),
       link ? nextTaskBlock(link) : null,
       link ? returnLinkBlock(link) : null,
       contactForm()),
