@@ -131,6 +131,18 @@ def _error(code: str, message: str, status: int, details: dict | None = None):
     return jsonify(body), status
 
 
+def _http_error(app: Flask, exc: HTTPException):
+    """A page gets the app's own error page in the reader's language (with the exception's Allow and
+    Retry-After headers); /api gets JSON {"error", "message"}."""
+    if exc.code is None or exc.code < 400:  # a routing redirect (e.g. a missing trailing slash)
+        return exc
+    if not error_pages.wants_json():
+        kept = {k: v for k, v in exc.get_response().headers.items() if k.lower() in ("allow", "retry-after")}
+        return error_pages.error_page(exc.code, app.extensions["memory_lab"].study, kept)
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
+    return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(StudyError)
     def study_error(exc: StudyError):
@@ -155,14 +167,7 @@ def _register_errors(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
-        if exc.code is None or exc.code < 400:  # a routing redirect (e.g. a missing trailing slash)
-            return exc
-        if not error_pages.wants_json():
-            # the app's own page in the reader's language, with the exception's headers (Allow, Retry-After)
-            kept = {k: v for k, v in exc.get_response().headers.items() if k.lower() in ("allow", "retry-after")}
-            return error_pages.error_page(exc.code, app.extensions["memory_lab"].study, kept)
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
-        return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
+        return _http_error(app, exc)
 
     @app.errorhandler(SQLAlchemyError)
     def database_error(exc: SQLAlchemyError):

@@ -25,6 +25,7 @@ from database.models import (
 )
 from services.chat.chat_service import serialise_message
 from services.hosting.runtime import Runtime
+from services.memory import registry as memory_registry
 from services.memory.consolidation_service import ConsolidationService
 from services.participants.account_service import FAILED_LOGIN_WINDOW, failed_logins
 from services.participants.erasure_service import tombstone
@@ -55,6 +56,15 @@ def consolidation_state(ts: TaskSession, participant_status: str) -> str | None:
     if ts.status == "in_progress" and ts.phase == "chat":
         return "in_progress"
     return ts.consolidation_status if ts.consolidation_status in ("running", "failed") else "pending"
+
+
+def _recalls(group: str | None) -> bool:
+    if not group:
+        return False
+    try:
+        return memory_registry.get(group).manipulation_check.recalls_messages
+    except memory_registry.UnknownCondition:
+        return False
 
 
 def monitor_status(user: User, overview: list[dict[str, Any]]) -> str:
@@ -103,6 +113,8 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "participant_code": user.participant_code,
             "username": user.username,
             "memory_group": user.memory_group,
+            # the condition recalls earlier messages on a forgetting curve (the plots page opens on such a one)
+            "forgetting_curve": _recalls(user.memory_group),
             "status": monitor_status(user, overview),
             "account_status": user.status,
             "enrolled_at": utc_iso(user.consent_at or user.created_at),

@@ -171,8 +171,9 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("input_events", INTEGER, "User message: `input` events in the message box while writing it (each "
                                     "insertion or deletion, from a key, an input method, dictation or a paste); "
                                     "empty if not reported."),
-        _c("composition_events", INTEGER, "User message: input-method compositions finished (compositionend) while "
-                                          "writing it, e.g. pinyin turned into Chinese characters; empty if not reported."),
+        _c("composition_events", INTEGER, "User message: input-method compositions finished (compositionend) "
+                                          "while writing it, e.g. pinyin turned into Chinese characters; empty if "
+                                          "not reported."),
         _c("input_kind", STRING, "User message: where most of its characters came from, as the participant page "
                                  "saw it: typed (key presses), composed (an input method's compositions), pasted, "
                                  "dictated (inserted with no key press or composition: voice dictation, autocomplete, "

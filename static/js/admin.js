@@ -93,6 +93,21 @@ function consolidateReason(data) {
     until: formatDateTime(r.lease_until, { seconds: true }) })).join("; ");
 }
 
+// A note an action leaves (a toast) is kept as a function of the language, not as text: after the admin switches
+// language the page is drawn again and the note comes back in the new language (tell, then retell on the new
+// element with the same id on the same page).
+let told = null;
+
+function tell(el, render) {
+  el.textContent = render();
+  told = { hash: location.hash, id: el.id, render };
+}
+
+function retell(el) {
+  if (told && told.hash === location.hash && told.id === el.id) el.textContent = told.render();
+  return el;
+}
+
 /** Why an action failed, in the admin's language when the server's code is known. */
 function actionError(err) {
   const key = `admin.error.${err.code}`;
@@ -455,7 +470,7 @@ async function showMonitor() {
   const refreshError = noticeBox();
   const summaryArea = h("div.summary-grid#summary");
   const consolidateAll = h("button.secondary.small#consolidate-all", { type: "button" }, t("admin.action.consolidate_all"));
-  const actionNote = noticeBox("info");
+  const actionNote = retell(h("div.notice.info#action-note", { role: "status" }));
   const groupSelect = h("select#filter-group");
   const statusSelect = h("select#filter-status");
   const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
@@ -596,15 +611,17 @@ async function showMonitor() {
   search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
   consolidateAll.addEventListener("click", async () => {
     consolidateAll.disabled = true;
-    actionNote.textContent = "";
+    tell(actionNote, () => "");
     try {
       const data = await api.post("/api/admin/consolidate-pending");
-      const why = consolidateReason(data);
-      actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
-        + (why ? ` (${why})` : "");
+      tell(actionNote, () => {
+        const why = consolidateReason(data);
+        return t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
+          + (why ? ` (${why})` : "");
+      });
       refresh();
     } catch (err) {
-      actionNote.textContent = t("admin.action.unavailable", { message: errorText(err) });
+      tell(actionNote, () => t("admin.action.unavailable", { message: errorText(err) }));
     } finally {
       consolidateAll.disabled = false;
     }
@@ -753,25 +770,28 @@ function profileHistory(profiles) {
 
 function actionsCard(record, reload) {
   const participant = record.participant;
-  const note = noticeBox("info");
+  const note = retell(h("div.notice.info#record-note", { role: "status" }));
+  // `what` names the action: a function, so a note told now can be told again in another language
   const run = async (button, what, path, body) => {
     button.disabled = true;
-    note.textContent = "";
+    tell(note, () => "");
     try {
       const data = await api.post(path, body);
-      const why = data ? consolidateReason(data) : "";
-      note.textContent = t("admin.action.done", { what }) + (why ? ` (${why})` : "");
+      tell(note, () => {
+        const why = data ? consolidateReason(data) : "";
+        return t("admin.action.done", { what: what() }) + (why ? ` (${why})` : "");
+      });
       await reload();
-      announce(t("admin.action.done", { what }));
+      announce(t("admin.action.done", { what: what() }));
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
+      tell(note, () => t("admin.action.unavailable", { message: actionError(err) }));
       button.disabled = false;
     }
   };
 
   const consolidate = h("button.secondary#action-consolidate", { type: "button" }, t("admin.action.consolidate"));
   consolidate.addEventListener("click", () =>
-    run(consolidate, t("admin.action.consolidate"), `/api/admin/participants/${participant.id}/consolidate`));
+    run(consolidate, () => t("admin.action.consolidate"), `/api/admin/participants/${participant.id}/consolidate`));
 
   const withdrawReason = h("input#withdraw-reason", { type: "text", maxlength: 2000 });
   const withdrawButton = h("button.danger#action-withdraw", { type: "submit", disabled: participant.status === "withdrawn" },
@@ -781,11 +801,11 @@ function actionsCard(record, reload) {
   withdrawForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!withdrawReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       withdrawReason.focus();
       return;
     }
-    run(withdrawButton, t("admin.action.withdraw"), `/api/admin/participants/${participant.id}/withdraw`,
+    run(withdrawButton, () => t("admin.action.withdraw"), `/api/admin/participants/${participant.id}/withdraw`,
       { reason: withdrawReason.value.trim() });
   });
 
@@ -808,11 +828,12 @@ function actionsCard(record, reload) {
   resetForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!resetReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       resetReason.focus();
       return;
     }
-    run(resetButton, `${t("admin.action.reset")} ${resetTask.value}`,
+    const resetId = resetTask.value;
+    run(resetButton, () => `${t("admin.action.reset")} ${resetId}`,
       `/api/admin/participants/${participant.id}/tasks/${encodeURIComponent(resetTask.value)}/reset`,
       { reason: resetReason.value.trim() });
   });
@@ -820,7 +841,7 @@ function actionsCard(record, reload) {
   const newLink = h("div.new-link");
   const reissue = h("button.secondary#action-reissue-link", { type: "button" }, t("admin.action.reissue_link"));
   reissue.addEventListener("click", async () => {
-    note.textContent = "";
+    tell(note, () => "");
     try {
       const data = await api.post(`/api/admin/participants/${participant.id}/return-link`);
       const box = h("input#new-return-link", { type: "text", readonly: true, value: data.url });
@@ -838,12 +859,12 @@ function actionsCard(record, reload) {
       const counts = document.getElementById("return-link-summary");
       if (counts && data.return_links) counts.textContent = linkSummaryText(data.return_links);
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
+      tell(note, () => t("admin.action.unavailable", { message: actionError(err) }));
     }
   });
   const revoke = h("button.secondary#action-revoke-links", { type: "button" }, t("admin.action.revoke_links"));
   revoke.addEventListener("click", () =>
-    run(revoke, t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
+    run(revoke, () => t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
 
   const eraseReason = h("input#erase-reason", { type: "text", maxlength: 2000 });
   const eraseButton = h("button.danger#action-erase", { type: "submit" }, t("admin.action.erase"));
@@ -852,13 +873,13 @@ function actionsCard(record, reload) {
   eraseForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!eraseReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       eraseReason.focus();
       return;
     }
     // irreversible: the browser's own dialog must be confirmed, and the server needs confirm: true
     if (!window.confirm(t("admin.action.confirm_erase"))) return;
-    run(eraseButton, t("admin.action.erase"), `/api/admin/participants/${participant.id}/erase`,
+    run(eraseButton, () => t("admin.action.erase"), `/api/admin/participants/${participant.id}/erase`,
       { confirm: true, reason: eraseReason.value.trim() });
   });
 
@@ -1057,8 +1078,12 @@ async function showPlots() {
     curve);
   try {
     const data = await load("/api/admin/participants");
-    mount(participants, (data.participants || []).map((p) =>
+    const rows = data.participants || [];
+    mount(participants, rows.map((p) =>
       h("option", { value: String(p.id) }, `${p.participant_code} (${p.memory_group || "–"})`)));
+    // open on a participant whose condition has a forgetting curve (L4), not on whoever came first
+    const withCurve = rows.find((p) => p.forgetting_curve);
+    if (withCurve) participants.value = String(withCurve.id);
   } catch (err) {
     if (err.status === 401) return;
   }

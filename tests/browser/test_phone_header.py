@@ -17,7 +17,8 @@ ONE_ROW = """() => {
   const shown = [...bar.children].filter((el) => !el.hidden && el.getBoundingClientRect().width > 0
                                           && !el.classList.contains("skip-link"));
   const tops = shown.map((el) => Math.round(el.getBoundingClientRect().top + el.getBoundingClientRect().height / 2));
-  const overflow = shown.some((el) => el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflow !== "hidden");
+  const overflow = shown.some((el) => el.scrollWidth > el.clientWidth + 1
+                                      && getComputedStyle(el).overflow !== "hidden");
   return { height: bar.getBoundingClientRect().height, rows: new Set(tops.map((t) => Math.round(t / 8))).size,
            spread: Math.max(...tops) - Math.min(...tops), count: shown.length, overflow,
            barWidth: bar.scrollWidth, viewport: window.innerWidth };

@@ -25,6 +25,7 @@ def test_a_withdrawn_participant_s_task_list_says_withdrawn_with_the_contact(new
     for task_id in ("T1", "T2", "T3", "T4"):
         card = page.locator(f".task-card[data-task={task_id}]")
         expect(card.locator(".badge")).to_have_text(withdrawn)
-    assert page.locator(".badge", has_text="未解锁").count() == 0 and page.locator(".badge", has_text="Locked").count() == 0
+    assert page.locator(".badge", has_text="未解锁").count() == 0
+    assert page.locator(".badge", has_text="Locked").count() == 0
     expect(page.locator("#withdrawn-notice")).to_contain_text(contact)
     expect(page.locator("#withdraw-link")).to_have_count(0)

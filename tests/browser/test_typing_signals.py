@@ -21,10 +21,12 @@ COMPOSE = """(chunk) => {
   const pinyin = "pinyin";
   box.dispatchEvent(new CompositionEvent("compositionstart", { data: "", bubbles: true }));
   box.dispatchEvent(new CompositionEvent("compositionupdate", { data: pinyin, bubbles: true }));
-  box.dispatchEvent(new InputEvent("input", { inputType: "insertCompositionText", data: pinyin, isComposing: true, bubbles: true }));
+  box.dispatchEvent(new InputEvent("input",
+    { inputType: "insertCompositionText", data: pinyin, isComposing: true, bubbles: true }));
   box.value += chunk;  // the input method commits the chosen characters
   box.dispatchEvent(new CompositionEvent("compositionupdate", { data: chunk, bubbles: true }));
-  box.dispatchEvent(new InputEvent("input", { inputType: "insertCompositionText", data: chunk, isComposing: true, bubbles: true }));
+  box.dispatchEvent(new InputEvent("input",
+    { inputType: "insertCompositionText", data: chunk, isComposing: true, bubbles: true }));
   box.dispatchEvent(new CompositionEvent("compositionend", { data: chunk, bubbles: true }));
 }"""
 

@@ -84,3 +84,12 @@ def test_a_participant_who_did_every_task_is_completed(make_participant, admin_c
     assert [r["id"] for r in listed["participants"]] == [user_id]
     assert listed["summary"]["statuses"]["completed"] == 1
     assert admin_client.get("/api/admin/participants?status=active").get_json()["participants"] == []
+
+
+def test_the_monitor_says_whose_condition_has_a_forgetting_curve(make_participant, admin_client, study):
+    """Issue 28 item 19: the plots page opens the forgetting-curve selector on such a participant (L4)."""
+    for n in range(len(study.enabled_conditions)):
+        make_participant(f"curve_{n}")
+    rows = admin_client.get("/api/admin/participants").get_json()["participants"]
+    assert {r["memory_group"] for r in rows} == set(study.enabled_conditions)
+    assert {r["memory_group"] for r in rows if r["forgetting_curve"]} == {"L4"}
