@@ -24,7 +24,7 @@ from werkzeug.exceptions import HTTPException
 from config import Settings
 from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
-from routes import http_safety
+from routes import error_pages, http_safety
 from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
 from services.hosting.runtime import build_runtime
 from services.hosting.serving import warm_up
@@ -152,6 +152,18 @@ def _error(code: str, message: str, status: int, details: dict | None = None):
     return jsonify(body), status
 
 
+def _http_error(app: Flask, exc: HTTPException):
+    """A page gets the app's own error page in the reader's language (with the exception's Allow and
+    Retry-After headers); /api gets JSON {"error", "message"}."""
+    if exc.code is None or exc.code < 400:  # a routing redirect (e.g. a missing trailing slash)
+        return exc
+    if not error_pages.wants_json():
+        kept = {k: v for k, v in exc.get_response().headers.items() if k.lower() in ("allow", "retry-after")}
+        return error_pages.error_page(exc.code, app.extensions["memory_lab"].study, kept)
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
+    return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(StudyError)
     def study_error(exc: StudyError):
@@ -176,10 +188,7 @@ def _register_errors(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
-        if not request.path.startswith("/api/"):
-            return exc
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
-        return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
+        return _http_error(app, exc)
 
     @app.errorhandler(SQLAlchemyError)
     def database_error(exc: SQLAlchemyError):
@@ -188,6 +197,8 @@ def _register_errors(app: Flask) -> None:
             return unexpected(exc)
         log.warning("database unavailable on %s %s: %s", request.method, request.path, getattr(exc, "orig", exc))
         seconds = retry_after()
+        if not error_pages.wants_json():
+            return error_pages.error_page(503, app.extensions["memory_lab"].study, {"Retry-After": str(seconds)})
         response = jsonify(http_safety.unavailable_body(seconds))
         response.headers["Retry-After"] = str(seconds)
         return response, 503
@@ -196,6 +207,8 @@ def _register_errors(app: Flask) -> None:
     def unexpected(exc: Exception):
         log.exception("unhandled error on %s %s", request.method, request.path)
         db_session().rollback()
+        if not error_pages.wants_json():
+            return error_pages.error_page(500, app.extensions["memory_lab"].study)
         return _error("internal_error", "something went wrong on the server; it has been logged", 500)
 
 

@@ -271,10 +271,14 @@ class Message(Base):
     last_recall_at: Mapped[datetime | None] = mapped_column(DateTime)
     consolidated_at: Mapped[datetime | None] = mapped_column(DateTime)
     # -- user messages: data-quality signals reported by the participant page (None when not sent)
-    typing_ms: Mapped[int | None] = mapped_column(Integer)  # first keystroke to send
+    typing_ms: Mapped[int | None] = mapped_column(Integer)  # first key, input, composition or paste to send
     keystrokes: Mapped[int | None] = mapped_column(Integer)
     pasted_chars: Mapped[int | None] = mapped_column(Integer)
     focus_losses: Mapped[int | None] = mapped_column(Integer)  # since the previous message of the task
+    # `input` and `composition` events while writing it, and how most of its text arrived (quality.INPUT_KINDS)
+    input_events: Mapped[int | None] = mapped_column(Integer)
+    composition_events: Mapped[int | None] = mapped_column(Integer)
+    input_kind: Mapped[str | None] = mapped_column(String(16))
     # the client's key for this message (user messages): a resent message is stored once
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
 

@@ -19,6 +19,7 @@ from routes.access import (
 )
 from services.participants import account_service, staff
 from services.participants.input_checks import check_json_text
+from services.platform.errors import BadInput
 from services.study import preflight_gate
 from services.text.languages import LANGUAGES
 
@@ -99,9 +100,16 @@ def register():
 def login():
     data = json_body()
     rt = runtime()
+    # a language chosen on the login page is the participant's newest explicit choice: the account keeps it
+    chosen = data.get("language")
+    if chosen is not None and chosen not in LANGUAGES:
+        raise BadInput("language must be zh or en", code="invalid_language")
     user = account_service.log_in(db_session(), data.get("username"), data.get("password"),
                                   address=request.remote_addr, secret=rt.settings.secret_key, now=rt.clock.now())
     staff.check_sign_in(user, data.get("totp"), rt.clock.now())  # a staff account: enabled, and its second factor
+    if chosen is not None and user.language != chosen:
+        user.language = chosen
+        db_session().commit()
     login_user(user)
     return ok({"user": user_view(user), "csrf_token": generate_csrf()})
 

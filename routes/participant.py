@@ -63,8 +63,10 @@ def _tasks():
 def list_tasks():
     user = current()
     tasks = _tasks().overview(user)
+    # "completed" once every task is done (the account stays active: the debrief, the consent copy)
+    finished = user.status == "active" and bool(tasks) and all(t["status"] == "done" for t in tasks)
     return ok({"tasks": tasks, "pilot_mode": runtime().settings.pilot_mode, "now": _now_iso(),
-               "participant_status": user.status})
+               "participant_status": "completed" if finished else user.status})
 
 
 @bp.get("/tasks/<task_id>")
@@ -81,6 +83,10 @@ def task_detail(task_id: str):
             select(Message).where(Message.task_session_id == live.id).order_by(Message.id))]
     status["messages"] = messages
     status["participant_status"] = user.status  # "withdrawn": the page says so instead of "not yet"
+    # whether finishing this task properly earns a completion code (the default study has none): the page
+    # then never promises one
+    offered = completion_for(runtime().study, task_id, user)
+    status["completion_code_offered"] = bool(offered and offered.get("completion_code"))
     if status["status"] == "done":
         status["completion"] = completion_for(runtime().study, task_id, user, incomplete=status["incomplete"])
     return ok({"task": status})

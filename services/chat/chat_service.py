@@ -557,7 +557,8 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
             memory_exposure=message.memory_exposure,
             emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
             recall_count=message.recall_count, typing_ms=message.typing_ms, keystrokes=message.keystrokes,
-            pasted_chars=message.pasted_chars, focus_losses=message.focus_losses,
+            pasted_chars=message.pasted_chars, focus_losses=message.focus_losses, input_events=message.input_events,
+            composition_events=message.composition_events, input_kind=message.input_kind,
             last_recall_at=utc_iso(message.last_recall_at),
         )
     return data

@@ -25,6 +25,7 @@ from database.models import (
 )
 from services.chat.chat_service import serialise_message
 from services.hosting.runtime import Runtime
+from services.memory import registry as memory_registry
 from services.memory.consolidation_service import ConsolidationService
 from services.participants.account_service import FAILED_LOGIN_WINDOW, failed_logins
 from services.participants.erasure_service import tombstone
@@ -36,6 +37,41 @@ from services.study.definition import Study
 from services.study.timer_service import TaskService
 
 PARTICIPANT_STATUSES = ("active", "withdrawn", "erased")
+# the monitor's words for a participant: "completed" is an active account that has done every task
+MONITOR_STATUSES = ("active", "completed", "withdrawn", "erased")
+# how a task's memory stands, the same words in the monitor, the record and the "consolidate now" answer:
+# in_progress (the chat is still open: consolidated once it closes), pending (closed, waiting), running,
+# failed, done, not_needed (the participant withdrew before finishing the task: it is never consolidated)
+CONSOLIDATION_STATES = ("in_progress", "pending", "running", "failed", "done", "not_needed")
+
+
+def consolidation_state(ts: TaskSession, participant_status: str) -> str | None:
+    """One of CONSOLIDATION_STATES for a task attempt; None for a reset attempt (it no longer counts)."""
+    if ts.status == "reset":
+        return None
+    if ts.consolidation_status == "done":
+        return "done"
+    if participant_status != "active" and ts.status != "done":
+        return "not_needed"
+    if ts.status == "in_progress" and ts.phase == "chat":
+        return "in_progress"
+    return ts.consolidation_status if ts.consolidation_status in ("running", "failed") else "pending"
+
+
+def _recalls(group: str | None) -> bool:
+    if not group:
+        return False
+    try:
+        return memory_registry.get(group).manipulation_check.recalls_messages
+    except memory_registry.UnknownCondition:
+        return False
+
+
+def monitor_status(user: User, overview: list[dict[str, Any]]) -> str:
+    """The participant's status as the monitor shows it: an active account with every task done is completed."""
+    if user.status == "active" and overview and all(t["status"] == "done" for t in overview):
+        return "completed"
+    return user.status
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +106,17 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
     for user in participants:
         sessions = tasks.sessions_of(user.id)
         overview = admin_task_view(user, tasks.overview(user), live_attempts(sessions))
-        # only a closed chat can be consolidated; a chat still running is not "pending" yet
-        consolidation = [s.consolidation_status for s in sessions
-                         if s.status != "reset" and s.chat_ended_at is not None]
+        # a chat still open is "in_progress", not "pending"; a withdrawn participant's unfinished task "not_needed"
+        states = {s.task_id: consolidation_state(s, user.status) for s in sessions if s.status != "reset"}
         rows.append({
             "id": user.id,
             "participant_code": user.participant_code,
             "username": user.username,
             "memory_group": user.memory_group,
-            "status": user.status,
+            # the condition recalls earlier messages on a forgetting curve (the plots page opens on such a one)
+            "forgetting_curve": _recalls(user.memory_group),
+            "status": monitor_status(user, overview),
+            "account_status": user.status,
             "enrolled_at": utc_iso(user.consent_at or user.created_at),
             "last_active_at": utc_iso(user.last_active_at),
             "withdrawn_at": utc_iso(user.withdrawn_at),
@@ -89,8 +127,8 @@ def monitor_rows(session: Session, tasks: TaskService) -> list[dict[str, Any]]:
             "overdue": user.status == "active" and any(t.get("overdue") for t in overview),
             "messages": messages.get(user.id, 0),
             "questionnaires_done": questionnaires.get(user.id, 0),
-            "consolidation": {s.task_id: s.consolidation_status for s in sessions if s.status != "reset"},
-            "consolidation_pending": sum(1 for c in consolidation if c in ("pending", "failed")),
+            "consolidation": states,
+            "consolidation_pending": sum(1 for c in states.values() if c in ("pending", "failed")),
             "provider_failures": failures.get(user.id, 0),
             "external_id": user.external_id,
             "erased_at": utc_iso(user.erased_at),
@@ -163,8 +201,8 @@ def filter_rows(rows: list[dict[str, Any]], study: Study, *, group: str | None =
             raise BadInput(f"unknown memory group {group!r}", code="invalid_filter", details={"group": group})
         rows = [r for r in rows if r["memory_group"] == group]
     if status:
-        if status not in PARTICIPANT_STATUSES:
-            raise BadInput(f"status must be one of {', '.join(PARTICIPANT_STATUSES)}", code="invalid_filter",
+        if status not in MONITOR_STATUSES:
+            raise BadInput(f"status must be one of {', '.join(MONITOR_STATUSES)}", code="invalid_filter",
                            details={"status": status})
         rows = [r for r in rows if r["status"] == status]
     flags = {"overdue": (overdue, lambda r: r["overdue"]),
@@ -186,7 +224,7 @@ def monitor_summary(rows: list[dict[str, Any]], study: Study) -> dict[str, Any]:
     groups: dict[str, int] = {g: 0 for g in study.enabled_conditions}
     funnel_by_group: dict[str, dict[str, int]] = {g: _empty_funnel(task_ids) for g in groups}
     funnel = _empty_funnel(task_ids)
-    statuses = Counter({s: 0 for s in PARTICIPANT_STATUSES})
+    statuses = Counter({s: 0 for s in MONITOR_STATUSES})
     for row in rows:
         group = row["memory_group"] or "unassigned"
         groups[group] = groups.get(group, 0) + 1
@@ -261,13 +299,19 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
     audit = session.scalars(select(AuditLog).where(AuditLog.target_user_id == user_id).order_by(AuditLog.id)).all()
     return {
         "participant": row,
+        "timer_scale": tasks.timer_scale,
         "task_sessions": [{
             "id": s.id, "task_id": s.task_id, "attempt": s.attempt, "status": s.status, "phase": s.phase,
             "started_at": utc_iso(s.started_at), "chat_ended_at": utc_iso(s.chat_ended_at),
             "completed_at": utc_iso(s.completed_at), "active_seconds": round(s.active_seconds, 1),
+            # real (wall-clock) seconds beside the study seconds: they differ in pilot mode
+            "active_real_seconds": round(s.active_seconds * tasks.timer_scale, 1),
+            "chat_wall_seconds": round((s.chat_ended_at - s.started_at).total_seconds(), 1)
+            if s.chat_ended_at and s.started_at else None,
             "idle_gap_count": s.idle_gap_count, "idle_seconds": round(s.idle_seconds, 1),
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
+            "consolidation_state": consolidation_state(s, user.status),
         } for s in sessions],
         "messages": [_admin_message(m, tasks.study) for m in messages],
         "profiles": [{
@@ -309,7 +353,7 @@ def _admin_message(message: Message, study: Study) -> dict[str, Any]:
     view = serialise_message(message, participant_view=False)
     if message.role == "user":
         view["implausible_typing"] = typing_flags(len(message.content), message.typing_ms, message.keystrokes,
-                                                  message.pasted_chars, study.typing_checks)
+                                                  message.pasted_chars, study.typing_checks, message.input_kind)
     return view
 
 
@@ -366,10 +410,12 @@ def pending_consolidation(session: Session, *, user_id: int | None = None) -> li
 
     Wider than the consolidation service's own list, which waits for the questionnaire: a chat
     closed by the timer is memory already, even if the participant never answered."""
-    query = select(TaskSession.id).where(
+    query = select(TaskSession.id).join(User, User.id == TaskSession.user_id).where(
         TaskSession.status != "reset",
         TaskSession.consolidation_status.in_(("pending", "failed")),
         or_(TaskSession.status.in_(("done", "abandoned")), TaskSession.phase != "chat"),
+        # a task the participant withdrew before finishing is not needed (consolidation_state: not_needed)
+        or_(User.status == "active", TaskSession.status == "done"),
     )
     if user_id is not None:
         query = query.where(TaskSession.user_id == user_id)
@@ -430,10 +476,47 @@ def consolidate_now(runtime: Runtime, *, actor: User, user_id: int | None = None
             f"since {utc_iso(r['running_since'])}, lease until {utc_iso(r['lease_until'])}" for r in held)
         log.warning("consolidate now found claimed sessions: %s", answer["reason"])
     else:
-        answer["reason"] = "nothing to consolidate: every closed task is consolidated"
+        waiting = _unconsolidated(runtime, user_id)
+        answer["reason"] = _nothing_reason(waiting, user_id)
+        answer["in_progress"], answer["not_needed"] = waiting["in_progress"], waiting["not_needed"]
     answer["held"] = [{**r, "running_since": utc_iso(r["running_since"]), "lease_until": utc_iso(r["lease_until"])}
                       for r in held]
     return answer
+
+
+def _unconsolidated(runtime: Runtime, user_id: int | None) -> dict[str, list[str]]:
+    """Task ids (of one participant, or everyone's) that "consolidate now" leaves alone, by state: in_progress
+    (the chat is still open) and not_needed (withdrawn before finishing)."""
+    found: dict[str, list[str]] = {"in_progress": [], "not_needed": []}
+    with runtime.db.Session() as session:
+        query = select(TaskSession, User.status).join(User, User.id == TaskSession.user_id).where(
+            TaskSession.status != "reset")
+        if user_id is not None:
+            query = query.where(TaskSession.user_id == user_id)
+        for ts, status in session.execute(query.order_by(TaskSession.task_id, TaskSession.id)):
+            state = consolidation_state(ts, status)
+            if state in found:
+                found[state].append(ts.task_id)
+    return found
+
+
+def _nothing_reason(waiting: dict[str, list[str]], user_id: int | None) -> str:
+    """Why "consolidate now" ran nothing, in the monitor's words."""
+    parts = []
+    if waiting["in_progress"]:
+        parts.append(f"in progress: {_tasks_text(waiting['in_progress'], user_id)} (consolidated once the chat "
+                     "closes)")
+    if waiting["not_needed"]:
+        parts.append(f"not needed (withdrawn): {_tasks_text(waiting['not_needed'], user_id)}")
+    parts.append("every closed task is consolidated")
+    return "nothing to consolidate: " + "; ".join(parts)
+
+
+def _tasks_text(task_ids: list[str], user_id: int | None) -> str:
+    if user_id is not None:
+        return ", ".join(task_ids)
+    counts = Counter(task_ids)
+    return ", ".join(f"{task} x{n}" for task, n in sorted(counts.items()))
 
 
 # -- failures and usage ------------------------------------------------------------------------------------

@@ -1,17 +1,26 @@
 """Data-quality signals: how each message was typed, and instructed-response (attention) checks.
 
-The participant page reports, with every message, the time from the first
-keystroke to sending (``typing_ms``), the keystrokes, the characters pasted and
-how often the page lost focus since the previous message of the task. They are
-optional (an API client may send none) and validated here: a non-negative whole
-number under a cap that no person reaches in one message, or a 400.
+The participant page reports, with every message, the time from the first key
+press, ``input`` or ``composition`` event (or paste) to sending (``typing_ms``),
+the key presses, the ``input`` events and the finished input-method compositions
+(``input_events``, ``composition_events``), the characters pasted, how often the
+page lost focus since the previous message of the task, and the *input kind*:
+where most of the text came from (``typed`` by key presses, ``composed`` through
+an input method such as pinyin, ``pasted``, ``dictated`` i.e. inserted without a
+key press or composition: voice dictation, autocomplete, an on-screen keyboard's
+suggestion, or ``unknown``). They are optional (an API client may send none) and
+validated here: a non-negative whole number under a cap that no person reaches in
+one message, a known kind, or a 400.
 
 A message is *implausibly typed* (``typing_flags``) when the characters typed into
 the box (its length less the pasted ones) came faster than ``max_chars_per_second``
 of typing, or with fewer than ``min_keystrokes_per_char`` key presses each: a
-script posting text, or text dictated or written elsewhere without a paste event.
-Only messages with at least ``min_chars`` typed characters and reported signals are
-judged. The thresholds are the study file's ``typing_checks``.
+script posting text. Text is never flagged merely because it came without key
+presses: dictated text, text of unknown origin and text reported with no key
+presses are not judged, and composed text is judged by its speed only (an input
+method commits many characters per key). Only messages with at least
+``min_chars`` typed characters and reported signals are judged. The thresholds
+are the study file's ``typing_checks``.
 
 An attention item (``type: "attention"``) has one ``expected`` answer; any other
 answer is a failed check. The monitor counts both per participant and its
@@ -33,19 +42,28 @@ from services.study.definition import Study, TypingChecks
 TOO_FAST = "too_fast"
 TOO_FEW_KEYSTROKES = "too_few_keystrokes"
 
+TYPED, COMPOSED, PASTED, DICTATED, UNKNOWN = "typed", "composed", "pasted", "dictated", "unknown"
+INPUT_KINDS = (TYPED, COMPOSED, PASTED, DICTATED, UNKNOWN)
+
 # Upper bounds per message: a day of typing, and counts far beyond any 4000-character message.
 SIGNAL_CAPS: dict[str, int] = {
     "typing_ms": 24 * 3600 * 1000,
     "keystrokes": 200_000,
     "pasted_chars": 1_000_000,
     "focus_losses": 10_000,
+    "input_events": 200_000,
+    "composition_events": 200_000,
 }
 
 
-def parse_signals(data: dict[str, Any]) -> dict[str, int | None]:
+def parse_signals(data: dict[str, Any]) -> dict[str, int | str | None]:
     """The optional quality fields of a chat message, validated; BadInput naming every bad one."""
     problems: dict[str, str] = {}
-    signals: dict[str, int | None] = {}
+    signals: dict[str, int | str | None] = {}
+    kind = data.get("input_kind")
+    if kind is not None and kind not in INPUT_KINDS:
+        problems["input_kind"] = "must be one of " + ", ".join(INPUT_KINDS)
+    signals["input_kind"] = kind
     for name, cap in SIGNAL_CAPS.items():
         value = data.get(name)
         if value is None:
@@ -63,10 +81,13 @@ def parse_signals(data: dict[str, Any]) -> dict[str, int | None]:
 
 
 def typing_flags(text_chars: int, typing_ms: int | None, keystrokes: int | None, pasted_chars: int | None,
-                 checks: TypingChecks) -> list[str] | None:
-    """Why a user message's typing is implausible ([] when plausible); None when it is not judged
-    (no signals reported, or fewer typed characters than ``checks.min_chars``)."""
-    if typing_ms is None or keystrokes is None:
+                 checks: TypingChecks, input_kind: str | None = None) -> list[str] | None:
+    """Why a user message's typing is implausible ([] when plausible); None when it is not judged: no
+    signals reported, fewer typed characters than ``checks.min_chars``, or text that came without key
+    presses (dictated, unknown, or no key presses and no composition), which is no sign of a script."""
+    if typing_ms is None or keystrokes is None or input_kind in (DICTATED, UNKNOWN):
+        return None
+    if keystrokes == 0 and input_kind != COMPOSED:
         return None
     typed = text_chars - (pasted_chars or 0)
     if typed < checks.min_chars:
@@ -74,7 +95,7 @@ def typing_flags(text_chars: int, typing_ms: int | None, keystrokes: int | None,
     flags = []
     if typed * 1000 > checks.max_chars_per_second * typing_ms:  # typing_ms 0: infinitely fast
         flags.append(TOO_FAST)
-    if keystrokes < checks.min_keystrokes_per_char * typed:
+    if input_kind != COMPOSED and keystrokes < checks.min_keystrokes_per_char * typed:
         flags.append(TOO_FEW_KEYSTROKES)
     return flags
 
@@ -105,15 +126,15 @@ def participant_quality(session: Session, study: Study) -> dict[int, dict[str, i
     result: dict[int, dict[str, int]] = defaultdict(lambda: {
         "pasted_messages": 0, "pasted_chars": 0, "focus_losses": 0, "implausible_typing_messages": 0,
         "attention_checks": 0, "attention_failures": 0})
-    for user_id, pasted, focus, chars, typing_ms, keys in session.execute(
+    for user_id, pasted, focus, chars, typing_ms, keys, kind in session.execute(
             select(Message.user_id, Message.pasted_chars, Message.focus_losses, func.length(Message.content),
-                   Message.typing_ms, Message.keystrokes).where(Message.role == "user")):
+                   Message.typing_ms, Message.keystrokes, Message.input_kind).where(Message.role == "user")):
         entry = result[user_id]
         entry["pasted_messages"] += 1 if pasted else 0
         entry["pasted_chars"] += pasted or 0
         entry["focus_losses"] += focus or 0
         entry["implausible_typing_messages"] += 1 if typing_flags(chars, typing_ms, keys, pasted,
-                                                                  study.typing_checks) else 0
+                                                                  study.typing_checks, kind) else 0
     items = attention_items(study)
     if items:
         for user_id, item_id, value in session.execute(

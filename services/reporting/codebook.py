@@ -95,10 +95,18 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("completed_at", DATETIME, "Questionnaire submitted; the task is done."),
         _c("last_activity_at", DATETIME, "Last action in this attempt."),
         _c("active_seconds", NUMBER, "Active chat time in study seconds, idle gaps excluded (in pilot mode "
-                                     "real seconds are scaled up to study seconds)."),
+                                     "real seconds are scaled up to study seconds); the same as "
+                                     "active_study_seconds, kept under its old name."),
+        _c("active_study_seconds", NUMBER, "Active chat time in study seconds (what the task timer counts), idle "
+                                           "gaps excluded."),
+        _c("active_real_seconds", NUMBER, "Active chat time in real (wall-clock) seconds: active_study_seconds x "
+                                          "timer_scale (manifest.json deployment.timer_scale, from "
+                                          "PILOT_TIMER_SCALE or PILOT_DAY_SECONDS/86400 in pilot mode; 1 otherwise). "
+                                          "Compare with chat_wall_seconds, also real."),
         _c("idle_gap_count", INTEGER, "Pauses longer than the idle-gap threshold (not counted as active)."),
         _c("idle_seconds", NUMBER, "Total length of those pauses, real seconds."),
-        _c("chat_wall_seconds", NUMBER, "Real seconds from start to the end of the chat phase."),
+        _c("chat_wall_seconds", NUMBER, "Real (wall-clock) seconds from start to the end of the chat phase, "
+                                        "idle gaps included."),
         _c("end_reason", STRING, "Why the chat ended: finished, time_up, abandoned or reset."),
         _c("reset_reason", STRING, "Reason an admin gave for resetting this attempt (free text).", pii=True),
         _c("consolidation_status", STRING, "Memory consolidation of this session: pending, running, done, "
@@ -161,14 +169,27 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("recall_count", INTEGER, "User message: times it was recalled (L4)."),
         _c("last_recall_at", DATETIME, "User message: last recall (L4)."),
         _c("consolidated_at", DATETIME, "User message: time its memory fields were computed."),
-        _c("typing_ms", INTEGER, "User message: milliseconds from the first keystroke in the message box to "
+        _c("typing_ms", INTEGER, "User message: milliseconds from the first key press, input, composition or "
+                                 "paste event in the message box to "
                                  "sending, as measured by the participant page; empty if not reported."),
-        _c("keystrokes", INTEGER, "User message: key presses in the message box while writing it (IME "
-                                  "composition counts each key)."),
+        _c("keystrokes", INTEGER, "User message: key presses (keydown) in the message box while writing it "
+                                  "(an input method's keys count when the browser reports them; dictation and "
+                                  "autocomplete have none: see input_kind)."),
         _c("pasted_chars", INTEGER, "User message: characters pasted into the message box while writing it; "
                                     "above 0 flags text possibly written elsewhere (e.g. by another chatbot)."),
         _c("focus_losses", INTEGER, "User message: times the page lost focus (another tab or window) since the "
                                     "previous message of the task was sent, or since the chat page opened."),
+        _c("input_events", INTEGER, "User message: `input` events in the message box while writing it (each "
+                                    "insertion or deletion, from a key, an input method, dictation or a paste); "
+                                    "empty if not reported."),
+        _c("composition_events", INTEGER, "User message: input-method compositions finished (compositionend) "
+                                          "while writing it, e.g. pinyin turned into Chinese characters; empty if "
+                                          "not reported."),
+        _c("input_kind", STRING, "User message: where most of its characters came from, as the participant page "
+                                 "saw it: typed (key presses), composed (an input method's compositions), pasted, "
+                                 "dictated (inserted with no key press or composition: voice dictation, autocomplete, "
+                                 "an on-screen keyboard's suggestion) or unknown (no input seen, e.g. a restored "
+                                 "draft); empty if not reported."),
     ],
     "questionnaires_long.csv": [
         CODE, GROUP,
@@ -389,7 +410,9 @@ def _typing_rule(study: Study) -> str:
     checks = study.typing_checks
     return (f"study file typing_checks: judged when at least {checks.min_chars} characters were typed, not pasted; "
             f"flagged above {checks.max_chars_per_second:g} typed characters per second of typing (too_fast) or "
-            f"below {checks.min_keystrokes_per_char:g} key presses per typed character (too_few_keystrokes)")
+            f"below {checks.min_keystrokes_per_char:g} key presses per typed character (too_few_keystrokes); "
+            "never flagged merely for coming without key presses: not judged when input_kind is dictated or unknown "
+            "or no key press was reported (unless composed), and composed text is judged by speed only")
 
 
 def typing_columns(study: Study) -> list[Column]:
@@ -450,8 +473,24 @@ def _formula_note(escape_formulas: bool) -> str:
             "`--no-escape-formulas`).")
 
 
+def _clock_note(deployment: dict[str, Any] | None) -> str:
+    """The clocks the data were recorded with: real seconds per study second, from the pilot settings."""
+    deployment = deployment or {}
+    scale = deployment.get("timer_scale", 1.0)
+    if not deployment.get("pilot_mode"):
+        return (f"- Clocks: real time (no pilot mode); timer_scale={scale:g}, so study seconds equal real seconds "
+                "(task_sessions.csv active_study_seconds = active_real_seconds).")
+    timer = deployment.get("pilot_timer_scale")
+    return (f"- Clocks: pilot mode, PILOT_DAY_SECONDS={deployment.get('pilot_day_seconds'):g} (1 study day = that many "
+            f"real seconds), PILOT_TIMER_SCALE={'not set' if timer is None else f'{timer:g}'}; task timers ran at "
+            f"timer_scale={scale:g} real seconds per study second. Study-second columns (active_seconds, "
+            "active_study_seconds) are the timer's; real-second columns (active_real_seconds, chat_wall_seconds, "
+            "idle_seconds) are the wall clock.")
+
+
 def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at: str,
-                      exclude_pii: bool, bom: bool, escape_formulas: bool = True) -> str:
+                      exclude_pii: bool, bom: bool, escape_formulas: bool = True,
+                      deployment: dict[str, Any] | None = None) -> str:
     """The same codebook for people: notes, one table per file, then the questionnaire items."""
     out = [
         f"# Codebook: {study.name} data export",
@@ -470,6 +509,7 @@ def codebook_markdown(rows: list[dict[str, Any]], study: Study, *, generated_at:
         "questionnaires); `manifest.json` lists the files, their row counts, the export options and `preflight`: "
         "the latest pre-flight report (study-definition hash, providers and models, time, each check's figures and "
         "verdict) and its state for this study definition (verified, failed, changed, not_verified).",
+        _clock_note(deployment),
         "- Replies from the `offline` provider come from a template responder, not a language model; its token "
         "counts are characters.",
         _formula_note(escape_formulas),

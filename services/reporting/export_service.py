@@ -132,7 +132,7 @@ def _quality(data: _Data, study: Study) -> dict[int, Counter]:
             result[m.user_id]["pasted_messages"] += 1 if m.pasted_chars else 0
             result[m.user_id]["focus_losses"] += m.focus_losses or 0
             result[m.user_id]["implausible_typing_messages"] += 1 if typing_flags(
-                len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks) else 0
+                len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks, m.input_kind) else 0
     checks = attention_items(study)
     for a in data.answers:
         if a.item_id in checks:
@@ -173,7 +173,9 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
     return rows
 
 
-def _task_sessions(data: _Data) -> list[dict[str, Any]]:
+def _task_sessions(data: _Data, timer_scale: float = 1.0) -> list[dict[str, Any]]:
+    """One row per task attempt; active chat time in study seconds and in real seconds (pilot mode: study
+    seconds x timer_scale, the deployment's real seconds per study second of a task timer)."""
     counts = Counter((m.task_session_id, m.role) for m in data.messages)
     exposures = exposure_by_session(data.messages)
     rows = []
@@ -182,7 +184,8 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "task_session_id": s.id, **data.ids(s.user_id), "task_id": s.task_id, "attempt": s.attempt,
             "status": s.status, "phase": s.phase, "started_at": s.started_at, "chat_ended_at": s.chat_ended_at,
             "completed_at": s.completed_at, "last_activity_at": s.last_activity_at,
-            "active_seconds": round(s.active_seconds, 3), "idle_gap_count": s.idle_gap_count,
+            "active_seconds": round(s.active_seconds, 3), "active_study_seconds": round(s.active_seconds, 3),
+            "active_real_seconds": round(s.active_seconds * timer_scale, 3), "idle_gap_count": s.idle_gap_count,
             "idle_seconds": round(s.idle_seconds, 3),
             "chat_wall_seconds": round((s.chat_ended_at - s.started_at).total_seconds(), 3)
             if s.chat_ended_at else None,
@@ -272,7 +275,9 @@ def _messages(data: _Data, study: Study) -> list[dict[str, Any]]:
             "consolidation_g": m.consolidation_g, "recall_count": m.recall_count if m.role == "user" else None,
             "last_recall_at": m.last_recall_at, "consolidated_at": m.consolidated_at,
             "typing_ms": m.typing_ms, "keystrokes": m.keystrokes, "pasted_chars": m.pasted_chars,
-            "focus_losses": m.focus_losses, **_typing_columns(m, study), **_reply_timing_columns(m),
+            "focus_losses": m.focus_losses, "input_events": m.input_events,
+            "composition_events": m.composition_events, "input_kind": m.input_kind, **_typing_columns(m, study),
+            **_reply_timing_columns(m),
         })
     return rows
 
@@ -281,7 +286,7 @@ def _typing_columns(m: Message, study: Study) -> dict[str, Any]:
     if m.role != "user":
         return {}
     per_second, per_char = typing_rates(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars)
-    flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks)
+    flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks, m.input_kind)
     return {"typed_chars_per_second": per_second, "keystrokes_per_typed_char": per_char,
             "implausible_typing": None if flags is None else bool(flags),
             "implausible_typing_reasons": ";".join(flags or []) or None}
@@ -349,11 +354,11 @@ def _reply_contexts(data: _Data) -> list[dict[str, Any]]:
     } for m in data.messages if m.role == "assistant"]
 
 
-def _tables(data: _Data, study: Study, *, exclude_pii: bool
+def _tables(data: _Data, study: Study, *, exclude_pii: bool, timer_scale: float = 1.0
             ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     raw = {
         "participants.csv": _participants(data, study),
-        "task_sessions.csv": _task_sessions(data),
+        "task_sessions.csv": _task_sessions(data, timer_scale),
         "messages.csv": _messages(data, study),
         "questionnaires_long.csv": _questionnaires_long(data, study, exclude_pii),
         "questionnaires_wide.csv": _questionnaires_wide(data),
@@ -382,7 +387,8 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
                  deployment: dict[str, Any] | None = None) -> ExportResult:
     """The whole export as zip bytes, with each file's row count."""
     data = _Data(session, include_test=options.include_test)
-    tables = _tables(data, study, exclude_pii=options.exclude_pii)
+    deployment = deployment or {}
+    tables = _tables(data, study, exclude_pii=options.exclude_pii, timer_scale=deployment.get("timer_scale", 1.0))
     result = ExportResult(data=b"", generated_at=generated_at)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -404,7 +410,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
         stamp = time_text(generated_at)
         archive.writestr("codebook.md", codebook.codebook_markdown(
             rows, study, generated_at=stamp, exclude_pii=options.exclude_pii, bom=options.bom,
-            escape_formulas=options.escape_formulas))
+            escape_formulas=options.escape_formulas, deployment=deployment))
         result.files["codebook.md"] = 1
         archive.writestr("study_config.json", json.dumps(scrub_secrets(study.as_dict()), ensure_ascii=False, indent=2))
         result.files["study_config.json"] = 1
@@ -413,7 +419,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas, "include_test": options.include_test},
             "study_version": study.version,
-            "files": dict(result.files), "deployment": deployment or {},
+            "files": dict(result.files), "deployment": deployment,
             "preflight": preflight_record.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
@@ -430,6 +436,11 @@ def deployment_facts(settings) -> dict[str, Any]:
         "embedding_provider": settings.embedding_provider,
         "pilot_mode": settings.pilot_mode,
         "day_seconds": settings.day_seconds,
+        # the clocks: PILOT_DAY_SECONDS (day_seconds above) and PILOT_TIMER_SCALE as set (null: not set), and
+        # the real seconds per study second they give the task timers (task_sessions.csv active_real_seconds)
+        "pilot_day_seconds": settings.day_seconds if settings.pilot_mode else None,
+        "pilot_timer_scale": settings.pilot_timer_scale if settings.pilot_mode else None,
+        "timer_scale": settings.timer_scale,
         "database": settings.database_url.split(":", 1)[0],
     }
 

@@ -131,6 +131,11 @@ def _register_cjk_font() -> None:
 _register_cjk_font()
 
 
+# legends, bar labels and notes: never below 9 pt (at 100 dpi, 12.5 px in the PNG; 7-8 pt read as about 7 px
+# once the console scales a chart to its column)
+SMALL_TEXT_PT = 9
+
+
 def _figure(width: float = 8.0, height: float = 4.5) -> Figure:
     figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)
@@ -200,12 +205,12 @@ def funnel(session: Session, study: Study, language: str = "en") -> bytes:
     width = 0.8 / len(groups)
     for gi, group in enumerate(groups):
         bars = ax.bar(x - 0.4 + width * (gi + 0.5), counts[gi], width, label=group)
-        ax.bar_label(bars, labels=[str(int(v)) for v in counts[gi]], fontsize=8)
+        ax.bar_label(bars, labels=[str(int(v)) for v in counts[gi]], fontsize=SMALL_TEXT_PT)
     totals = counts.sum(axis=0)
     ax.set_xticks(x, [f"{s}\n(n={int(t)})" for s, t in zip(stages, totals, strict=True)])
     ax.set_ylabel(label("participants", language))
     ax.set_title(title)
-    ax.legend(title=label("group", language), fontsize=8)
+    ax.legend(title=label("group", language), fontsize=SMALL_TEXT_PT)
     ax.yaxis.get_major_locator().set_params(integer=True)
     figure.tight_layout()
     return _png(figure)
@@ -233,7 +238,7 @@ def group_sizes(session: Session, study: Study, language: str = "en") -> bytes:
     ax.set_ylabel(label("assigned", language))
     ax.set_xlabel(label("assignment_time", language))
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALL_TEXT_PT)
     ax.yaxis.get_major_locator().set_params(integer=True)
     figure.autofmt_xdate()
     figure.tight_layout()
@@ -341,11 +346,12 @@ def recall_events(session: Session, study: Study, language: str = "en") -> bytes
     ax.bar(x, recalled, label=label("recalled", language), color="#2a7fb8")
     ax.bar(x, missed, bottom=recalled, label=label("not_recalled", language), color="#c9d7e3")
     for xi, (r, m, n) in enumerate(zip(recalled, missed, people, strict=True)):
-        ax.text(xi, r + m, f"{r}/{r + m}\n{label('people', language, n=n)}", ha="center", va="bottom", fontsize=8)
+        ax.text(xi, r + m, f"{r}/{r + m}\n{label('people', language, n=n)}", ha="center", va="bottom",
+                fontsize=SMALL_TEXT_PT)
     ax.set_xticks(x, task_ids)
     ax.set_ylabel(label("candidates", language))
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALL_TEXT_PT)
     ax.margins(y=0.2)
     figure.tight_layout()
     return _png(figure)
@@ -407,7 +413,8 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
                        facecolors=color if event.recalled else "none", edgecolors=color,
                        label=name if not by_wall_clock and number == 0 else None)
     ax.axhline(params.threshold, linestyle="--", color="#888888", linewidth=1)
-    ax.text(0, params.threshold, label("threshold", language, value=params.threshold), va="bottom", fontsize=8,
+    ax.text(0, params.threshold, label("threshold", language, value=params.threshold), va="bottom",
+            fontsize=SMALL_TEXT_PT,
             color="#555555")
     ax.set_ylim(-0.02, 1.05)
     ax.set_xlabel(label("days_axis", language))
@@ -415,7 +422,7 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
     ax.set_title(title + (label("preset", language, preset=params.preset) if by_wall_clock else
                           label("events_only", language, unit=params.time_unit)))
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.legend(fontsize=SMALL_TEXT_PT, loc="center left", bbox_to_anchor=(1.01, 0.5))
     figure.tight_layout()
     return _png(figure)
 

@@ -138,6 +138,12 @@ class TaskService:
             # what the page counts down, on the wall clock (differs from study seconds in pilot mode)
             "remaining_real_seconds": round(remaining * self.timer_scale, 3),
             "min_active_seconds": self.timing.min_active_seconds,
+            # the clocks side by side (pilot mode: study seconds = real seconds / timer_scale): what the next
+            # action would credit, and what is credited so far (as of the last action: it never drops back)
+            "timer_scale": self.timer_scale,
+            "active_real_seconds": round(active * self.timer_scale, 3),
+            "credited_active_seconds": round(min(float(limit), ts.active_seconds), 3),
+            "credited_active_real_seconds": round(min(float(limit), ts.active_seconds) * self.timer_scale, 3),
             "can_finish": ts.phase == "chat" and active >= self.timing.min_active_seconds,
             "time_up": remaining <= 0,
             "idle_gap_real_seconds": self.timing.idle_gap_seconds,

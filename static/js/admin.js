@@ -80,10 +80,33 @@ function noteText(note) {
 function consolidateReason(data) {
   if ((data.runs || []).length || !data.reason) return "";
   const held = data.held || [];
-  if (!held.length) return t("admin.consolidate.nothing");
+  if (!held.length) {
+    // the same words as the monitor's column: tasks still in progress, tasks not needed (withdrawn)
+    const tasks = (ids) => Object.entries((ids || []).reduce((n, id) => ({ ...n, [id]: (n[id] || 0) + 1 }), {}))
+      .map(([id, n]) => (n > 1 ? `${id} ×${n}` : id)).join(", ");
+    const parts = [t("admin.consolidate.nothing")];
+    if (data.in_progress?.length) parts.push(`${term("admin.consolidation", "in_progress")}: ${tasks(data.in_progress)}`);
+    if (data.not_needed?.length) parts.push(`${term("admin.consolidation", "not_needed")}: ${tasks(data.not_needed)}`);
+    return parts.join("; ");
+  }
   return held.map((r) => t("admin.consolidate.held", {
     task: r.task_id, session: r.task_session_id, since: formatDateTime(r.running_since, { seconds: true }),
     until: formatDateTime(r.lease_until, { seconds: true }) })).join("; ");
+}
+
+// A note an action leaves (a toast) is kept as a function of the language, not as text: after the admin switches
+// language the page is drawn again and the note comes back in the new language (tell, then retell on the new
+// element with the same id on the same page).
+let told = null;
+
+function tell(el, render) {
+  el.textContent = render();
+  told = { hash: location.hash, id: el.id, render };
+}
+
+function retell(el) {
+  if (told && told.hash === location.hash && told.id === el.id) el.textContent = told.render();
+  return el;
 }
 
 /** Why an action failed, in the admin's language when the server's code is known. */
@@ -324,6 +347,23 @@ function statusCell(row) {
   return h("div.status-cell", parts);
 }
 
+/** A task attempt's active chat time in real seconds; in pilot mode with its study seconds, labelled. */
+function sessionTime(session, scale = 1) {
+  const real = fmt(session.active_real_seconds ?? session.active_seconds, 1);
+  if (Math.abs((scale ?? 1) - 1) < 1e-9) return real;
+  return t("admin.session_time_pilot", { real, study: fmt(session.active_seconds, 1) });
+}
+
+/** Chat time so far in real (wall-clock) time, as credited at the last action (it never drops back); in pilot
+ * mode the study time beside it, labelled. */
+function activeTime(timer) {
+  const study = timer?.credited_active_seconds ?? timer?.active_seconds ?? 0;
+  const scale = timer?.timer_scale ?? 1;
+  const real = timer?.credited_active_real_seconds ?? study * scale;
+  if (Math.abs(scale - 1) < 1e-9) return t("admin.task.active", { time: formatDuration(real) });
+  return t("admin.task.active_pilot", { time: formatDuration(real), study: formatDuration(study) });
+}
+
 function taskCell(row, taskId) {
   const detail = (row.task_details || []).find((d) => d.id === taskId) || { status: row.tasks?.[taskId] || "locked" };
   const status = detail.status || "locked";
@@ -338,7 +378,7 @@ function taskCell(row, taskId) {
   } else if (status === "in_progress") {
     parts.push(h("span.sub", detail.phase === "questionnaire"
       ? t("admin.task.phase_questionnaire")
-      : t("admin.task.active", { time: formatDuration(detail.timer?.active_seconds ?? 0) })));
+      : activeTime(detail.timer)));
   } else if (status === "available") {
     parts.push(h("span.sub", t("admin.task.since", { time: formatShort(detail.available_at) })));
   } else if (detail.available_at && new Date(detail.available_at) > new Date()) {
@@ -432,7 +472,7 @@ async function showMonitor() {
   const refreshError = noticeBox();
   const summaryArea = h("div.summary-grid#summary");
   const consolidateAll = h("button.secondary.small#consolidate-all", { type: "button" }, t("admin.action.consolidate_all"));
-  const actionNote = noticeBox("info");
+  const actionNote = retell(h("div.notice.info#action-note", { role: "status" }));
   const groupSelect = h("select#filter-group");
   const statusSelect = h("select#filter-status");
   const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
@@ -502,7 +542,7 @@ async function showMonitor() {
       integrityCard(integrity));
     const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
       .filter((g) => g && g !== "–" && g !== "unassigned").sort();
-    const statuses = [...new Set(["active", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
+    const statuses = [...new Set(["active", "completed", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
     if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
     if (document.activeElement !== statusSelect) {
       fillSelect(statusSelect, statuses, state.filters.status, (v) => term("admin.status", v));
@@ -573,15 +613,17 @@ async function showMonitor() {
   search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
   consolidateAll.addEventListener("click", async () => {
     consolidateAll.disabled = true;
-    actionNote.textContent = "";
+    tell(actionNote, () => "");
     try {
       const data = await api.post("/api/admin/consolidate-pending");
-      const why = consolidateReason(data);
-      actionNote.textContent = t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
-        + (why ? ` (${why})` : "");
+      tell(actionNote, () => {
+        const why = consolidateReason(data);
+        return t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
+          + (why ? ` (${why})` : "");
+      });
       refresh();
     } catch (err) {
-      actionNote.textContent = t("admin.action.unavailable", { message: errorText(err) });
+      tell(actionNote, () => t("admin.action.unavailable", { message: errorText(err) }));
     } finally {
       consolidateAll.disabled = false;
     }
@@ -730,25 +772,28 @@ function profileHistory(profiles) {
 
 function actionsCard(record, reload) {
   const participant = record.participant;
-  const note = noticeBox("info");
+  const note = retell(h("div.notice.info#record-note", { role: "status" }));
+  // `what` names the action: a function, so a note told now can be told again in another language
   const run = async (button, what, path, body) => {
     button.disabled = true;
-    note.textContent = "";
+    tell(note, () => "");
     try {
       const data = await api.post(path, body);
-      const why = data ? consolidateReason(data) : "";
-      note.textContent = t("admin.action.done", { what }) + (why ? ` (${why})` : "");
+      tell(note, () => {
+        const why = data ? consolidateReason(data) : "";
+        return t("admin.action.done", { what: what() }) + (why ? ` (${why})` : "");
+      });
       await reload();
-      announce(t("admin.action.done", { what }));
+      announce(t("admin.action.done", { what: what() }));
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
+      tell(note, () => t("admin.action.unavailable", { message: actionError(err) }));
       button.disabled = false;
     }
   };
 
   const consolidate = h("button.secondary#action-consolidate", { type: "button" }, t("admin.action.consolidate"));
   consolidate.addEventListener("click", () =>
-    run(consolidate, t("admin.action.consolidate"), `/api/admin/participants/${participant.id}/consolidate`));
+    run(consolidate, () => t("admin.action.consolidate"), `/api/admin/participants/${participant.id}/consolidate`));
 
   const withdrawReason = h("input#withdraw-reason", { type: "text", maxlength: 2000 });
   const withdrawButton = h("button.danger#action-withdraw", { type: "submit", disabled: participant.status === "withdrawn" },
@@ -758,11 +803,11 @@ function actionsCard(record, reload) {
   withdrawForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!withdrawReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       withdrawReason.focus();
       return;
     }
-    run(withdrawButton, t("admin.action.withdraw"), `/api/admin/participants/${participant.id}/withdraw`,
+    run(withdrawButton, () => t("admin.action.withdraw"), `/api/admin/participants/${participant.id}/withdraw`,
       { reason: withdrawReason.value.trim() });
   });
 
@@ -785,11 +830,12 @@ function actionsCard(record, reload) {
   resetForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!resetReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       resetReason.focus();
       return;
     }
-    run(resetButton, `${t("admin.action.reset")} ${resetTask.value}`,
+    const resetId = resetTask.value;
+    run(resetButton, () => `${t("admin.action.reset")} ${resetId}`,
       `/api/admin/participants/${participant.id}/tasks/${encodeURIComponent(resetTask.value)}/reset`,
       { reason: resetReason.value.trim() });
   });
@@ -797,7 +843,7 @@ function actionsCard(record, reload) {
   const newLink = h("div.new-link");
   const reissue = h("button.secondary#action-reissue-link", { type: "button" }, t("admin.action.reissue_link"));
   reissue.addEventListener("click", async () => {
-    note.textContent = "";
+    tell(note, () => "");
     try {
       const data = await api.post(`/api/admin/participants/${participant.id}/return-link`);
       const box = h("input#new-return-link", { type: "text", readonly: true, value: data.url });
@@ -815,12 +861,12 @@ function actionsCard(record, reload) {
       const counts = document.getElementById("return-link-summary");
       if (counts && data.return_links) counts.textContent = linkSummaryText(data.return_links);
     } catch (err) {
-      note.textContent = t("admin.action.unavailable", { message: actionError(err) });
+      tell(note, () => t("admin.action.unavailable", { message: actionError(err) }));
     }
   });
   const revoke = h("button.secondary#action-revoke-links", { type: "button" }, t("admin.action.revoke_links"));
   revoke.addEventListener("click", () =>
-    run(revoke, t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
+    run(revoke, () => t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
 
   const eraseReason = h("input#erase-reason", { type: "text", maxlength: 2000 });
   const eraseButton = h("button.danger#action-erase", { type: "submit" }, t("admin.action.erase"));
@@ -829,13 +875,13 @@ function actionsCard(record, reload) {
   eraseForm.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!eraseReason.value.trim()) {
-      note.textContent = t("admin.action.reason_required");
+      tell(note, () => t("admin.action.reason_required"));
       eraseReason.focus();
       return;
     }
     // irreversible: the browser's own dialog must be confirmed, and the server needs confirm: true
     if (!window.confirm(t("admin.action.confirm_erase"))) return;
-    run(eraseButton, t("admin.action.erase"), `/api/admin/participants/${participant.id}/erase`,
+    run(eraseButton, () => t("admin.action.erase"), `/api/admin/participants/${participant.id}/erase`,
       { confirm: true, reason: eraseReason.value.trim() });
   });
 
@@ -921,9 +967,10 @@ async function showParticipant(id) {
         "end", "reset_reason", "consolidation"),
       (record.task_sessions || []).map((s) => [s.task_id, fmt(s.attempt), term("admin.session", s.status),
         term("admin.phase", s.phase), formatDateTime(s.started_at, { seconds: true }),
-        formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }), fmt(s.active_seconds, 1),
+        formatDateTime(s.chat_ended_at, { seconds: true }), formatDateTime(s.completed_at, { seconds: true }),
+        sessionTime(s, record.timer_scale),
         t("admin.idle_gaps", { count: fmt(s.idle_gap_count), seconds: fmt(s.idle_seconds, 1) }), term("admin.end", s.end_reason), s.reset_reason || "–",
-        term("admin.consolidation", s.consolidation_status)])),
+        term("admin.consolidation", s.consolidation_state ?? s.consolidation_status)])),
       h("h2", t("admin.detail.profiles")),
       h("section.card#profiles", profileHistory(record.profiles || [])),
       h("h2", t("admin.detail.recalls")),
@@ -1033,8 +1080,12 @@ async function showPlots() {
     curve);
   try {
     const data = await load("/api/admin/participants");
-    mount(participants, (data.participants || []).map((p) =>
+    const rows = data.participants || [];
+    mount(participants, rows.map((p) =>
       h("option", { value: String(p.id) }, `${p.participant_code} (${p.memory_group || "–"})`)));
+    // open on a participant whose condition has a forgetting curve (L4), not on whoever came first
+    const withCurve = rows.find((p) => p.forgetting_curve);
+    if (withCurve) participants.value = String(withCurve.id);
   } catch (err) {
     if (err.status === 401) return;
   }

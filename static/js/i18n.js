@@ -1,7 +1,13 @@
-// Interface text in Chinese (the default) and English. Study content (consent, task texts,
-// questionnaire items) comes from the server in the participant's language; this file only
-// holds the page's own words. The choice is kept in localStorage and, once logged in, on the
-// server (POST /api/auth/language) so that server-side texts follow it.
+// Interface text in Chinese and English. Study content (consent, task texts, questionnaire items)
+// comes from the server in the participant's language; this file only holds the page's own words.
+//
+// Which language a page opens in: an explicit `lang` in the link (?lang=en), then the reader's last
+// explicit choice on this browser (the language button, kept in localStorage), then the browser's
+// languages (navigator.languages, among those the study offers), then the study's default_language
+// (the participant page settles that once /api/study has answered: settleLanguage). Once logged in,
+// the account's language (the last explicit choice, kept on the server: POST /api/auth/language)
+// applies, unless the reader chose one on this very page (the link's lang, or the button on the
+// login page): that choice is then sent to the server instead of being overridden.
 
 const STORAGE_KEY = "memorylab.language";
 const SUPPORTED = ["zh", "en"];
@@ -15,6 +21,7 @@ const MESSAGES = {
     "app.switch_language_label": "Switch to English",
     "app.logout": "退出登录",
     "app.logged_in_as": "已登录：{name}",
+    "app.participant_code": "参与者编号",
     "app.noscript": "本页面需要启用 JavaScript。",
     "error.network": "无法连接服务器，请检查网络后重试。",
     "error.generic": "出错了：{message}",
@@ -60,6 +67,9 @@ const MESSAGES = {
     "tasks.all_done": "你已完成全部任务，非常感谢你的参与！",
     "tasks.next_unlock": "下一个任务将于 {time} 解锁。",
     "tasks.withdrawn": "你已退出本研究，感谢你此前的参与。",
+    "tasks.status.withdrawn": "已退出",
+    "tasks.not_done_withdrawn": "未完成：你已退出研究，这个任务不再进行。",
+    "tasks.withdrawn_contact": "如有问题，请联系研究团队：",
     "tasks.thanks": "问卷已提交，谢谢！",
     "panel.title": "知情同意",
     "panel.intro": "你通过招募平台进入本研究，参与者编号：{id}。同意后无需设置密码，之后可以用同一个平台链接或你的个人链接回来。",
@@ -95,8 +105,11 @@ const MESSAGES = {
     "task.instructions": "任务说明",
     "task.remaining": "剩余时间",
     "task.remaining_label": "本任务剩余时间 {time}",
-    "task.min_hint": "至少对话 {minutes} 分钟后可以结束。",
-    "task.min_hint_seconds": "至少对话 {seconds} 秒后可以结束。",
+    "task.min_hint": "再对话 {minutes} 分钟后可以结束。",
+    "task.min_hint_seconds": "再对话 {seconds} 秒后可以结束。",
+    "task.finish_yes": "确定结束",
+    "task.finish_below_minimum_no_code": "你在这个任务中只发了 {count} 条消息，少于研究要求的 {min} 条。现在结束，这个任务会记为未完成。",
+    "done.incomplete_no_code": "这个任务的对话没有达到研究的最低要求（发送的消息太少或对话时间太短），因此记为未完成。如有疑问，请联系研究团队。",
     "task.finish": "结束对话，填写问卷",
     "task.finish_confirm": "确定结束对话吗？结束后不能再继续这次对话。",
     "task.finish_below_minimum": "你在这个任务中只发了 {count} 条消息，少于研究要求的 {min} 条。现在结束，这个任务就没有完成码。",
@@ -196,6 +209,8 @@ const MESSAGES = {
     "admin.no_participants": "还没有参与者。",
     "admin.no_match": "没有符合筛选条件的参与者。",
     "admin.task.active": "已进行 {time}",
+    "admin.task.active_pilot": "已进行 {time}（研究时间 {study}）",
+    "admin.session_time_pilot": "{real}（研究时间 {study}）",
     "admin.task.phase_questionnaire": "填写问卷中",
     "admin.task.since": "自 {time} 开放",
     "admin.task.overdue": "逾期",
@@ -269,6 +284,7 @@ const MESSAGES = {
     "admin.detail.audit": "审计日志",
     "admin.status.active": "参与中",
     "admin.status.withdrawn": "已退出",
+    "admin.status.completed": "已完成",
     "admin.status.erased": "已删除",
     "admin.withdrawn_by": "{by} · {time}",
     "admin.withdrawn_by.participant": "本人在页面上退出",
@@ -340,6 +356,8 @@ const MESSAGES = {
     "admin.consolidation.done": "已整合",
     "admin.consolidation.failed": "整合失败",
     "admin.consolidation.n/a": "不适用",
+    "admin.consolidation.in_progress": "进行中",
+    "admin.consolidation.not_needed": "不需要（已退出）",
     "admin.reset.none": "目前没有可以重置的任务。",
     "admin.reset.why_not": "{task}：{reason}",
     "admin.error.task_done": "已完成的任务不能重置",
@@ -425,7 +443,7 @@ const MESSAGES = {
     "admin.th.started": "开始",
     "admin.th.chat_ended": "对话结束",
     "admin.th.completed": "完成",
-    "admin.th.active_s": "有效时长（秒）",
+    "admin.th.active_s": "有效时长（实际秒）",
     "admin.th.idle_gaps": "空闲间隔",
     "admin.th.end": "结束方式",
     "admin.th.reset_reason": "重置原因",
@@ -508,6 +526,7 @@ const MESSAGES = {
     "app.switch_language_label": "切换到中文",
     "app.logout": "Log out",
     "app.logged_in_as": "Logged in as {name}",
+    "app.participant_code": "Participant code",
     "app.noscript": "This page needs JavaScript.",
     "error.network": "Cannot reach the server. Check your connection and try again.",
     "error.generic": "Something went wrong: {message}",
@@ -553,6 +572,9 @@ const MESSAGES = {
     "tasks.all_done": "You have completed every task. Thank you for taking part!",
     "tasks.next_unlock": "The next task unlocks {time}.",
     "tasks.withdrawn": "You have withdrawn from the study. Thank you for your participation.",
+    "tasks.status.withdrawn": "Withdrawn",
+    "tasks.not_done_withdrawn": "Not done: you have withdrawn from the study, so this task will not take place.",
+    "tasks.withdrawn_contact": "Questions? Contact the research team:",
     "tasks.thanks": "Questionnaire submitted. Thank you!",
     "panel.title": "Informed consent",
     "panel.intro": "You came to this study from your panel, participant id {id}. After agreeing you need no password; come back through the same panel link or your personal link.",
@@ -588,8 +610,11 @@ const MESSAGES = {
     "task.instructions": "Instructions",
     "task.remaining": "Time left",
     "task.remaining_label": "Time left in this task: {time}",
-    "task.min_hint": "You can finish after at least {minutes} minutes of chat.",
-    "task.min_hint_seconds": "You can finish after at least {seconds} seconds of chat.",
+    "task.min_hint": "You can finish in {minutes} more minutes of chat.",
+    "task.min_hint_seconds": "You can finish in {seconds} more seconds of chat.",
+    "task.finish_yes": "Yes, finish",
+    "task.finish_below_minimum_no_code": "You have sent {count} message(s) in this task, fewer than the {min} the study asks for. If you finish now, this task counts as incomplete.",
+    "done.incomplete_no_code": "This task's chat did not reach the study's minimum (too few messages or too little chat time), so it counts as incomplete. If you have questions, contact the research team.",
     "task.finish": "Finish chat and go to the questionnaire",
     "task.finish_confirm": "Finish the chat? You cannot continue this conversation afterwards.",
     "task.finish_below_minimum": "You have sent {count} message(s) in this task, fewer than the {min} the study asks for. If you finish now, this task gets no completion code.",
@@ -689,6 +714,8 @@ const MESSAGES = {
     "admin.no_participants": "No participants yet.",
     "admin.no_match": "No participant matches the filters.",
     "admin.task.active": "active {time}",
+    "admin.task.active_pilot": "active {time} (study time {study})",
+    "admin.session_time_pilot": "{real} (study time {study})",
     "admin.task.phase_questionnaire": "in questionnaire",
     "admin.task.since": "open since {time}",
     "admin.task.overdue": "overdue",
@@ -762,6 +789,7 @@ const MESSAGES = {
     "admin.detail.audit": "Audit log",
     "admin.status.active": "active",
     "admin.status.withdrawn": "withdrawn",
+    "admin.status.completed": "completed",
     "admin.status.erased": "erased",
     "admin.withdrawn_by": "{by} · {time}",
     "admin.withdrawn_by.participant": "by the participant",
@@ -833,6 +861,8 @@ const MESSAGES = {
     "admin.consolidation.done": "done",
     "admin.consolidation.failed": "failed",
     "admin.consolidation.n/a": "n/a",
+    "admin.consolidation.in_progress": "in progress",
+    "admin.consolidation.not_needed": "not needed (withdrawn)",
     "admin.reset.none": "No task can be reset right now.",
     "admin.reset.why_not": "{task}: {reason}",
     "admin.error.task_done": "a completed task cannot be reset",
@@ -918,7 +948,7 @@ const MESSAGES = {
     "admin.th.started": "started",
     "admin.th.chat_ended": "chat ended",
     "admin.th.completed": "completed",
-    "admin.th.active_s": "active s",
+    "admin.th.active_s": "active s (real)",
     "admin.th.idle_gaps": "idle gaps",
     "admin.th.end": "end",
     "admin.th.reset_reason": "reset reason",
@@ -997,26 +1027,55 @@ const MESSAGES = {
 
 const listeners = new Set();
 
-function initialLanguage() {
-  const stored = localStorage.getItem(STORAGE_KEY);
-  return SUPPORTED.includes(stored) ? stored : "zh";
+function supportedBase(tag, offered = SUPPORTED) {
+  const base = String(tag || "").toLowerCase().split(/[-_]/)[0];
+  return offered.includes(base) ? base : null;
 }
 
-let current = initialLanguage();
+function linkLanguage() {
+  return supportedBase(new URLSearchParams(location.search).get("lang"));
+}
+
+function storedLanguage() {
+  try {
+    return supportedBase(localStorage.getItem(STORAGE_KEY));
+  } catch {
+    return null;  // storage refused (private mode): no remembered choice
+  }
+}
+
+function remember(lang) {
+  try {
+    localStorage.setItem(STORAGE_KEY, lang);
+  } catch {
+    // not remembered on this browser; the account still keeps it once logged in
+  }
+}
+
+// the explicit choice made on this page (the link's lang, or the language button), or null
+let chosenHere = linkLanguage();
+if (chosenHere) remember(chosenHere);
 
 /** Whether the reader chose a language on this browser before (a page may then follow the browser's). */
 export function hasStoredLanguage() {
-  return SUPPORTED.includes(localStorage.getItem(STORAGE_KEY));
+  return storedLanguage() !== null;
 }
 
-/** The browser's preferred supported language: zh for any Chinese locale, else en. */
-export function browserLanguage() {
+/** The browser's first preferred language among ``offered`` (any Chinese locale counts as zh), or null. */
+export function browserLanguage(offered = SUPPORTED) {
   const preferred = navigator.languages?.length ? navigator.languages : [navigator.language || ""];
   for (const tag of preferred) {
-    const base = String(tag).toLowerCase().split("-")[0];
-    if (SUPPORTED.includes(base)) return base;
+    const found = supportedBase(tag, offered);
+    if (found) return found;
   }
-  return "en";
+  return null;
+}
+
+let current = linkLanguage() || storedLanguage() || browserLanguage() || "zh";
+
+/** The language explicitly chosen on this page (the link's lang or the language button), else null. */
+export function chosenOnThisPage() {
+  return chosenHere;
 }
 
 export function language() {
@@ -1033,14 +1092,38 @@ export function t(key, vars = {}) {
   return text.replace(/\{(\w+)\}/g, (match, name) => (name in vars ? String(vars[name]) : match));
 }
 
-/** Change the language locally; listeners re-render. Returns true when it changed. */
-export function setLanguage(lang) {
+function apply(lang) {
   if (!SUPPORTED.includes(lang) || lang === current) return false;
   current = lang;
-  localStorage.setItem(STORAGE_KEY, lang);
   applyDocumentLanguage();
   listeners.forEach((fn) => fn(lang));
   return true;
+}
+
+/** The reader's explicit choice (the language button): remembered on this browser; listeners re-render.
+ * Returns true when it changed. */
+export function setLanguage(lang) {
+  if (!SUPPORTED.includes(lang)) return false;
+  chosenHere = lang;
+  remember(lang);
+  return apply(lang);
+}
+
+/** A language the page follows without the reader choosing it (the account's, the study's default):
+ * not remembered on this browser. Returns true when it changed. */
+export function adoptLanguage(lang) {
+  return apply(lang);
+}
+
+/** Once the study's languages and default are known: the link's lang, else the remembered choice, else the
+ * browser's languages among those offered, else the study's default. Returns the language settled on. */
+export function settleLanguage(offered, fallback) {
+  const languages = (offered || SUPPORTED).filter((lang) => SUPPORTED.includes(lang));
+  const stored = storedLanguage();
+  const settled = linkLanguage() || (stored && languages.includes(stored) ? stored : null)
+    || browserLanguage(languages) || (SUPPORTED.includes(fallback) ? fallback : current);
+  apply(settled);
+  return settled;
 }
 
 export function onLanguageChange(fn) {

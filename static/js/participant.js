@@ -5,7 +5,8 @@
 import { api, forgetCsrfToken, postStream } from "./api.js";
 import { h, mount } from "./dom.js";
 import {
-  applyDocumentLanguage, formatDateTime, formatDuration, language, onLanguageChange, otherLanguage, setLanguage, t,
+  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, formatDuration, language, onLanguageChange,
+  otherLanguage, setLanguage, settleLanguage, t,
 } from "./i18n.js";
 import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
@@ -97,7 +98,10 @@ function renderHeader() {
   languageButton.setAttribute("aria-label", t("app.switch_language_label"));
   languageButton.lang = otherLanguage() === "zh" ? "zh-CN" : "en";
   logoutButton.hidden = !state.user;
-  who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
+  // the participant code (what the lab knows them by), never the username: a panel account's is its panel id
+  const code = state.user?.participant_code;
+  if (code) mount(who, h("span.who-label", t("app.participant_code")), " ", h("span.who-code", code));
+  else who.replaceChildren();
 }
 
 languageButton.addEventListener("click", async () => {
@@ -166,9 +170,23 @@ function signedIn(user) {
     goToAdmin();
     return;
   }
-  if (user.language && user.language !== language()) setLanguage(user.language);
+  followAccount(user);
   reportTimeZone();
   go("#/tasks");
+}
+
+// The account keeps the participant's last explicit choice of language: the page follows it, unless the
+// participant chose one on this very page (the link's lang, or the button before logging in), which is
+// then the newer choice and is stored on the account instead.
+function followAccount(user) {
+  const chosen = chosenOnThisPage();
+  if (chosen && user.role === "participant" && chosen !== user.language) {
+    api.post("/api/auth/language", { language: chosen })
+      .then((data) => { if (state.user) state.user = data.user; })
+      .catch(() => {});  // the page stays in the chosen language; the account learns it at the next switch
+  } else if (user.language) {
+    adoptLanguage(user.language);
+  }
 }
 
 // Reminders give times in the participant's own time zone: the page tells the server which one it is.
@@ -361,7 +379,9 @@ function showLogin() {
     error.textContent = "";
     submit.disabled = true;
     try {
-      const data = await api.post("/api/auth/login", { username: username.value.trim(), password: password.value });
+      const data = await api.post("/api/auth/login", {
+        username: username.value.trim(), password: password.value, language: chosenOnThisPage() ?? undefined,
+      });
       signedIn(data.user);
     } catch (err) {
       error.textContent = err.status === 401 || err.status === 400 ? t("login.failed") : errorText(err);
@@ -384,6 +404,7 @@ function taskMeta(task) {
     case "in_progress":
       return t("tasks.available_since", { time: formatDateTime(task.available_at) });
     default:
+      if (task.locked_reason === "withdrawn") return t("tasks.not_done_withdrawn");
       // the server's reason: an unlock time not reached yet is never shown as "finish the previous task"
       if (task.locked_reason === "opens_at" && task.available_at) {
         return t("tasks.unlocks_at", { time: formatDateTime(task.available_at, { seconds: opensSoon(task) }) });
@@ -416,10 +437,12 @@ function taskCard(task, onStart) {
     const label = task.phase === "questionnaire" ? t("tasks.questionnaire") : t("tasks.continue");
     action = h("a.button.start-task", { href: `#/task/${encodeURIComponent(task.id)}`, dataset: { task: task.id } }, label);
   }
-  return h("li.task-card", { class: `status-${task.status}`, dataset: { task: task.id, status: task.status } },
+  // a withdrawn participant's unfinished tasks say so, not "locked"
+  const shown = task.status === "locked" && task.locked_reason === "withdrawn" ? "withdrawn" : task.status;
+  return h("li.task-card", { class: `status-${shown}`, dataset: { task: task.id, status: task.status } },
     h("div.task-head",
       h("h2", h("span.task-id", task.id), " ", task.title),
-      h(`span.badge.${task.status}`, t(`tasks.status.${task.status}`))),
+      h(`span.badge.${shown}`, t(`tasks.status.${shown}`))),
     h("p.task-meta", taskMeta(task)),
     action ? h("div.actions", action) : null);
 }
@@ -458,7 +481,11 @@ async function showTasks() {
     const summary = [];
     const withdrawn = data.participant_status === "withdrawn";
     const finished = tasks.length && tasks.every((task) => task.status === "done");
-    if (withdrawn) summary.push(h("p.notice.info#withdrawn-notice", t("tasks.withdrawn")));
+    if (withdrawn) {
+      const contact = localised(state.study?.consent?.contact);
+      summary.push(h("div.notice.info#withdrawn-notice", h("p", t("tasks.withdrawn")),
+        contact ? h("p#withdrawn-contact", t("tasks.withdrawn_contact"), " ", contact) : null));
+    }
     else if (finished) summary.push(h("p.notice.ok", t("tasks.all_done")));
     if (withdrawn || finished) summary.push(h("p", h("a.button#debrief-link", { href: "#/debrief" }, t("rights.debrief_link"))));
     const upcoming = tasks
@@ -562,7 +589,7 @@ function showChat(task) {
     h("p", t("task.finish_confirm")),
     belowMinimum,
     h("div.actions",
-      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish")),
+      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish_yes")),
       h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
         t("task.cancel"))));
   const statusError = noticeBox();
@@ -585,26 +612,69 @@ function showChat(task) {
   const answered = new Set();
 
   // Data-quality signals sent with each message (codebook: messages.csv), counted since the last send.
-  const quality = { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 };
+  // Text reaches the box by key presses, an input method's compositions (pinyin), a paste, or with no key at
+  // all (dictation, autocomplete): each is counted, and the source of most characters is the input kind.
+  const quality = {
+    firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
+    keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
+  };
   const capped = (value, cap) => Math.max(0, Math.min(Math.round(value), cap));
+  const began = () => { if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now(); };
+  function inputKind() {
+    const entries = Object.entries(quality.chars).filter(([, count]) => count > 0);
+    if (!entries.length) return "unknown";  // no input seen: a restored draft, or text set by other means
+    return entries.reduce((best, entry) => (entry[1] > best[1] ? entry : best))[0];
+  }
   function qualitySignals() {
     return {
       typing_ms: capped(quality.firstKeyAt === null ? 0 : performance.now() - quality.firstKeyAt, 86_400_000),
       keystrokes: capped(quality.keystrokes, 200_000),
       pasted_chars: capped(quality.pasted, 1_000_000),
       focus_losses: capped(quality.focusLosses, 10_000),
+      input_events: capped(quality.inputEvents, 200_000),
+      composition_events: capped(quality.compositions, 200_000),
+      input_kind: inputKind(),
     };
   }
   function resetQuality() {
-    Object.assign(quality, { firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0 });
+    Object.assign(quality, {
+      firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
+      keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
+    });
   }
-  input.addEventListener("keydown", () => {
-    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
+  input.addEventListener("keydown", (event) => {
+    began();
     quality.keystrokes += 1;
+    // a key an input method takes (keyCode 229) composes; the characters come at compositionend
+    quality.keyPending = !event.isComposing && event.keyCode !== 229 && event.key?.length === 1;
+  });
+  input.addEventListener("compositionstart", began);
+  input.addEventListener("compositionend", (event) => {
+    began();
+    quality.compositions += 1;
+    quality.chars.composed += [...(event.data || "")].length;
+  });
+  input.addEventListener("input", (event) => {
+    began();
+    quality.inputEvents += 1;
+    const type = event.inputType || "";
+    const inserted = [...(event.data || "")].length;
+    if (event.isComposing || type === "insertCompositionText" || type.startsWith("insertFromPaste")) {
+      // counted at compositionend, or by the paste handler
+    } else if (type === "insertFromDrop") {
+      quality.chars.pasted += inserted;
+    } else if (type.startsWith("insert") && inserted) {
+      // characters after a key press were typed; characters with no key press before them were dictated,
+      // autocompleted or chosen from a suggestion
+      quality.chars[quality.keyPending ? "typed" : "dictated"] += inserted;
+    }
+    quality.keyPending = false;
   });
   input.addEventListener("paste", (event) => {
-    if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now();
-    quality.pasted += (event.clipboardData?.getData("text") || "").length;
+    began();
+    const pasted = (event.clipboardData?.getData("text") || "").length;
+    quality.pasted += pasted;
+    quality.chars.pasted += pasted;
   });
   const onBlur = () => { quality.focusLosses += 1; };
   window.addEventListener("blur", onBlur);
@@ -876,20 +946,23 @@ function showChat(task) {
     const timer = sync.timer || {};
     const elapsed = (performance.now() - sync.at) / 1000;
     const remaining = Math.max(0, (timer.remaining_real_seconds ?? 0) - elapsed);
-    // real seconds per study second, from the server's own numbers (pilot mode compresses time)
-    const scale = timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1;
+    // real seconds per study second: the server's (pilot mode compresses time)
+    const scale = timer.timer_scale
+      ?? (timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1);
     const active = (timer.active_seconds ?? 0) + (scale > 0 ? elapsed / scale : 0);
     const canFinish = Boolean(timer.can_finish) || active >= (timer.min_active_seconds ?? 0);
-    return { remaining, canFinish, scale };
+    return { remaining, canFinish, scale, active };
   }
 
+  // what is left of the minimum chat time, on the wall clock, counting down (the same number in both languages:
+  // the server's timer scale, not a ratio of rounded figures)
   function minimumHint() {
     const timer = sync.timer || {};
-    const { scale } = estimate();
-    const realMinimum = (timer.min_active_seconds ?? 0) * scale;
-    return realMinimum >= 120
-      ? t("task.min_hint", { minutes: Math.round(realMinimum / 60) })
-      : t("task.min_hint_seconds", { seconds: Math.ceil(realMinimum) });
+    const { scale, active } = estimate();
+    const left = Math.max(0, ((timer.min_active_seconds ?? 0) - active) * scale);
+    return left >= 120
+      ? t("task.min_hint", { minutes: Math.ceil(left / 60) })
+      : t("task.min_hint_seconds", { seconds: Math.ceil(left) });
   }
 
   function tick() {
@@ -899,6 +972,7 @@ function showChat(task) {
     timeLabel.textContent = t("task.remaining_label", { time: formatDuration(remaining) });
     finishButton.disabled = !canFinish;
     finishHint.hidden = canFinish;
+    if (!canFinish) finishHint.textContent = minimumHint();
     if (remaining <= 0 && !checking) heartbeat();
   }
 
@@ -998,7 +1072,9 @@ function showChat(task) {
     // below the study's minimum of messages the task ends incomplete: say so before it happens
     const sent = log.querySelectorAll(".msg.user").length;
     belowMinimum.hidden = sent >= (task.min_messages ?? 0);
-    belowMinimum.textContent = t("task.finish_below_minimum", { count: sent, min: task.min_messages });
+    // the default study has no completion codes: say what happens without promising one
+    belowMinimum.textContent = t(task.completion_code_offered ? "task.finish_below_minimum" : "task.finish_below_minimum_no_code",
+      { count: sent, min: task.min_messages });
     confirmBox.hidden = false;
     confirmBox.querySelector("#finish-confirm").focus();
   });
@@ -1101,10 +1177,11 @@ async function showQuestionnaire(task) {
 
 // -- after a task: completion code, personal return link, next unlock ------------------------------
 
-function completionBlock(completion) {
+function completionBlock(completion, codeOffered = true) {
   if (!completion) return null;
   return [
-    completion.incomplete ? h("p.notice.info#incomplete-notice", t("done.incomplete")) : null,
+    completion.incomplete
+      ? h("p.notice.info#incomplete-notice", t(codeOffered ? "done.incomplete" : "done.incomplete_no_code")) : null,
     completion.completion_code ? h("p.completion", t("done.code"), " ", h("strong#completion-code", completion.completion_code)) : null,
     completion.completion_code ? h("p.hint", t("done.code_hint")) : null,
     completion.redirect_url ? h("p.actions", h("a.button#panel-redirect", { href: completion.redirect_url }, t("done.redirect"))) : null,
@@ -1173,7 +1250,7 @@ async function showDone(taskId) {
     h("section.card.done",
       h("h1", t("done.title", { task: `${task.id} · ${task.title}` })),
       takeFlash(),
-      completionBlock(task.completion),
+      completionBlock(task.completion, task.completion_code_offered),
       link ? nextTaskBlock(link) : null,
       link ? returnLinkBlock(link) : null,
       contactForm()),
@@ -1346,6 +1423,8 @@ async function boot() {
     mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
     return;
   }
+  settleLanguage(state.study.languages, state.study.default_language);
+  renderHeader();
   try {
     state.user = (await api.get("/api/auth/me")).user;
   } catch (err) {
@@ -1365,7 +1444,7 @@ async function boot() {
     state.panelId = panelId;
     if (await resumePanel()) return;
   }
-  if (state.user?.language && state.user.language !== language()) setLanguage(state.user.language);
+  if (state.user) followAccount(state.user);
   reportTimeZone();
   if (new URLSearchParams(location.search).get("next") && !state.user && !location.hash) {
     location.hash = "#/login";  // sent here from a page that needs a log-in (e.g. /admin)

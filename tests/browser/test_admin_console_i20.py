@@ -137,7 +137,7 @@ def test_the_chinese_monitor_fits_1280_speaks_chinese_and_shows_withdrawn_states
 
     # every word Chinese: status filter values, consolidation states, headers
     options = page.locator("#filter-status option").all_inner_texts()
-    assert options == ["全部", "参与中", "已退出", "已删除"], options
+    assert options == ["全部", "参与中", "已完成", "已退出", "已删除"], options
     headers = " ".join(page.locator("#participants thead th").all_inner_texts())
     assert not ENGLISH_WORDS.search(headers), headers
 

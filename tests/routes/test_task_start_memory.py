@@ -85,7 +85,8 @@ def test_consolidate_now_says_why_it_ran_nothing(app, make_participant, admin_cl
     body = admin_client.post(f"/api/admin/participants/{t1.user_id}/consolidate").get_json()
     assert [r["status"] for r in body["runs"]] == ["succeeded"] and "reason" not in body
     body = admin_client.post(f"/api/admin/participants/{t1.user_id}/consolidate").get_json()
-    assert body == {"runs": [], "reason": "nothing to consolidate: every closed task is consolidated", "held": []}
+    assert body == {"runs": [], "reason": "nothing to consolidate: every closed task is consolidated", "held": [],
+                    "in_progress": [], "not_needed": []}
 
 
 def test_a_dead_runs_claim_scales_with_pilot_time(settings, database, clock):

@@ -1,13 +1,13 @@
 """study_versions, study_drafts, demo_links; the study version on users and task_sessions; the questionnaire order
 
 Revision ID: 0019
-Revises: 0016
+Revises: 0018
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0019'
-down_revision = '0016'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 

@@ -101,7 +101,7 @@ def test_the_summary_lists_every_enabled_group_and_the_funnel(db_session, tasks,
     assert set(summary["groups"]) >= set(study.enabled_conditions)
     assert sum(summary["groups"].values()) == 3
     assert summary["funnel"] == {"registered": 3, **{t.id: 0 for t in study.tasks}}
-    assert summary["statuses"] == {"active": 3, "withdrawn": 0, "erased": 0}
+    assert summary["statuses"] == {"active": 3, "completed": 0, "withdrawn": 0, "erased": 0}
 
 
 # -- one participant ----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from services.research import codebook
+from services.reporting import codebook
 from services.study.definition import StudyDefinitionError, find_problems, load_study, shown
 from services.study.questionnaire_service import draw_order, items_for_task, validate_answers
 
