@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -26,8 +26,8 @@ from database.models import AuditLog, LoginAddress, User, username_key
 from services.participants.consent import record_consent
 from services.participants.input_checks import MAX_DB_ID, check_text
 from services.platform.clock import Clock, utc_iso
-from services.platform.errors import BadInput, Conflict, Unauthorised
-from services.study.assignment_service import assign
+from services.platform.errors import BadInput, Conflict, Forbidden, Unauthorised
+from services.study.assignment_service import assign, hold_slots
 from services.study.definition import Study
 from services.text.languages import prompt_language
 
@@ -87,9 +87,30 @@ def new_participant_code(session: Session) -> str:
             return code
 
 
+def places_taken(session: Session) -> int:
+    """Participants holding a place under ``panel.max_participants``: every account not erased, panel or
+    password (password accounts count when ``registration.password`` lets them in at all)."""
+    return session.scalar(select(func.count(User.id)).where(User.role == "participant",
+                                                            User.status != "erased")) or 0
+
+
+def study_full(study: Study) -> Conflict:
+    from services.participants.panel_service import full_details
+
+    return Conflict("this study has no places left", code="study_full", details=full_details(study))
+
+
 def register(session: Session, *, username: object, password: object, consent: object, language: object,
              study: Study, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
-    """Create a participant and draw their condition, in one transaction; commits."""
+    """Create a participant and draw their condition, in one transaction; commits. Refused when the study
+    file closes password registration (``registration.password: false``, the default with a panel), and
+    counted against ``panel.max_participants`` when it is open."""
+    if not study.registration.password:
+        raise Forbidden("this study is entered through the recruitment panel's link only; password "
+                        "registration is closed", code="password_registration_closed")
+    cap = study.panel.max_participants
+    if cap is not None and places_taken(session) >= cap:
+        raise study_full(study)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
@@ -104,7 +125,14 @@ def register(session: Session, *, username: object, password: object, consent: o
         if find_user(session, username) is not None:
             raise Conflict("this username is taken", code="username_taken") from exc
 
-    user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken,
+    def admit() -> None:
+        if cap is not None:
+            hold_slots(session)  # the slot counter's row lock: two registrations cannot share the last place
+            if places_taken(session) >= cap:
+                session.rollback()
+                raise study_full(study)
+
+    user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken, admit=admit,
                     fields={"username": username, "password_hash": password_hash, "language": lang})
     return user
 

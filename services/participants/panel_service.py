@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.participants.account_service import enrol, hash_password
+from services.participants.account_service import enrol, hash_password, places_taken, study_full
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
 from services.study.assignment_service import hold_slots
@@ -231,17 +231,21 @@ def _check_expected(session: Session, study: Study, external_id: str, entrant: E
 
 
 def _check_place(session: Session, study: Study, params: dict[str, str], now: datetime) -> None:
-    """Conflict study_full when the panel accounts have reached ``panel.max_participants``. Checked once
-    early (a full study answers before consent) and again in the creating transaction after the slot
-    counter's lock (``hold_slots``), so two entries for the last place cannot both count one free."""
+    """Conflict study_full when the participants (panel and password accounts) have reached
+    ``panel.max_participants``. Checked once early (a full study answers before consent) and again in the
+    creating transaction after the slot counter's lock (``hold_slots``), so two entries for the last place
+    cannot both count one free."""
     cap = study.panel.max_participants
-    if cap is not None and session.scalar(select(func.count(User.id)).where(
-            User.role == "participant", User.external_id.is_not(None))) >= cap:
+    if cap is not None and places_taken(session) >= cap:
         _record(session, now, "full", params)
         session.commit()
-        raise Conflict("this study has no places left", code="study_full",
-                       details={"completion_code": study.panel.full_code,
-                                "redirect_url": _fill(study.panel.full_redirect_url, study.panel.full_code, None)})
+        raise study_full(study)
+
+
+def full_details(study: Study) -> dict[str, Any]:
+    """The panel's "no places" code and redirect, shown to whoever cannot (or can no longer) take part."""
+    return {"completion_code": study.panel.full_code,
+            "redirect_url": _fill(study.panel.full_redirect_url, study.panel.full_code, None)}
 
 
 def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,
@@ -319,7 +323,7 @@ def _read_allowlist(path: str, study: Study) -> frozenset[str]:
 def completion_for(study: Study, task_id: str, user: User, *, incomplete: bool = False) -> dict[str, Any] | None:
     """What a finished task shows: its completion code and redirect URL from the study file; for a task
     below the minimum engagement (``incomplete``) never that code, only the panel's incomplete code if any."""
-    entry = study.panel.tasks.get(task_id)
+    entry = study.panel.tasks.get(task_id) if user.external_id else None  # panel codes: panel accounts only
     if incomplete:
         code, url = (entry.incomplete_code, entry.incomplete_redirect_url) if entry else (None, None)
         return {"completion_code": code, "redirect_url": _fill(url, code, user.external_id), "incomplete": True}

@@ -150,6 +150,18 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Registration:
+    """Who may open an account with a username and password. ``password`` False: only the panel's link
+    (the default when the panel hands out codes or caps places: a password account would bypass both)."""
+    password: bool = True
+
+
+def panel_configured(panel: Panel) -> bool:
+    """The panel pays by completion codes or caps its places (``panel.tasks`` codes, ``max_participants``)."""
+    return bool(panel.tasks) or panel.max_participants is not None or panel.full_code is not None
+
+
+@dataclass(frozen=True)
 class Payments:
     currency: str
     per_task: Mapping[str, float]
@@ -177,6 +189,7 @@ class Study:
     debrief: Debrief
     typing_checks: TypingChecks
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
+    registration: Registration = Registration()  # study file: registration.password (see _registration)
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -255,12 +268,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def build_study(definition: Mapping[str, Any]) -> Study:
     """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
-    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"])
+    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"],
+                   optional=("registration",))
+    panel = _panel(raw["panel"])
     study = Study(
         name=_typed("name", raw["name"], str),
         default_language=_choice("default_language", raw["default_language"], LANGUAGES),
         consent=_consent(raw["consent"]),
-        panel=_panel(raw["panel"]),
+        panel=panel,
         payments=_payments(raw["payments"]),
         enabled_conditions=tuple(_str_list("enabled_conditions", raw["enabled_conditions"])),
         assignment=_dataclass("assignment", raw["assignment"], Assignment),
@@ -279,6 +294,7 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         debrief=_debrief(raw["debrief"], list(_mapping("conditions", raw["conditions"]))),
         typing_checks=_typing_checks(raw["typing_checks"]),
         definition=freeze(definition),
+        registration=_registration(raw.get("registration"), panel),
     )
     _check_consistency(study)
     return study
@@ -380,6 +396,14 @@ def _panel(raw: Any) -> Panel:
                  full_code=_typed("panel.full_code", data.get("full_code"), (str, type(None))),
                  full_redirect_url=_typed("panel.full_redirect_url", data.get("full_redirect_url"),
                                           (str, type(None))))
+
+
+def _registration(raw: Any, panel: Panel) -> Registration:
+    """``registration.password``: whether password accounts may be opened; by default not when the panel is
+    configured (codes or a cap), so nobody reaches a panel's code or place without the panel's link."""
+    data = _section("registration", raw if raw is not None else {}, ["password"], optional=("password",))
+    default = not panel_configured(panel)
+    return Registration(password=_typed("registration.password", data.get("password", default), bool))
 
 
 def _payments(raw: Any) -> Payments:

@@ -23,6 +23,7 @@ def settings(settings):
             for task_id in ("T1", "T2", "T3", "T4")}},
         "payments": {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
                      "completion_bonus": 3.0},
+        "registration": {"password": True},  # password accounts beside the panel's (issue 28 item 1)
     })
     return settings
 
