@@ -69,6 +69,10 @@ class User(Base):
     # erasure leaves this row as the tombstone (code, enrolment, erasure time and reason)
     erased_at: Mapped[datetime | None] = mapped_column(DateTime)
     erasure_reason: Mapped[str | None] = mapped_column(Text)
+    # the tombstone's keyed hashes (HMAC, services.participants.erasure_service.tombstone_hash) of the erased
+    # panel id and username: that id or name cannot come back as a new, naive participant; neither is kept
+    erased_id_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    erased_name_hash: Mapped[str | None] = mapped_column(String(64), index=True)
     # the IANA time zone the participant's page reported (reminders give times in it); None: not known yet
     time_zone: Mapped[str | None] = mapped_column(String(64))
 
@@ -232,6 +236,9 @@ class Message(Base):
     keystrokes: Mapped[int | None] = mapped_column(Integer)
     pasted_chars: Mapped[int | None] = mapped_column(Integer)
     focus_losses: Mapped[int | None] = mapped_column(Integer)  # since the previous message of the task
+    # why the message does not count towards the minimum engagement, or a signal was corrected
+    # (services.participants.quality.content_flags): too_little_content, near_duplicate, pasted_chars_clamped
+    content_flags: Mapped[list[Any] | None] = mapped_column(JSON)
     # the client's key for this message (user messages): a resent message is stored once
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
 
@@ -377,6 +384,8 @@ class PanelDevice(Base):
     token_hash: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime)
+    # the personal return link that bound this browser (None: the panel link); revoking the link unbinds it
+    return_link_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class LoginAddress(Base):

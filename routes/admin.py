@@ -95,7 +95,7 @@ def erase(user_id: int):
     data = json_body()
     rt = runtime()
     tombstone = erasure_service.erase(rt.db, user_id, admin=current(), confirm=data.get("confirm"),
-                                      reason=data.get("reason"), now=rt.clock.now())
+                                      reason=data.get("reason"), now=rt.clock.now(), secret=rt.settings.secret_key)
     return ok({"tombstone": tombstone})
 
 

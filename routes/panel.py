@@ -23,6 +23,7 @@ from services.participants import account_service, contacts, panel_service
 from services.platform.clock import parse_utc_iso, utc_iso
 from services.platform.errors import BadInput, NotFound
 from services.research import preflight
+from services.text.languages import LANGUAGES
 
 bp = Blueprint("panel", __name__)
 
@@ -38,6 +39,44 @@ def _message_page(status: int, title: str, zh: str, en: str) -> Response:
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
+ONE_LANGUAGE_PAGE = """<!doctype html>
+<html lang="{lang}"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title><link rel="stylesheet" href="/static/css/base.css"></head>
+<body><main class="page"><section class="card narrow"><h1>{title}</h1><p class="notice error" role="alert">{text}</p>
+{extra}</section></main></body></html>"""
+
+CLOSED_TEXT = {
+    "zh": ("无法再参加", "这个参与者编号不能再参加本研究。", "请回到招募平台，提交这个代码：", "返回招募平台"),
+    "en": ("You cannot take part again", "This participant id can no longer take part in this study.",
+           "Please return to your panel and submit this code:", "Back to your panel"),
+}
+
+
+def page_language() -> str:
+    """The participant's language for a page shown before any account: an explicit ``lang`` in the link,
+    then the browser's languages, then the study's default."""
+    wanted = request.args.get("lang")
+    if wanted in LANGUAGES:
+        return wanted
+    return request.accept_languages.best_match(LANGUAGES) or runtime().study.default_language
+
+
+def _closed_page() -> Response:
+    """A withdrawn or erased panel id's link: a page in the participant's language with the panel's
+    "no places" code and its way back (issue 28 item 2)."""
+    lang = page_language()
+    title, text, code_note, back = CLOSED_TEXT[lang]
+    details = panel_service.full_details(runtime().study)
+    extra = ""
+    if details["completion_code"]:
+        extra += f'<p>{escape(code_note)} <strong class="code">{escape(details["completion_code"])}</strong></p>'
+    if details["redirect_url"]:
+        extra += f'<p><a class="button" href="{escape(details["redirect_url"])}">{escape(back)}</a></p>'
+    html = ONE_LANGUAGE_PAGE.format(lang="zh-CN" if lang == "zh" else "en", title=escape(title), text=escape(text),
+                                    extra=extra)
+    return Response(html, status=403, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
 def _base_url() -> str:
     return runtime().settings.public_base_url or request.url_root
 
@@ -50,12 +89,14 @@ def enter():
     try:
         if len(set(values)) > 1:
             raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
-        panel_service.check_external_id(study, values[0] if values else None)
+        external_id = panel_service.check_external_id(study, values[0] if values else None)
     except BadInput:
         return _message_page(400, "链接无效 · Invalid link",
                              "这个研究链接没有带有效的参与者编号。请使用招募平台给你的链接重新进入。",
                              "This study link carries no valid participant id. "
                              "Please use the link your panel gave you.")
+    if panel_service.id_closed(db_session(), study, external_id, runtime().settings.secret_key):
+        return _closed_page()
     return send_from_directory(current_app.static_folder, "index.html")
 
 
@@ -91,7 +132,7 @@ def panel_login():
     entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,
-        clock=rt.clock, seed=rt.settings.assignment_seed)
+        clock=rt.clock, seed=rt.settings.assignment_seed, secret=rt.settings.secret_key)
     login_user(entered.user)
     response, status = ok({"user": user_view(entered.user), "created": entered.created,
                            "csrf_token": generate_csrf()}, 201 if entered.created else 200)

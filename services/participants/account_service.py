@@ -25,6 +25,7 @@ from zxcvbn import zxcvbn
 from database.models import AuditLog, LoginAddress, User, username_key
 from services.participants.consent import record_consent
 from services.participants.input_checks import MAX_DB_ID, check_text
+from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, Unauthorised
 from services.study.assignment_service import assign, hold_slots
@@ -94,14 +95,20 @@ def places_taken(session: Session) -> int:
                                                             User.status != "erased")) or 0
 
 
-def study_full(study: Study) -> Conflict:
-    from services.participants.panel_service import full_details
+def full_details(study: Study) -> dict[str, Any]:
+    """The panel's "no places" code and redirect, shown to whoever cannot (or can no longer) take part."""
+    code, url = study.panel.full_code, study.panel.full_redirect_url
+    return {"completion_code": code,
+            "redirect_url": url.replace("{completion_code}", code or "").replace("{external_id}", "") if url else url}
 
+
+def study_full(study: Study) -> Conflict:
     return Conflict("this study has no places left", code="study_full", details=full_details(study))
 
 
 def register(session: Session, *, username: object, password: object, consent: object, language: object,
-             study: Study, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
+             study: Study, clock: Clock, seed: int | None = None, attempts: int = 5,
+             secret: str | None = None) -> User:
     """Create a participant and draw their condition, in one transaction; commits. Refused when the study
     file closes password registration (``registration.password: false``, the default with a panel), and
     counted against ``panel.max_participants`` when it is open."""
@@ -114,6 +121,10 @@ def register(session: Session, *, username: object, password: object, consent: o
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
+    if secret is not None and session.scalar(select(User.id).where(
+            User.erased_name_hash == tombstone_hash(secret, "username", username))) is not None:
+        # an erased participant's name (the tombstone keeps its keyed hash): not a new, naive participant
+        raise Conflict("this username cannot be used; please choose another", code="username_unavailable")
     lang = prompt_language(language, study.default_language)
     # hashed before the first query: the slow hash must not hold a pooled connection
     password_hash = hash_password(password)

@@ -37,13 +37,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.participants.account_service import enrol, hash_password, places_taken, study_full
+from services.participants.account_service import enrol, full_details, hash_password, places_taken, study_full
+from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
 from services.study.assignment_service import hold_slots
@@ -159,15 +160,32 @@ def _record(session: Session, now: datetime, outcome: str, params: dict[str, str
     session.add(PanelEntry(user_id=user_id, at=now, outcome=outcome, via=via, session_params=params))
 
 
+def id_closed(session: Session, study: Study, external_id: str, secret: str | None) -> bool:
+    """Whether this panel id has taken part and may not again: its participant withdrew (and has read the
+    debrief), or was erased (the tombstone's keyed hash, ``services.participants.tombstone``)."""
+    existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
+    if existing is not None:
+        return existing.status != "active"
+    return secret is not None and session.scalar(select(User.id).where(
+        User.erased_id_hash == tombstone_hash(secret, "panel_id", external_id))) is not None
+
+
 def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: Study,
                 clock: Clock, entrant: Entrant | None = None, params: object = None, seed: int | None = None,
-                attempts: int = 5) -> Entered:
+                attempts: int = 5, secret: str | None = None) -> Entered:
     """Enter with a panel id: a returning participant (recognised browser or login session) without a new
-    consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded)."""
+    consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded).
+    An id that withdrew or was erased is refused (403 panel_id_closed, with the panel's "no places" code);
+    ``secret`` (SECRET_KEY) finds the erased ones by their tombstone hash."""
     entrant = entrant or Entrant()
     external_id = check_external_id(study, external_id)
     entry_params = session_params(study, params)
     now = clock.now()
+    if id_closed(session, study, external_id, secret):
+        _record(session, now, "closed", entry_params)  # apart from the account it names (issue 28 item 9)
+        session.commit()
+        raise Forbidden("this participant id can no longer take part in this study", code="panel_id_closed",
+                        details=full_details(study))
     existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
     if existing is not None:
         return _return(session, existing, entrant, entry_params, now)
@@ -240,12 +258,6 @@ def _check_place(session: Session, study: Study, params: dict[str, str], now: da
         _record(session, now, "full", params)
         session.commit()
         raise study_full(study)
-
-
-def full_details(study: Study) -> dict[str, Any]:
-    """The panel's "no places" code and redirect, shown to whoever cannot (or can no longer) take part."""
-    return {"completion_code": study.panel.full_code,
-            "redirect_url": _fill(study.panel.full_redirect_url, study.panel.full_code, None)}
 
 
 def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,

@@ -25,7 +25,7 @@ ERASURE_REASON = "withdrew and asked for erasure (the participant's own request)
 
 
 def withdraw_self(session: Session, tasks: TaskService, user: User, *, confirm: Any, erase: Any,
-                  now: datetime) -> dict[str, Any]:
+                  now: datetime, secret: str) -> dict[str, Any]:
     """The participant withdraws (``erase``: and has their data erased). Audited; the caller commits.
 
     Returns ``{"withdrawn_at", "erased", "debrief"}``; the debrief is taken before anything is erased."""
@@ -48,7 +48,8 @@ def withdraw_self(session: Session, tasks: TaskService, user: User, *, confirm: 
     debrief = debrief_text(tasks.study, user, user.language)
     withdrawn_at = utc_iso(user.withdrawn_at)
     if erase:
-        erase_participant(session, user.id, admin=user, confirm=True, reason=ERASURE_REASON, now=now)
+        erase_participant(session, user.id, admin=user, confirm=True, reason=ERASURE_REASON, now=now,
+                          secret=secret)
     return {"withdrawn_at": withdrawn_at, "erased": erase, "debrief": debrief}
 
 
