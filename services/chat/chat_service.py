@@ -33,7 +33,7 @@ from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
 from services.memory.context import MemoryContext
 from services.memory.engine import MemoryEngine
-from services.participants.quality import parse_signals
+from services.participants.quality import clamp_pasted, content_flags, parse_signals
 from services.platform.backpressure import retry_after
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
@@ -142,8 +142,13 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     if ts.phase != "chat":
         tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
+    text = content.strip()
+    earlier = session.scalars(select(Message.content).where(Message.task_session_id == ts.id,
+                                                             Message.role == "user")).all()
+    flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
-                      content=content.strip(), created_at=runtime.clock.now(), idempotency_key=key, **quality)
+                      content=text, created_at=runtime.clock.now(), idempotency_key=key,
+                      content_flags=flags or None, **quality)
     session.add(message)
     user.last_active_at = message.created_at
     session.commit()

@@ -345,6 +345,13 @@ def typing_columns(study: Study) -> list[Column]:
                                           "too few typed characters, or a reply). A flag for review, not proof."),
         _c("implausible_typing_reasons", STRING, "User message: why implausible_typing is 1, separated by ';': "
                                                  "too_fast, too_few_keystrokes."),
+        _c("content_flags", STRING, "User message, separated by ';': too_little_content (fewer than study file "
+                                    f"timing.min_message_words {study.timing.min_message_words} words or "
+                                    f"min_message_cjk_chars {study.timing.min_message_cjk_chars} CJK characters, "
+                                    "zero-width characters not counted) or near_duplicate (repeats an earlier "
+                                    "message of the task): not counted towards min_participant_messages; "
+                                    "pasted_chars_clamped (more pasted characters reported than the message holds: "
+                                    "pasted_chars is the message's length). Empty: counted, nothing corrected."),
     ]
 
 

@@ -93,6 +93,10 @@ class Timing:
     overdue_after_days: float  # an available task not started this long after unlock is overdue
     # a task ending with fewer participant messages (or less active time) is incomplete: no code, no pay
     min_participant_messages: int = 3
+    # a message counts towards that minimum only with this much visible content: words (min_message_words)
+    # or CJK characters (min_message_cjk_chars), mixed in proportion; 0 and 0 turns the check off
+    min_message_words: int = 2
+    min_message_cjk_chars: int = 4
 
 
 @dataclass(frozen=True)
@@ -333,6 +337,8 @@ def _check_codes(study: Study) -> None:
     """Mistakes a lab makes with panel codes and pay: refused at start-up rather than found by participants."""
     if study.timing.min_participant_messages < 0 or any((t.min_participant_messages or 0) < 0 for t in study.tasks):
         raise StudyDefinitionError("min_participant_messages must not be negative")
+    if study.timing.min_message_words < 0 or study.timing.min_message_cjk_chars < 0:
+        raise StudyDefinitionError("timing.min_message_words and timing.min_message_cjk_chars must not be negative")
     panel = study.panel
     if any(t.completion_code for t in panel.tasks.values()):
         unpaid = [t for t, amount in study.payments.per_task.items()

@@ -236,8 +236,10 @@ class TaskService:
     def engaged(self, ts: TaskSession) -> bool:
         """The study's minimum engagement: enough participant messages and enough active chat time.
         Heartbeats add active time only, so a page left open never reaches it alone."""
-        sent = self.session.scalar(select(func.count(Message.id)).where(Message.task_session_id == ts.id,
-                                                                         Message.role == "user")) or 0
+        # only messages with real content, not repeating an earlier one (services.participants.quality)
+        flags = self.session.scalars(select(Message.content_flags).where(Message.task_session_id == ts.id,
+                                                                          Message.role == "user")).all()
+        sent = sum(1 for f in flags if not ({"too_little_content", "near_duplicate"} & set(f or ())))
         return sent >= self.min_messages(ts.task_id) and ts.active_seconds >= self.timing.min_active_seconds
 
     def expire_if_abandoned(self, ts: TaskSession) -> bool:
