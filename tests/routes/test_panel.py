@@ -190,7 +190,7 @@ def test_payments_sheet_and_panel_upload(app, clock, study, admin_client, make_p
     assert upload == f"{PROLIFIC_ID},1.50\r\n"
     for task_id in ("T2", "T3", "T4"):
         clock.advance(days=16)
-        walk_task(panel_api, clock, task_id, ["我们继续聊天吧。", "我还有别的事想说。", "好的，下次再聊。"], study=study)
+        walk_task(panel_api, clock, task_id, ["我们继续聊天吧。", "我还有事想说。", "好的，下次再聊。"], study=study)
     upload = admin_client.get("/api/admin/payments.csv?upload=1").get_data(as_text=True)
     assert upload == f"{PROLIFIC_ID},11.00\r\n"  # 1.5 + 2 + 2 + 2.5 + bonus 3
 

@@ -19,7 +19,8 @@ PID = "5f8a1c2e9b3d4a0012345678"
 def settings(settings):
     settings.study = settings.study.with_overrides({
         "panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
-            t: {"completion_code": f"C{t[1]}DONE", "incomplete_code": f"C{t[1]}NOPE"} for t in ("T1", "T2", "T3", "T4")}},
+            t: {"completion_code": f"C{t[1]}DONE", "incomplete_code": f"C{t[1]}NOPE"}
+            for t in ("T1", "T2", "T3", "T4")}},
         "payments": {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
                      "completion_bonus": 3.0}})
     return settings
