@@ -122,3 +122,15 @@ def revoke_return_links(user_id: int):
     revoked = panel_service.revoke_all(session, user, admin=current(), now=now)
     session.commit()
     return ok({"revoked": revoked, "return_links": panel_service.link_summary(session, user.id, now)})
+
+
+@bp.post("/participants/<id:user_id>/sign-out")
+@admin_required
+def sign_out_everywhere(user_id: int):
+    """Sign the participant out everywhere: every login session ends and every browser bound to them by
+    its device cookie is forgotten (a leaked link or a shared computer); their return links stay."""
+    session = db_session()
+    user = admin_service.get_participant(session, user_id)
+    removed = panel_service.sign_out_everywhere(session, user, admin=current(), now=runtime().clock.now())
+    session.commit()
+    return ok({"signed_out": True, "devices_removed": removed})

@@ -145,9 +145,9 @@ def return_link(token: str):
     session = db_session()
     rt = runtime()
     try:
-        user = panel_service.redeem(session, token, rt.clock.now())
+        user, link = panel_service.redeem(session, token, rt.clock.now())
         device = panel_service.remember_device(session, user.id, request.cookies.get(panel_service.DEVICE_COOKIE),
-                                               rt.clock.now())
+                                               rt.clock.now(), via_link=link.id)
     except NotFound:
         return _message_page(404, "链接已失效 · Link no longer valid",
                              "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",

@@ -37,13 +37,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.participants.account_service import enrol, full_details, hash_password, places_taken, study_full
+from services.participants.account_service import end_sessions, enrol, full_details, hash_password, places_taken, study_full
 from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
@@ -131,13 +131,16 @@ def known_device(session: Session, user_id: int, token: str | None) -> bool:
                                                        PanelDevice.token_hash == device_hash(token))) is not None
 
 
-def remember_device(session: Session, user_id: int, token: str | None, now: datetime) -> str:
-    """Record that this browser entered as ``user_id``; returns its (possibly new) token. Flushes."""
+def remember_device(session: Session, user_id: int, token: str | None, now: datetime, *,
+                    via_link: int | None = None) -> str:
+    """Record that this browser entered as ``user_id`` (``via_link``: through that return link, whose
+    revocation unbinds it again); returns its (possibly new) token. Flushes."""
     token = token if token and len(token) <= 128 else secrets.token_urlsafe(TOKEN_BYTES)
     row = session.scalar(select(PanelDevice).where(PanelDevice.user_id == user_id,
                                                    PanelDevice.token_hash == device_hash(token)))
     if row is None:
-        session.add(PanelDevice(user_id=user_id, token_hash=device_hash(token), created_at=now, last_seen_at=now))
+        session.add(PanelDevice(user_id=user_id, token_hash=device_hash(token), created_at=now, last_seen_at=now,
+                                return_link_id=via_link))
     else:
         row.last_seen_at = now
     session.flush()
@@ -400,8 +403,8 @@ def issue_return_link(session: Session, user: User, tasks: TaskService, *, purpo
     return IssuedLink(token=token, expires_at=expires)
 
 
-def redeem(session: Session, token: str, now: datetime) -> User:
-    """The active participant a valid, unexpired, unrevoked link belongs to; NotFound otherwise."""
+def redeem(session: Session, token: str, now: datetime) -> tuple[User, ReturnLink]:
+    """The active participant a valid, unexpired, unrevoked link belongs to, and the link; NotFound otherwise."""
     link = session.scalar(select(ReturnLink).where(ReturnLink.token_hash == token_hash(token or "")))
     if link is None or link.revoked_at is not None or link.expires_at <= now:
         raise NotFound("this link is not valid (any more)", code="invalid_return_link")
@@ -409,16 +412,41 @@ def redeem(session: Session, token: str, now: datetime) -> User:
     if user is None or user.status != "active":
         raise NotFound("this link is not valid (any more)", code="invalid_return_link")
     link.last_used_at = now
-    return user
+    return user, link
 
 
 def revoke_links(session: Session, user_id: int, now: datetime) -> int:
-    """Revoke every live link of a participant; returns how many."""
+    """Revoke every live link of a participant; returns how many. Whoever is inside through one is put out:
+    the browsers the revoked links bound are unbound, and every session of the participant ends (a login
+    session does not record how it began; the participant's own browser enters again by its device cookie
+    or the new link)."""
     hold_participant(session, user_id)  # before the first write (database.participant_lock)
+    live = select(ReturnLink.id).where(ReturnLink.user_id == user_id, ReturnLink.revoked_at.is_(None))
+    session.execute(delete(PanelDevice).where(PanelDevice.user_id == user_id,
+                                              PanelDevice.return_link_id.in_(live.scalar_subquery())))
     result = session.execute(update(ReturnLink).where(ReturnLink.user_id == user_id,
                                                       ReturnLink.revoked_at.is_(None))
                              .values(revoked_at=now))
+    _end_sessions(session, user_id)
     return result.rowcount or 0
+
+
+def _end_sessions(session: Session, user_id: int) -> None:
+    user = session.get(User, user_id)
+    if user is not None:
+        end_sessions(user)
+
+
+def sign_out_everywhere(session: Session, user: User, *, admin: User, now: datetime) -> int:
+    """Admin: end every session of the participant and forget every browser bound to them (their panel link
+    then enters nowhere until a return link binds a browser again); audited, the caller commits. Returns
+    how many browsers were unbound."""
+    hold_participant(session, user.id)
+    removed = session.execute(delete(PanelDevice).where(PanelDevice.user_id == user.id)).rowcount or 0
+    end_sessions(user)
+    session.add(AuditLog(at=now, actor_user_id=admin.id, action="signed_out_everywhere", target_user_id=user.id,
+                         details={"devices_removed": removed}))
+    return removed
 
 
 def reissue_link(session: Session, user: User, tasks: TaskService, *, admin: User) -> IssuedLink:
