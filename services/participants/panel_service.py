@@ -43,7 +43,14 @@ from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.participants.account_service import end_sessions, enrol, full_details, hash_password, places_taken, study_full
+from services.participants.account_service import (
+    end_sessions,
+    enrol,
+    full_details,
+    hash_password,
+    places_taken,
+    study_full,
+)
 from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
