@@ -23,8 +23,8 @@ def test_withdrawal_racing_an_erasure_leaves_one_erasure_and_an_erased_tombstone
             assert participant.post("/api/tasks/T1/start").status_code == 201
             erase_too = trial % 2 == 0
             own, theirs = all_at_once([
-                lambda: participant.post("/api/me/withdraw", json={"confirm": True, "erase": erase_too}),
-                lambda: admin.post(f"/api/admin/participants/{user_id}/erase", json=ERASE_BODY)])
+                lambda p=participant, e=erase_too: p.post("/api/me/withdraw", json={"confirm": True, "erase": e}),
+                lambda u=user_id: admin.post(f"/api/admin/participants/{u}/erase", json=ERASE_BODY)])
             participant.close()
             with runtime.db.Session() as session:
                 status = session.get(User, user_id).status
