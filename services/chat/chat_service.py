@@ -113,6 +113,8 @@ def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: st
     if stored.task_id != task_id or not isinstance(content, str) or stored.content != content.strip():
         raise Conflict("this idempotency key was used for another message", code="idempotency_key_reused",
                        details={"message_id": stored.id})
+    # a repeat is answered only where a new message would be: an active participant, the task's chat open
+    task_service(session, runtime).running_session(user, task_id, phase="chat")
     return Accepted(stored, _reply_of(session, stored.id), repeated=True)
 
 
