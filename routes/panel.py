@@ -4,7 +4,7 @@ from __future__ import annotations
 from html import escape
 
 from flask import Blueprint, Response, current_app, redirect, request, send_from_directory
-from flask_login import current_user, login_user
+from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
 from routes.access import (
@@ -139,9 +139,58 @@ def panel_login():
     return _set_device_cookie(response, entered.device_token), status
 
 
+SWITCH_TEXT = {
+    "zh": ("切换参与者？", "你现在以另一位参与者的身份登录（{code}）。这个个人链接属于另一位参与者。"
+           "继续会让你退出当前身份，并以链接的参与者身份登录。", "以链接的参与者身份继续", "留在当前身份"),
+    "en": ("Switch participant?", "You are signed in as another participant ({code}). This personal link belongs "
+           "to someone else; continuing signs you out and signs you in as the link's participant.",
+           "Continue as the link's participant", "Stay as I am"),
+}
+
+
+def _switch_page(token: str) -> Response:
+    """Someone else is signed in here: ask before the link switches the login and the device binding."""
+    lang = current_user.language if current_user.language in LANGUAGES else page_language()
+    title, text, go, stay = SWITCH_TEXT[lang]
+    extra = (f'<form method="post" action="/r/{escape(token)}"><input type="hidden" name="csrf_token" '
+             f'value="{escape(generate_csrf())}"><button type="submit">{escape(go)}</button> '
+             f'<a class="button secondary" href="/#/tasks">{escape(stay)}</a></form>')
+    html = ONE_LANGUAGE_PAGE.format(lang="zh-CN" if lang == "zh" else "en", title=escape(title),
+                                    text=escape(text.format(code=current_user.participant_code or "admin")),
+                                    extra=extra)
+    return Response(html, status=200, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
+def _link_gone() -> Response:
+    return _message_page(404, "链接已失效 · Link no longer valid",
+                         "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
+                         "This personal link is not valid, has expired or was revoked. Log in with your "
+                         "username and password, or contact the research team.")
+
+
 @bp.get("/r/<token>")
 def return_link(token: str):
-    """Open a personal return link: log in, go to the next task. No password."""
+    """Open a personal return link: log in, go to the next task. No password. With someone else signed in
+    in this browser, a page asks first (POST /r/<token> confirms)."""
+    session = db_session()
+    try:
+        user, _link = panel_service.redeem(session, token, runtime().clock.now())
+    except NotFound:
+        return _link_gone()
+    if current_user.is_authenticated and current_user.id != user.id:
+        session.rollback()  # nothing changes until they confirm
+        return _switch_page(token)
+    return _follow_link(token)
+
+
+@bp.post("/r/<token>")
+def confirm_return_link(token: str):
+    """The confirmation from the switch page (a form with the CSRF token): sign out whoever is signed in
+    and follow the link."""
+    return _follow_link(token)
+
+
+def _follow_link(token: str) -> Response:
     session = db_session()
     rt = runtime()
     try:
@@ -149,11 +198,10 @@ def return_link(token: str):
         device = panel_service.remember_device(session, user.id, request.cookies.get(panel_service.DEVICE_COOKIE),
                                                rt.clock.now(), via_link=link.id)
     except NotFound:
-        return _message_page(404, "链接已失效 · Link no longer valid",
-                             "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
-                             "This personal link is not valid, has expired or was revoked. Log in with your "
-                             "username and password, or contact the research team.")
+        return _link_gone()
     session.commit()
+    if current_user.is_authenticated:
+        logout_user()
     login_user(user)
     return _set_device_cookie(redirect(panel_service.landing_path(task_service(session, rt), user)), device)
 
