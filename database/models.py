@@ -365,7 +365,8 @@ class PanelEntry(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     at: Mapped[datetime] = mapped_column(DateTime, index=True)
-    # created | returned | refused (a known id from an unknown browser) | full | not_allowed
+    # created | returned | refused (a known id from an unknown browser) | full | not_allowed | closed; only
+    # created and returned name the account (refusals are stored apart from it)
     outcome: Mapped[str] = mapped_column(String(16), index=True)
     via: Mapped[str | None] = mapped_column(String(16))  # new | device | session (how a return was recognised)
     session_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -9,7 +9,8 @@ A panel id is not a secret (it is in payment sheets and reminder webhooks), so i
 opens an account only once: a known id enters again only from a browser that
 entered as that participant before (its long-lived device cookie, of which only
 the SHA-256 is stored) or through the personal return link. Anyone else gets a
-page saying how to get back in; the refusal is audited and counted. An optional
+page saying how to get back in; the refusal is audited and counted, apart from the account the id names
+(nobody writes into another person's record by knowing their id). An optional
 allowlist (``PANEL_ALLOWLIST``) and an enrolment cap (``panel.max_participants``)
 keep invented ids out. Every arrival is a ``PanelEntry`` with the panel's session
 parameters the study file names.
@@ -223,10 +224,10 @@ def _return(session: Session, user: User, entrant: Entrant, params: dict[str, st
     elif known_device(session, user.id, entrant.device_token):
         via = "device"
     else:
-        _record(session, now, "refused", params, user_id=user.id)
-        session.add(AuditLog(at=now, action="panel_reentry_refused", target_user_id=user.id,
-                             details={"participant_code": user.participant_code,
-                                      "had_device_cookie": bool(entrant.device_token)}))
+        # stored apart from the participant the id names: whoever knows an id cannot write into their record
+        _record(session, now, "refused", params)
+        session.add(AuditLog(at=now, action="panel_reentry_refused",
+                             details={"had_device_cookie": bool(entrant.device_token)}))
         session.commit()
         raise Forbidden("this participant id has already been used to enter the study from another browser; "
                         "please use your personal link or contact the research team",

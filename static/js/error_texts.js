@@ -55,6 +55,10 @@ const ERROR_TEXTS = {
     panel_reentry_refused: "这个编号已经开始参加研究。为保护你的数据，请用提醒或研究平台消息中的个人链接返回，或联系研究团队。",
     reserved_username: "这个用户名不能使用，请换一个。",
     study_full: "本研究的名额已满，感谢你的关注。",
+    // issue 28 (integrity helper)
+    password_registration_closed: "本研究只能通过招募平台的链接参加，不能用用户名和密码注册。",
+    panel_id_closed: "这个参与者编号不能再参加本研究。",
+    username_unavailable: "这个用户名不能使用，请换一个。",
     panel_allowlist_unavailable: "暂时无法核对本研究的参与者名单，因此新参与者现在无法进入；研究团队已收到通知，请稍后再试。",
     consent_text_unknown: "找不到你当时同意的知情同意书文本，请联系研究团队。",
     debrief_not_yet: "研究说明会在你完成全部任务或退出研究后显示。",
@@ -144,6 +148,10 @@ const ERROR_TEXTS = {
     panel_reentry_refused: "This id has already started the study. To protect your data, please come back through the personal link in your reminder or panel message, or contact the research team.",
     reserved_username: "This username cannot be used; please choose another.",
     study_full: "This study is full. Thank you for your interest.",
+    // issue 28 (integrity helper)
+    password_registration_closed: "This study is entered through your recruitment panel's link only; registering with a username and password is closed.",
+    panel_id_closed: "This participant id can no longer take part in this study.",
+    username_unavailable: "This username cannot be used; please choose another.",
     panel_allowlist_unavailable: "The study's list of expected participants cannot be checked right now, so nobody new can enter; the research team has been told. Please try again later.",
     consent_text_unknown: "The consent text you agreed to cannot be found; please contact the research team.",
     debrief_not_yet: "The debrief is shown once you have finished every task or withdrawn from the study.",
