@@ -112,9 +112,9 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("outcome", STRING, "created (new account), returned (a known participant from a browser that entered "
                               "as them before), refused (a known id from another browser), full (the enrolment "
                               "cap was reached), not_allowed (an id not on the allowlist) or allowlist_unavailable "
-                              "(the allowlist file could not be used, so no new id was let in) or closed (an id that withdrew "
-                              "or was erased). No code for refused, full, not_allowed, allowlist_unavailable and "
-                              "closed: they are stored apart from any account."),
+                              "(the allowlist file could not be used, so no new id was let in) or closed (an id "
+                              "that withdrew or was erased). No code for refused, full, not_allowed, "
+                              "allowlist_unavailable and closed: they are stored apart from any account."),
         _c("via", STRING, "How a return was recognised: device (the browser's device cookie) or session (still "
                           "logged in); new for a created account."),
     ],
