@@ -4,6 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import admin_required, current, db_session, json_body, ok, runtime
+from routes.panel import base_url
 from services.chat.chat_service import task_service
 from services.operations import admin_service
 from services.participants import erasure_service, panel_service
@@ -103,12 +104,13 @@ def erase(user_id: int):
 @admin_required
 def reissue_return_link(user_id: int):
     """Revoke the participant's return links and issue a new one, shown to the admin once."""
+    base = base_url()  # before a link is stored: never one built from a forged Host header
     session = db_session()
     rt = runtime()
     user = admin_service.get_participant(session, user_id)
     link = panel_service.reissue_link(session, user, task_service(session, rt), admin=current())
     session.commit()
-    return ok({"url": link.url(rt.settings.public_base_url or request.url_root),
+    return ok({"url": link.url(base),
                "expires_at": utc_iso(link.expires_at),
                "return_links": panel_service.link_summary(session, user.id, rt.clock.now())})
 

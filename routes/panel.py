@@ -77,8 +77,11 @@ def _closed_page() -> Response:
     return Response(html, status=403, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
-def _base_url() -> str:
-    return runtime().settings.public_base_url or request.url_root
+def base_url() -> str:
+    """PUBLIC_BASE_URL, or this request's address when its host is allowed (panel_service.link_base_url)."""
+    settings = runtime().settings
+    return panel_service.link_base_url(settings.public_base_url, settings.public_hosts, host=request.host,
+                                       url_root=request.url_root)
 
 
 @bp.get("/enter")
@@ -210,12 +213,13 @@ def _follow_link(token: str) -> Response:
 @participant_required
 def my_return_link():
     """A fresh personal link for the logged-in participant, with their next task and its unlock time."""
+    base = base_url()  # before a link is stored
     session = db_session()
     tasks = task_service(session, runtime())
     user = current()
     link = panel_service.issue_return_link(session, user, tasks, purpose="task_end")
     session.commit()
-    return ok({"url": link.url(_base_url()), "expires_at": utc_iso(link.expires_at),
+    return ok({"url": link.url(base), "expires_at": utc_iso(link.expires_at),
                "next_task": panel_service.next_task(tasks, user), "calendar_url": "/api/me/next-task.ics"})
 
 
@@ -223,6 +227,7 @@ def my_return_link():
 @participant_required
 def next_task_calendar():
     """The next task's unlock time as a calendar event carrying a personal return link."""
+    base = base_url()  # before a link is stored
     session = db_session()
     rt = runtime()
     tasks = task_service(session, rt)
@@ -232,7 +237,7 @@ def next_task_calendar():
         raise NotFound("there is no upcoming task with a known unlock time", code="no_upcoming_task")
     link = panel_service.issue_return_link(session, user, tasks, purpose="calendar")
     body = panel_service.calendar_file(
-        study_name=rt.study.name, task=task, url=link.url(_base_url()), language=user.language,
+        study_name=rt.study.name, task=task, url=link.url(base), language=user.language,
         unlock_at=parse_utc_iso(task["available_at"]), now=rt.clock.now())
     session.commit()
     return Response(body, mimetype="text/calendar", headers={

@@ -378,6 +378,23 @@ def study_end(user: User, tasks: TaskService) -> datetime:
     return anchor + timedelta(days=days * tasks.time_scale)
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # a local run: links to this machine mislead nobody
+
+
+def link_base_url(public_base_url: str | None, public_hosts: tuple[str, ...], *, host: str, url_root: str) -> str:
+    """Where personal links point: ``PUBLIC_BASE_URL``; without it, the address the request came to, but only
+    when its host is on ``PUBLIC_HOSTS`` or local. A link is never built from any other Host header (a
+    forged one would send participants' links elsewhere): 503 link_host_not_configured."""
+    if public_base_url:
+        return public_base_url
+    name = host.lower()
+    bare = name.rsplit(":", 1)[0] if not name.endswith("]") else name
+    if name in public_hosts or bare in public_hosts or bare in LOCAL_HOSTS:
+        return url_root
+    raise Unavailable("personal links cannot be made for this address: set PUBLIC_BASE_URL (or PUBLIC_HOSTS) to "
+                      "the address participants use", code="link_host_not_configured")
+
+
 @dataclass
 class IssuedLink:
     token: str
