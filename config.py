@@ -127,8 +127,9 @@ class Settings:
     # TASK_START_CONSOLIDATION_WAIT_SECONDS: starting a task first runs (or waits for) the consolidation of the
     # participant's earlier tasks, at most this long (0: never wait)
     task_start_consolidation_wait_seconds: float = 5.0
-    # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
-    # report exists for the current study definition (flask --app app preflight)
+    # REQUIRE_PREFLIGHT=1: new enrolment (registration, a new panel id) answers 503 study_not_open until a passing
+    # pre-flight report exists for the current study definition (flask --app app preflight); returning
+    # participants are never stopped
     require_preflight: bool = False
     study: Study = field(default_factory=load_study)
 

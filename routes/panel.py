@@ -131,11 +131,12 @@ def panel_login():
     before (device cookie) or its login session, without a new consent. Others get 403 panel_reentry_refused."""
     data = json_body()
     rt = runtime()
-    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,
-        clock=rt.clock, seed=rt.settings.assignment_seed, secret=rt.settings.secret_key)
+        clock=rt.clock, seed=rt.settings.assignment_seed, secret=rt.settings.secret_key,
+        # REQUIRE_PREFLIGHT: a new id gets 503 study_not_open until verified; returning participants never do
+        gate=lambda: preflight.require_open(db_session(), rt.settings))
     login_user(entered.user)
     response, status = ok({"user": user_view(entered.user), "created": entered.created,
                            "csrf_token": generate_csrf()}, 201 if entered.created else 200)

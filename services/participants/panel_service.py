@@ -183,11 +183,12 @@ def id_closed(session: Session, study: Study, external_id: str, secret: str | No
 
 def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: Study,
                 clock: Clock, entrant: Entrant | None = None, params: object = None, seed: int | None = None,
-                attempts: int = 5, secret: str | None = None) -> Entered:
+                attempts: int = 5, secret: str | None = None, gate: Callable[[], None] | None = None) -> Entered:
     """Enter with a panel id: a returning participant (recognised browser or login session) without a new
     consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded).
     An id that withdrew or was erased is refused (403 panel_id_closed, with the panel's "no places" code);
-    ``secret`` (SECRET_KEY) finds the erased ones by their tombstone hash."""
+    ``secret`` (SECRET_KEY) finds the erased ones by their tombstone hash. ``gate`` runs before a new id is
+    let in, never for a returning one (REQUIRE_PREFLIGHT stops new enrolment only)."""
     entrant = entrant or Entrant()
     external_id = check_external_id(study, external_id)
     entry_params = session_params(study, params)
@@ -200,6 +201,8 @@ def enter_panel(session: Session, *, external_id: object, consent: object, langu
     existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
     if existing is not None:
         return _return(session, existing, entrant, entry_params, now)
+    if gate is not None:
+        gate()
     _check_expected(session, study, external_id, entrant, entry_params, now)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
