@@ -25,7 +25,14 @@ from config import Settings
 from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
 from routes import http_safety
-from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
+from routes.access import (
+    DbIdConverter,
+    close_db_session,
+    db_session,
+    limit_retry_after,
+    limiter,
+    release_db_session,
+)
 from services.hosting.runtime import build_runtime
 from services.hosting.serving import rate_limits, warm_up
 from services.llm.chain import LLMService
@@ -158,6 +165,11 @@ def _register_errors(app: Flask) -> None:
         if not request.path.startswith("/api/"):
             return exc
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
+        if exc.code == 429:  # the header and the body say the same wait (the limit's window)
+            seconds = limit_retry_after()
+            response, status = _error("too_many_requests", exc.description, 429, {"retry_after_seconds": seconds})
+            response.headers["Retry-After"] = str(seconds)
+            return response, status
         return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
 
     @app.errorhandler(SQLAlchemyError)
