@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, Message, TaskSession, User
+from database.participant_lock import ParticipantErased
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import Conflict, Forbidden, NotFound
 from services.study.definition import Study, Task
@@ -180,7 +181,10 @@ class TaskService:
         self._require_active(user)
         status = self.status_of(user, task_id)
         if status["status"] == "in_progress":
-            return self.live_session(user.id, task_id)  # reopening the page resumes the attempt
+            live = self.live_session(user.id, task_id)  # reopening the page resumes the attempt
+            if live is None:  # gone between the two reads: the participant was erased just now (410)
+                raise ParticipantErased(user.id)
+            return live
         if status["status"] != "available":
             raise Conflict(f"task {task_id} is {status['status']}", code=f"task_{status['status']}")
         now = self.clock.now()
