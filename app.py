@@ -25,7 +25,14 @@ from config import Settings
 from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
 from routes import error_pages, http_safety
-from routes.access import DbIdConverter, close_db_session, db_session, limiter, release_db_session
+from routes.access import (
+    DbIdConverter,
+    close_db_session,
+    db_session,
+    limit_retry_after,
+    limiter,
+    release_db_session,
+)
 from services.hosting.runtime import build_runtime
 from services.hosting.serving import warm_up
 from services.llm.chain import LLMService
@@ -157,10 +164,18 @@ def _http_error(app: Flask, exc: HTTPException):
     Retry-After headers); /api gets JSON {"error", "message"}."""
     if exc.code is None or exc.code < 400:  # a routing redirect (e.g. a missing trailing slash)
         return exc
+    # a 429's header and body say the same wait (the limit's window; flask-limiter's own header is renamed)
+    wait = limit_retry_after() if exc.code == 429 else None
     if not error_pages.wants_json():
         kept = {k: v for k, v in exc.get_response().headers.items() if k.lower() in ("allow", "retry-after")}
+        if wait is not None:
+            kept["Retry-After"] = str(wait)
         return error_pages.error_page(exc.code, app.extensions["memory_lab"].study, kept)
     codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "too_many_requests"}
+    if wait is not None:
+        response, status = _error("too_many_requests", exc.description, 429, {"retry_after_seconds": wait})
+        response.headers["Retry-After"] = str(wait)
+        return response, status
     return _error(codes.get(exc.code, exc.name.lower().replace(" ", "_")), exc.description, exc.code)
 
 

@@ -192,6 +192,7 @@ class Settings(settings.Settings):
             rate_limit_storage=os.environ.get("RATE_LIMIT_STORAGE", "memory").strip().lower(),
             cookie_secure=_env_bool("SESSION_COOKIE_SECURE", False),
             public_base_url=os.environ.get("PUBLIC_BASE_URL") or None,
+            public_hosts=tuple(h.strip().lower() for h in os.environ.get("PUBLIC_HOSTS", "").split(",") if h.strip()),
             contact_encryption_key=os.environ.get("CONTACT_ENCRYPTION_KEY") or None,
             db_busy_timeout_seconds=_env_float("DB_BUSY_TIMEOUT_SECONDS", 10.0),
             allow_time_scale_change=_env_bool("ALLOW_TIME_SCALE_CHANGE", False),

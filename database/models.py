@@ -71,6 +71,10 @@ class User(Base):
     # erasure leaves this row as the tombstone (code, enrolment, erasure time and reason)
     erased_at: Mapped[datetime | None] = mapped_column(DateTime)
     erasure_reason: Mapped[str | None] = mapped_column(Text)
+    # the tombstone's keyed hashes (HMAC, services.participants.erasure_service.tombstone_hash) of the erased
+    # panel id and username: that id or name cannot come back as a new, naive participant; neither is kept
+    erased_id_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    erased_name_hash: Mapped[str | None] = mapped_column(String(64), index=True)
     # the IANA time zone the participant's page reported (reminders give times in it); None: not known yet
     time_zone: Mapped[str | None] = mapped_column(String(64))
     # lab staff (role admin): owner | researcher | assistant | viewer (services/participants/staff.py); None for
@@ -279,6 +283,9 @@ class Message(Base):
     input_events: Mapped[int | None] = mapped_column(Integer)
     composition_events: Mapped[int | None] = mapped_column(Integer)
     input_kind: Mapped[str | None] = mapped_column(String(16))
+    # why the message does not count towards the minimum engagement, or a signal was corrected
+    # (services.participants.quality.content_flags): too_little_content, near_duplicate, pasted_chars_clamped
+    content_flags: Mapped[list[Any] | None] = mapped_column(JSON)
     # the client's key for this message (user messages): a resent message is stored once
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
 
@@ -405,7 +412,8 @@ class PanelEntry(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     at: Mapped[datetime] = mapped_column(DateTime, index=True)
-    # created | returned | refused (a known id from an unknown browser) | full | not_allowed
+    # created | returned | refused (a known id from an unknown browser) | full | not_allowed | closed; only
+    # created and returned name the account (refusals are stored apart from it)
     outcome: Mapped[str] = mapped_column(String(16), index=True)
     via: Mapped[str | None] = mapped_column(String(16))  # new | device | session (how a return was recognised)
     session_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -424,6 +432,8 @@ class PanelDevice(Base):
     token_hash: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime)
+    # the personal return link that bound this browser (None: the panel link); revoking the link unbinds it
+    return_link_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class LoginAddress(Base):

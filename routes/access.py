@@ -5,11 +5,13 @@ redirect to the login page, so a participant never sees an admin page.
 """
 from __future__ import annotations
 
+import math
+import time
 from functools import wraps
 from typing import Any
 
 from flask import current_app, g, jsonify, redirect, request
-from flask_limiter import Limiter
+from flask_limiter import HeaderNames, Limiter
 from flask_login import current_user
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -151,8 +153,20 @@ def _limit_identity() -> str:
 
 
 # Rate limits (429): password guessing, registration floods, message floods.
-# the store (memory, or the database for several processes) comes from the app config (app._limiter_storage)
-limiter = Limiter(key_func=_limit_identity, headers_enabled=True)
+# the store (memory, or the database for several processes) comes from the app config (app._limiter_storage).
+# flask-limiter's own Retry-After goes on every response of a limited route, a 503's included (where it
+# overrode back-pressure's shorter wait: 59 s in the header, 2 s in the body), so it is renamed; the app's
+# error handlers set Retry-After on refusals only, to the value the body's retry_after_seconds says.
+limiter = Limiter(key_func=_limit_identity, headers_enabled=True,
+                  header_name_mapping={HeaderNames.RETRY_AFTER: "X-RateLimit-Retry-After"})
+
+
+def limit_retry_after() -> int:
+    """Whole seconds until the breached limit's window ends (a 429's Retry-After and retry_after_seconds)."""
+    breached = limiter.current_limit
+    if breached is None:
+        return 1
+    return max(1, math.ceil(breached.reset_at - time.time()))
 
 
 def configured_limit(name: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from routes.access import current, db_session, json_body, ok, runtime, staff_permission
+from routes.panel import base_url
 from services.chat.chat_service import task_service
 from services.operations import admin_service, preview
 from services.participants import erasure_service, panel_service
@@ -97,7 +98,7 @@ def erase(user_id: int):
     data = json_body()
     rt = runtime()
     tombstone = erasure_service.erase(rt.db, user_id, admin=current(), confirm=data.get("confirm"),
-                                      reason=data.get("reason"), now=rt.clock.now())
+                                      reason=data.get("reason"), now=rt.clock.now(), secret=rt.settings.secret_key)
     return ok({"tombstone": tombstone})
 
 
@@ -105,12 +106,13 @@ def erase(user_id: int):
 @staff_permission("manage_participants")
 def reissue_return_link(user_id: int):
     """Revoke the participant's return links and issue a new one, shown to the admin once."""
+    base = base_url()  # before a link is stored: never one built from a forged Host header
     session = db_session()
     rt = runtime()
     user = admin_service.get_participant(session, user_id)
     link = panel_service.reissue_link(session, user, task_service(session, rt), admin=current())
     session.commit()
-    return ok({"url": link.url(rt.settings.public_base_url or request.url_root),
+    return ok({"url": link.url(base),
                "expires_at": utc_iso(link.expires_at),
                "return_links": panel_service.link_summary(session, user.id, rt.clock.now())})
 
@@ -124,3 +126,15 @@ def revoke_return_links(user_id: int):
     revoked = panel_service.revoke_all(session, user, admin=current(), now=now)
     session.commit()
     return ok({"revoked": revoked, "return_links": panel_service.link_summary(session, user.id, now)})
+
+
+@bp.post("/participants/<id:user_id>/sign-out")
+@staff_permission("manage_participants")
+def sign_out_everywhere(user_id: int):
+    """Sign the participant out everywhere: every login session ends and every browser bound to them by
+    its device cookie is forgotten (a leaked link or a shared computer); their return links stay."""
+    session = db_session()
+    user = admin_service.get_participant(session, user_id)
+    removed = panel_service.sign_out_everywhere(session, user, admin=current(), now=runtime().clock.now())
+    session.commit()
+    return ok({"signed_out": True, "devices_removed": removed})

@@ -82,6 +82,7 @@ def register():
     user = account_service.register(
         db_session(), username=data.get("username"), password=data.get("password"), consent=data.get("consent"),
         language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed,
+        secret=rt.settings.secret_key,
     )
     login_user(user)
     return ok({"user": user_view(user), "csrf_token": generate_csrf()}, 201)

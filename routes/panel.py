@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, redirect, render_template, request, send_from_directory
-from flask_login import current_user, login_user
+from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
 from routes.access import (
@@ -21,6 +21,7 @@ from services.participants import account_service, contacts, panel_service
 from services.platform.clock import parse_utc_iso, utc_iso
 from services.platform.errors import BadInput, NotFound
 from services.study import preflight_gate
+from services.text.languages import LANGUAGES
 
 bp = Blueprint("panel", __name__)
 
@@ -31,8 +32,39 @@ def _message_page(status: int, title: str, zh: str, en: str) -> Response:
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
-def _base_url() -> str:
-    return runtime().settings.public_base_url or request.url_root
+CLOSED_TEXT = {
+    "zh": ("无法再参加", "这个参与者编号不能再参加本研究。", "请回到招募平台，提交这个代码：", "返回招募平台"),
+    "en": ("You cannot take part again", "This participant id can no longer take part in this study.",
+           "Please return to your panel and submit this code:", "Back to your panel"),
+}
+
+
+def page_language() -> str:
+    """The participant's language for a page shown before any account: an explicit ``lang`` in the link,
+    then the browser's languages, then the study's default."""
+    wanted = request.args.get("lang")
+    if wanted in LANGUAGES:
+        return wanted
+    return request.accept_languages.best_match(LANGUAGES) or runtime().study.default_language
+
+
+def _closed_page() -> Response:
+    """A withdrawn or erased panel id's link: a page in the participant's language with the panel's
+    "no places" code and its way back (issue 28 item 2)."""
+    lang = page_language()
+    title, text, code_note, back = CLOSED_TEXT[lang]
+    details = panel_service.full_details(runtime().study)
+    html = render_template("panel_closed.html", lang="zh-CN" if lang == "zh" else "en", title=title, text=text,
+                           code_note=code_note, code=details["completion_code"], back=back,
+                           back_url=details["redirect_url"])
+    return Response(html, status=403, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
+def base_url() -> str:
+    """PUBLIC_BASE_URL, or this request's address when its host is allowed (panel_service.link_base_url)."""
+    settings = runtime().settings
+    return panel_service.link_base_url(settings.public_base_url, settings.public_hosts, host=request.host,
+                                       url_root=request.url_root)
 
 
 @bp.get("/enter")
@@ -43,12 +75,14 @@ def enter():
     try:
         if len(set(values)) > 1:
             raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
-        panel_service.check_external_id(study, values[0] if values else None)
+        external_id = panel_service.check_external_id(study, values[0] if values else None)
     except BadInput:
         return _message_page(400, "链接无效 · Invalid link",
                              "这个研究链接没有带有效的参与者编号。请使用招募平台给你的链接重新进入。",
                              "This study link carries no valid participant id. "
                              "Please use the link your panel gave you.")
+    if panel_service.id_closed(db_session(), study, external_id, runtime().settings.secret_key):
+        return _closed_page()
     return send_from_directory(current_app.static_folder, "index.html")
 
 
@@ -80,32 +114,78 @@ def panel_login():
     before (device cookie) or its login session, without a new consent. Others get 403 panel_reentry_refused."""
     data = json_body()
     rt = runtime()
-    preflight_gate.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     entered = panel_service.enter_panel(
         db_session(), external_id=data.get("external_id"), consent=data.get("consent"),
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,
-        clock=rt.clock, seed=rt.settings.assignment_seed)
+        clock=rt.clock, seed=rt.settings.assignment_seed, secret=rt.settings.secret_key,
+        # REQUIRE_PREFLIGHT: a new id gets 503 study_not_open until verified; returning participants never do
+        gate=lambda: preflight_gate.require_open(db_session(), rt.settings))
     login_user(entered.user)
     response, status = ok({"user": user_view(entered.user), "created": entered.created,
                            "csrf_token": generate_csrf()}, 201 if entered.created else 200)
     return _set_device_cookie(response, entered.device_token), status
 
 
+SWITCH_TEXT = {
+    "zh": ("切换参与者？", "你现在以另一位参与者的身份登录（{code}）。这个个人链接属于另一位参与者。"
+           "继续会让你退出当前身份，并以链接的参与者身份登录。", "以链接的参与者身份继续", "留在当前身份"),
+    "en": ("Switch participant?", "You are signed in as another participant ({code}). This personal link belongs "
+           "to someone else; continuing signs you out and signs you in as the link's participant.",
+           "Continue as the link's participant", "Stay as I am"),
+}
+
+
+def _switch_page(token: str) -> Response:
+    """Someone else is signed in here: ask before the link switches the login and the device binding."""
+    lang = current_user.language if current_user.language in LANGUAGES else page_language()
+    title, text, go, stay = SWITCH_TEXT[lang]
+    html = render_template("panel_switch.html", lang="zh-CN" if lang == "zh" else "en", title=title,
+                           text=text.format(code=current_user.participant_code or "admin"), token=token,
+                           csrf_token=generate_csrf(), go=go, stay=stay)
+    return Response(html, status=200, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
+def _link_gone() -> Response:
+    return _message_page(404, "链接已失效 · Link no longer valid",
+                         "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
+                         "This personal link is not valid, has expired or was revoked. Log in with your "
+                         "username and password, or contact the research team.")
+
+
 @bp.get("/r/<token>")
 def return_link(token: str):
-    """Open a personal return link: log in, go to the next task. No password."""
+    """Open a personal return link: log in, go to the next task. No password. With someone else signed in
+    in this browser, a page asks first (POST /r/<token> confirms)."""
+    session = db_session()
+    try:
+        user, _link = panel_service.redeem(session, token, runtime().clock.now())
+    except NotFound:
+        return _link_gone()
+    if current_user.is_authenticated and current_user.id != user.id:
+        session.rollback()  # nothing changes until they confirm
+        return _switch_page(token)
+    return _follow_link(token)
+
+
+@bp.post("/r/<token>")
+def confirm_return_link(token: str):
+    """The confirmation from the switch page (a form with the CSRF token): sign out whoever is signed in
+    and follow the link."""
+    return _follow_link(token)
+
+
+def _follow_link(token: str) -> Response:
     session = db_session()
     rt = runtime()
     try:
-        user = panel_service.redeem(session, token, rt.clock.now())
+        user, link = panel_service.redeem(session, token, rt.clock.now())
         device = panel_service.remember_device(session, user.id, request.cookies.get(panel_service.DEVICE_COOKIE),
-                                               rt.clock.now())
+                                               rt.clock.now(), via_link=link.id)
     except NotFound:
-        return _message_page(404, "链接已失效 · Link no longer valid",
-                             "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
-                             "This personal link is not valid, has expired or was revoked. Log in with your "
-                             "username and password, or contact the research team.")
+        return _link_gone()
     session.commit()
+    if current_user.is_authenticated:
+        logout_user()
     login_user(user)
     return _set_device_cookie(redirect(panel_service.landing_path(task_service(session, rt), user)), device)
 
@@ -114,12 +194,13 @@ def return_link(token: str):
 @participant_required
 def my_return_link():
     """A fresh personal link for the logged-in participant, with their next task and its unlock time."""
+    base = base_url()  # before a link is stored
     session = db_session()
     tasks = task_service(session, runtime())
     user = current()
     link = panel_service.issue_return_link(session, user, tasks, purpose="task_end")
     session.commit()
-    return ok({"url": link.url(_base_url()), "expires_at": utc_iso(link.expires_at),
+    return ok({"url": link.url(base), "expires_at": utc_iso(link.expires_at),
                "next_task": panel_service.next_task(tasks, user), "calendar_url": "/api/me/next-task.ics"})
 
 
@@ -127,6 +208,7 @@ def my_return_link():
 @participant_required
 def next_task_calendar():
     """The next task's unlock time as a calendar event carrying a personal return link."""
+    base = base_url()  # before a link is stored
     session = db_session()
     rt = runtime()
     tasks = task_service(session, rt)
@@ -136,7 +218,7 @@ def next_task_calendar():
         raise NotFound("there is no upcoming task with a known unlock time", code="no_upcoming_task")
     link = panel_service.issue_return_link(session, user, tasks, purpose="calendar")
     body = panel_service.calendar_file(
-        study_name=rt.study.name, task=task, url=link.url(_base_url()), language=user.language,
+        study_name=rt.study.name, task=task, url=link.url(base), language=user.language,
         unlock_at=parse_utc_iso(task["available_at"]), now=rt.clock.now())
     session.commit()
     return Response(body, mimetype="text/calendar", headers={

@@ -140,10 +140,20 @@ def retry_reply(task_id: str, message_id: int):
     user = current()
     task_service(session, rt).running_session(user, task_id, phase="chat")
     message = chat_service.unanswered_message(session, user, task_id, message_id)
-    return _reply(rt, chat_service.Accepted(message))
+    # claim the reply before the model is called: simultaneous retries answer 409 at once instead of each
+    # asking the model for a reply only one of them can store; the claim ends with this response
+    release = chat_service.claim_reply(rt, message.id)
+    streaming = False
+    try:
+        answer = _reply(rt, chat_service.Accepted(message), release=release)
+        streaming = _wants_stream()
+        return answer
+    finally:
+        if not streaming:  # a stream gives the claim back when it ends (_sse)
+            release()
 
 
-def _reply(rt, accepted: chat_service.Accepted):
+def _reply(rt, accepted: chat_service.Accepted, *, release=None):
     message = accepted.message
     user_view = serialise_message(message, participant_view=True)
     headers = {"Idempotent-Replayed": "true"} if accepted.repeated else {}
@@ -160,7 +170,7 @@ def _reply(rt, accepted: chat_service.Accepted):
     # a keyed message answered by a simultaneous repeat first gets that reply, not a conflict
     repeat = message.idempotency_key is not None
     if _wants_stream():
-        events = _sse(rt, session, message.id, user_view, repeat=repeat)
+        events = _sse(rt, session, message.id, user_view, repeat=repeat, release=release)
         return Response(stream_with_context(events), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     reply = chat_service.generate_reply(rt, message.id, repeat=repeat, session=session)
@@ -173,17 +183,21 @@ def _created(user_view: dict, reply_view: dict, headers: dict[str, str]):
     return response, status
 
 
-def _sse(rt, session: Session, message_id: int, user_view: dict, *, repeat: bool) -> Iterator[str]:
-    yield _event("message", user_view)
-    for event in chat_service.stream_reply(rt, message_id, repeat=repeat, session=session):
-        if "delta" in event:
-            yield _event("delta", {"text": event["delta"]})
-        elif "reset" in event:
-            yield _event("reset", {})
-        elif "reply" in event:
-            yield _event("reply", event["reply"])
-        elif "error" in event:
-            yield _event("error", event["error"])
+def _sse(rt, session: Session, message_id: int, user_view: dict, *, repeat: bool, release=None) -> Iterator[str]:
+    try:
+        yield _event("message", user_view)
+        for event in chat_service.stream_reply(rt, message_id, repeat=repeat, session=session):
+            if "delta" in event:
+                yield _event("delta", {"text": event["delta"]})
+            elif "reset" in event:
+                yield _event("reset", {})
+            elif "reply" in event:
+                yield _event("reply", event["reply"])
+            elif "error" in event:
+                yield _event("error", event["error"])
+    finally:
+        if release is not None:  # a retry's claim on the reply (chat_service.claim_reply)
+            release()
 
 
 def _event(name: str, data: dict) -> str:

@@ -27,7 +27,7 @@ def withdraw():
     session = db_session()
     result = participant_rights.withdraw_self(session, task_service(session, rt), current(),
                                               confirm=data.get("confirm"), erase=data.get("erase", False),
-                                              now=rt.clock.now())
+                                              now=rt.clock.now(), secret=rt.settings.secret_key)
     session.commit()
     if result["erased"]:
         logout_user()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,11 +34,12 @@ from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
 from services.memory.context import MemoryContext, memory_exposure
 from services.memory.engine import MemoryEngine
-from services.participants.quality import parse_signals
+from services.participants.quality import clamp_pasted, content_flags, parse_signals
 from services.platform.backpressure import retry_after
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput, Conflict, Gone, NotFound, TooLarge, Unavailable
-from services.platform.leases import LeaseBusy, participant_guard
+from services.platform.leases import LeaseBusy, holder_id, participant_guard, try_acquire
+from services.platform.leases import release as release_lease
 from services.study.definition import Study
 from services.study.timer_service import TaskService
 from services.text.languages import prompt_language
@@ -124,6 +125,8 @@ def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: st
     if stored.task_id != task_id or not isinstance(content, str) or stored.content != content.strip():
         raise Conflict("this idempotency key was used for another message", code="idempotency_key_reused",
                        details={"message_id": stored.id})
+    # a repeat is answered only where a new message would be: an active participant, the task's chat open
+    task_service(session, runtime).running_session(user, task_id, phase="chat")
     return Accepted(stored, _reply_of(session, stored.id), repeated=True)
 
 
@@ -153,8 +156,13 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     if ts.phase != "chat":
         tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
+    text = content.strip()
+    earlier = session.scalars(select(Message.content).where(Message.task_session_id == ts.id,
+                                                             Message.role == "user")).all()
+    flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
-                      content=content.strip(), created_at=runtime.clock.now(), idempotency_key=key, **quality)
+                      content=text, created_at=runtime.clock.now(), idempotency_key=key,
+                      content_flags=flags or None, **quality)
     session.add(message)
     user.last_active_at = message.created_at
     session.commit()
@@ -173,6 +181,36 @@ def unanswered_message(session: Session, user: User, task_id: str, message_id: i
     if answered:
         raise Conflict("this message already has a reply", code="already_answered")
     return message
+
+
+REPLY_CLAIM_SECONDS = 300.0  # a retry that died holds its claim this long at most
+
+
+def claim_reply(runtime: Runtime, message_id: int) -> Callable[[], None]:
+    """Claim the reply to a stored message for one retry (a lease ``reply:<id>``); returns the release.
+    409 ``reply_in_progress`` when another retry holds it (that one calls the model, not this one), and
+    ``already_answered`` when one stored the reply before this claim."""
+    name, holder = f"reply:{message_id}", holder_id("reply-")
+    if not try_acquire(runtime.db, name, holder, REPLY_CLAIM_SECONDS):
+        raise Conflict("a reply to this message is being made right now", code="reply_in_progress",
+                       details={"message_id": message_id})
+    done = {"released": False}
+    with runtime.db.Session() as session:  # read after the claim: a retry that finished before it answered
+        answered = _reply_of(session, message_id) is not None
+    if answered:
+        release_lease(runtime.db, name, holder)
+        raise Conflict("this message already has a reply", code="already_answered",
+                       details={"message_id": message_id})
+
+    def release() -> None:
+        if not done["released"]:
+            done["released"] = True
+            try:
+                release_lease(runtime.db, name, holder)
+            except SQLAlchemyError:  # the claim then expires by itself
+                log.warning("reply claim %s not released", name, exc_info=True)
+
+    return release
 
 
 def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> PreparedReply:

@@ -254,7 +254,7 @@ def integrity_summary(session: Session, rows: list[dict[str, Any]], study: Study
     return {
         "panel_entries": {outcome: entries.get(outcome, 0)
                           for outcome in ("created", "returned", "refused", "full", "not_allowed",
-                                          "allowlist_unavailable")},
+                                          "allowlist_unavailable", "closed")},
         "consented_never_started": sum(1 for r in rows if r["status"] != "erased"
                                        and r["tasks"].get(first) in ("available", "locked")),
         "login_failures": failed_logins(session, now - FAILED_LOGIN_WINDOW),

@@ -11,12 +11,14 @@ import hashlib
 import hmac
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -25,9 +27,10 @@ from zxcvbn import zxcvbn
 from database.models import AuditLog, LoginAddress, User, username_key
 from services.participants.consent import record_consent
 from services.participants.input_checks import MAX_DB_ID, check_text
+from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
-from services.platform.errors import BadInput, Conflict, Unauthorised
-from services.study.assignment_service import assign
+from services.platform.errors import BadInput, Conflict, Forbidden, Unauthorised
+from services.study.assignment_service import assign, hold_slots
 from services.study.definition import Study
 from services.text.languages import prompt_language
 
@@ -47,6 +50,55 @@ _DUMMY_HASH = generate_password_hash("not-a-real-password")
 
 def hash_password(password: str) -> str:
     return generate_password_hash(password)
+
+
+# names a participant may not take, nor anything that looks like them (username_skeleton)
+RESERVED_NAMES = ("admin", "administrator", "root", "system", "moderator", "researcher")
+RESERVED_PREFIXES = (RESERVED_PREFIX, "erased:", "panel:")  # erasure's and panel accounts' names
+# ASCII lookalikes folded after the table (TR39 keeps case, a username does not): one "l" for l, i, 1, |
+_ASCII_FOLDS = str.maketrans({"1": "l", "i": "l", "|": "l", "!": "l", "0": "o", ".": "-", "_": "-", ":": "-"})
+_ASCII_PAIRS = (("rn", "m"), ("vv", "w"), ("cl", "d"))
+
+
+@lru_cache(maxsize=1)
+def _prototypes() -> dict[str, str]:
+    """Non-ASCII character -> the ASCII text it is confusable with, from Unicode's confusables table
+    (confusables.txt of UTS #39, as the confusable-homoglyphs package ships it)."""
+    from confusable_homoglyphs import utils
+
+    table: dict[str, str] = {}
+    for char, lookalikes in utils.load("confusables.json").items():
+        if len(char) != 1 or char.isascii():
+            continue
+        ascii_forms = [entry["c"] for entry in lookalikes if entry["c"].isascii() and entry["c"].strip()]
+        if ascii_forms:
+            table[char] = ascii_forms[0]
+    return table
+
+
+def username_skeleton(name: str) -> str:
+    """The form two usernames that look alike share (after UTS #39's skeleton): NFKC, every character mapped
+    to its ASCII prototype from the confusables table, case folded, then the ASCII lookalikes folded
+    (l/i/1, o/0, rn/m, the separators . _ - :). "аdmin" (Cyrillic а), "ADMlN" and "admin" share one."""
+    table = _prototypes()
+    mapped = "".join(table.get(ch, ch) for ch in unicodedata.normalize("NFKC", name.strip()))
+    folded = unicodedata.normalize("NFKC", mapped).casefold()
+    for pair, single in _ASCII_PAIRS:
+        folded = folded.replace(pair, single)
+    return folded.translate(_ASCII_FOLDS)
+
+
+def check_confusable(session: Session, username: str) -> None:
+    """Refuse a participant name that looks like a reserved name (or prefix) or like an existing account's."""
+    skeleton = username_skeleton(username)
+    reserved = {username_skeleton(n) for n in RESERVED_NAMES}
+    if skeleton in reserved or skeleton.startswith(tuple(username_skeleton(p) for p in RESERVED_PREFIXES)):
+        raise BadInput("this username is reserved (or looks like a reserved one); please choose another",
+                       code="reserved_username")
+    for existing in session.scalars(select(User.username)):
+        if username_skeleton(existing) == skeleton:
+            raise Conflict("this username looks too much like one already taken; please choose another",
+                           code="username_confusable")
 
 
 def _check_credentials_shape(username: object, password: object) -> tuple[str, str]:
@@ -87,24 +139,63 @@ def new_participant_code(session: Session) -> str:
             return code
 
 
+def places_taken(session: Session) -> int:
+    """Participants holding a place under ``panel.max_participants``: every account not erased, panel or
+    password (password accounts count when ``registration.password`` lets them in at all)."""
+    return session.scalar(select(func.count(User.id)).where(User.role == "participant",
+                                                            User.status != "erased")) or 0
+
+
+def full_details(study: Study) -> dict[str, Any]:
+    """The panel's "no places" code and redirect, shown to whoever cannot (or can no longer) take part."""
+    code, url = study.panel.full_code, study.panel.full_redirect_url
+    return {"completion_code": code,
+            "redirect_url": url.replace("{completion_code}", code or "").replace("{external_id}", "") if url else url}
+
+
+def study_full(study: Study) -> Conflict:
+    return Conflict("this study has no places left", code="study_full", details=full_details(study))
+
+
 def register(session: Session, *, username: object, password: object, consent: object, language: object,
-             study: Study, clock: Clock, seed: int | None = None, attempts: int = 5) -> User:
-    """Create a participant and draw their condition, in one transaction; commits."""
+             study: Study, clock: Clock, seed: int | None = None, attempts: int = 5,
+             secret: str | None = None) -> User:
+    """Create a participant and draw their condition, in one transaction; commits. Refused when the study
+    file closes password registration (``registration.password: false``, the default with a panel), and
+    counted against ``panel.max_participants`` when it is open."""
+    if not study.registration.password:
+        raise Forbidden("this study is entered through the recruitment panel's link only; password "
+                        "registration is closed", code="password_registration_closed")
+    cap = study.panel.max_participants
+    if cap is not None and places_taken(session) >= cap:
+        raise study_full(study)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
     username, password = _check_credentials_shape(username, password)
+    if secret is not None and session.scalar(select(User.id).where(
+            User.erased_name_hash == tombstone_hash(secret, "username", username))) is not None:
+        # an erased participant's name (the tombstone keeps its keyed hash): not a new, naive participant
+        raise Conflict("this username cannot be used; please choose another", code="username_unavailable")
     lang = prompt_language(language, study.default_language)
     # hashed before the first query: the slow hash must not hold a pooled connection
     password_hash = hash_password(password)
     if find_user(session, username) is not None:
         raise Conflict("this username is taken", code="username_taken")
+    check_confusable(session, username)
 
     def taken(exc: IntegrityError) -> None:
         # the username went to a concurrent registration (else it took our block slot: retry the slot)
         if find_user(session, username) is not None:
             raise Conflict("this username is taken", code="username_taken") from exc
 
-    user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken,
+    def admit() -> None:
+        if cap is not None:
+            hold_slots(session)  # the slot counter's row lock: two registrations cannot share the last place
+            if places_taken(session) >= cap:
+                session.rollback()
+                raise study_full(study)
+
+    user, _ = enrol(session, study, clock, seed=seed, attempts=attempts, after_collision=taken, admit=admit,
                     fields={"username": username, "password_hash": password_hash, "language": lang})
     return user
 
@@ -221,9 +312,21 @@ def failed_logins(session: Session, since: datetime, *, at_least: int = 3) -> li
 FAILED_LOGIN_WINDOW = timedelta(hours=24)
 
 
+# in the time zone database but not a place's zone: a placeholder, and the system's own setting
+NOT_ZONES = frozenset({"Factory", "localtime", "posixrules"})
+
+
+@lru_cache(maxsize=1)
+def canonical_zones() -> frozenset[str]:
+    """The IANA zones a page may report: the database's zone names (not the right/ and posix/ copies, which
+    ``available_timezones`` leaves out, nor ``NOT_ZONES``); backward names browsers still report
+    (Asia/Calcutta) stay accepted."""
+    return frozenset(available_timezones()) - NOT_ZONES
+
+
 def set_time_zone(user: User, raw: object) -> None:
     """Store the IANA time zone the participant's page reported (reminders give times in it)."""
-    if not isinstance(raw, str) or len(raw) > 64 or not TIME_ZONE.fullmatch(raw):
+    if not isinstance(raw, str) or len(raw) > 64 or not TIME_ZONE.fullmatch(raw) or raw not in canonical_zones():
         raise BadInput("time_zone must be an IANA time zone such as Asia/Shanghai", code="invalid_time_zone")
     try:
         ZoneInfo(raw)

@@ -19,7 +19,9 @@ and the copies of the deleted rows the database still holds (SQLite's write-ahea
 log is checkpointed and truncated; PostgreSQL's tables are vacuumed).
 
 What stays is the tombstone: the ``users`` row reduced to the pseudonymous code,
-enrolment (consent) time, erasure time and reason, the ``assignments`` row
+enrolment (consent) time, erasure time and reason, keyed hashes of the panel id and
+username (``services.participants.tombstone``: that id or name cannot enter again as a
+new participant who has read the debrief; neither is kept in clear), the ``assignments`` row
 (group, block and slot, so balance statistics and the next draws stay right)
 and the audit log. It cannot be undone.
 """
@@ -40,6 +42,7 @@ from database.db_manager import Database
 from database.models import AuditLog, Base, Message, ProviderFailure, User, username_key
 from database.participant_lock import TOMBSTONE_TABLES, lock_for_erasure
 from services.memory.hybrid import ForgettingCurveSearch
+from services.participants.tombstone import tombstone_hash
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput, Conflict, NotFound, Unavailable
 from services.platform.leases import LeaseBusy, participant_guard
@@ -70,26 +73,28 @@ def _reason(raw: Any) -> str:
     return raw.strip()
 
 
-def erase(db: Database, user_id: int, *, admin: User, confirm: Any, reason: Any, now: datetime) -> dict[str, Any]:
+def erase(db: Database, user_id: int, *, admin: User, confirm: Any, reason: Any, now: datetime,
+          secret: str) -> dict[str, Any]:
     """``erase_participant`` in its own transaction, holding the participant lease (their memory upkeep is
     not running); commits. 503 ``participant_busy`` when the upkeep held the lease ``LEASE_WAIT_SECONDS``."""
     try:
         with participant_guard(db, user_id, wait_seconds=LEASE_WAIT_SECONDS), db.session() as session:
-            return erase_participant(session, user_id, admin=admin, confirm=confirm, reason=reason, now=now)
+            return erase_participant(session, user_id, admin=admin, confirm=confirm, reason=reason, now=now,
+                                     secret=secret)
     except LeaseBusy as exc:
         raise Unavailable("this participant's memory is being updated right now; please try again in a minute",
                           code="participant_busy") from exc
 
 
 def erase_participant(session: Session, user_id: int, *, admin: User, confirm: Any, reason: Any,
-                      now: datetime) -> dict[str, Any]:
+                      now: datetime, secret: str) -> dict[str, Any]:
     """Erase a participant, keep the tombstone, audit it (``admin`` did it: an admin, or the participant
     themself). The caller commits; once it has, what lies outside the rows is cleared (``_clear_traces``).
     Returns the tombstone. 409 ``already_erased`` when they are, also for every erasure that ran at the
     same time as the one that did it."""
     if confirm is not True:
         raise BadInput("erasure cannot be undone: send confirm: true", code="confirmation_required")
-    erased = _erase(session, user_id, actor_id=admin.id, reason=_reason(reason), now=now)
+    erased = _erase(session, user_id, actor_id=admin.id, reason=_reason(reason), now=now, secret=secret)
     _once_committed(session, lambda: _clear_traces(session.get_bind(), erased))
     return erased.tombstone
 
@@ -110,7 +115,7 @@ def _once_committed(session: Session, action: Callable[[], None]) -> None:
     event.listen(session, "after_rollback", rolled_back)
 
 
-def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: datetime) -> _Erased:
+def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: datetime, secret: str) -> _Erased:
     session.flush()  # the caller's pending changes (a withdrawal) are kept, not overwritten by the re-read below
     # waits for the participant's writes under way; the status is read again under the lock
     status = lock_for_erasure(session.connection(), user_id)
@@ -121,6 +126,9 @@ def _erase(session: Session, user_id: int, *, actor_id: int, reason: str, now: d
         raise Conflict("this participant has already been erased", code="already_erased")
     username = user.username
     deleted = _delete_rows(session, user.id)
+    # keyed hashes only (services.participants.tombstone): the id and name are refused later, not kept
+    user.erased_id_hash = tombstone_hash(secret, "panel_id", user.external_id) if user.external_id else None
+    user.erased_name_hash = tombstone_hash(secret, "username", user.username)
     user.username = _erased_name(session, user)
     user.password_hash = ERASED_PASSWORD
     user.external_id = None

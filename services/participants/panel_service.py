@@ -9,7 +9,8 @@ A panel id is not a secret (it is in payment sheets and reminder webhooks), so i
 opens an account only once: a known id enters again only from a browser that
 entered as that participant before (its long-lived device cookie, of which only
 the SHA-256 is stored) or through the personal return link. Anyone else gets a
-page saying how to get back in; the refusal is audited and counted. An optional
+page saying how to get back in; the refusal is audited and counted, apart from the account the id names
+(nobody writes into another person's record by knowing their id). An optional
 allowlist (``PANEL_ALLOWLIST``) and an enrolment cap (``panel.max_participants``)
 keep invented ids out. Every arrival is a ``PanelEntry`` with the panel's session
 parameters the study file names.
@@ -37,13 +38,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, User, username_key
 from database.participant_lock import hold_participant
-from services.participants.account_service import enrol, hash_password
+from services.participants.account_service import (
+    end_sessions,
+    enrol,
+    full_details,
+    hash_password,
+    places_taken,
+    study_full,
+)
+from services.participants.tombstone import tombstone_hash
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, Forbidden, NotFound, Unavailable
 from services.study.assignment_service import hold_slots
@@ -130,13 +139,16 @@ def known_device(session: Session, user_id: int, token: str | None) -> bool:
                                                        PanelDevice.token_hash == device_hash(token))) is not None
 
 
-def remember_device(session: Session, user_id: int, token: str | None, now: datetime) -> str:
-    """Record that this browser entered as ``user_id``; returns its (possibly new) token. Flushes."""
+def remember_device(session: Session, user_id: int, token: str | None, now: datetime, *,
+                    via_link: int | None = None) -> str:
+    """Record that this browser entered as ``user_id`` (``via_link``: through that return link, whose
+    revocation unbinds it again); returns its (possibly new) token. Flushes."""
     token = token if token and len(token) <= 128 else secrets.token_urlsafe(TOKEN_BYTES)
     row = session.scalar(select(PanelDevice).where(PanelDevice.user_id == user_id,
                                                    PanelDevice.token_hash == device_hash(token)))
     if row is None:
-        session.add(PanelDevice(user_id=user_id, token_hash=device_hash(token), created_at=now, last_seen_at=now))
+        session.add(PanelDevice(user_id=user_id, token_hash=device_hash(token), created_at=now, last_seen_at=now,
+                                return_link_id=via_link))
     else:
         row.last_seen_at = now
     session.flush()
@@ -159,18 +171,38 @@ def _record(session: Session, now: datetime, outcome: str, params: dict[str, str
     session.add(PanelEntry(user_id=user_id, at=now, outcome=outcome, via=via, session_params=params))
 
 
+def id_closed(session: Session, study: Study, external_id: str, secret: str | None) -> bool:
+    """Whether this panel id has taken part and may not again: its participant withdrew (and has read the
+    debrief), or was erased (the tombstone's keyed hash, ``services.participants.tombstone``)."""
+    existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
+    if existing is not None:
+        return existing.status != "active"
+    return secret is not None and session.scalar(select(User.id).where(
+        User.erased_id_hash == tombstone_hash(secret, "panel_id", external_id))) is not None
+
+
 def enter_panel(session: Session, *, external_id: object, consent: object, language: object, study: Study,
                 clock: Clock, entrant: Entrant | None = None, params: object = None, seed: int | None = None,
-                attempts: int = 5) -> Entered:
+                attempts: int = 5, secret: str | None = None, gate: Callable[[], None] | None = None) -> Entered:
     """Enter with a panel id: a returning participant (recognised browser or login session) without a new
-    consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded)."""
+    consent; a new id after consent, created and assigned. Commits, refusals included (they are recorded).
+    An id that withdrew or was erased is refused (403 panel_id_closed, with the panel's "no places" code);
+    ``secret`` (SECRET_KEY) finds the erased ones by their tombstone hash. ``gate`` runs before a new id is
+    let in, never for a returning one (REQUIRE_PREFLIGHT stops new enrolment only)."""
     entrant = entrant or Entrant()
     external_id = check_external_id(study, external_id)
     entry_params = session_params(study, params)
     now = clock.now()
+    if id_closed(session, study, external_id, secret):
+        _record(session, now, "closed", entry_params)  # apart from the account it names (issue 28 item 9)
+        session.commit()
+        raise Forbidden("this participant id can no longer take part in this study", code="panel_id_closed",
+                        details=full_details(study))
     existing = find_panel_user(session, external_id, case_sensitive=study.panel.id_case_sensitive)
     if existing is not None:
         return _return(session, existing, entrant, entry_params, now)
+    if gate is not None:
+        gate()
     _check_expected(session, study, external_id, entrant, entry_params, now)
     if consent is not True:
         raise BadInput("consent is required to take part", code="consent_required")
@@ -195,10 +227,10 @@ def _return(session: Session, user: User, entrant: Entrant, params: dict[str, st
     elif known_device(session, user.id, entrant.device_token):
         via = "device"
     else:
-        _record(session, now, "refused", params, user_id=user.id)
-        session.add(AuditLog(at=now, action="panel_reentry_refused", target_user_id=user.id,
-                             details={"participant_code": user.participant_code,
-                                      "had_device_cookie": bool(entrant.device_token)}))
+        # stored apart from the participant the id names: whoever knows an id cannot write into their record
+        _record(session, now, "refused", params)
+        session.add(AuditLog(at=now, action="panel_reentry_refused",
+                             details={"had_device_cookie": bool(entrant.device_token)}))
         session.commit()
         raise Forbidden("this participant id has already been used to enter the study from another browser; "
                         "please use your personal link or contact the research team",
@@ -231,17 +263,15 @@ def _check_expected(session: Session, study: Study, external_id: str, entrant: E
 
 
 def _check_place(session: Session, study: Study, params: dict[str, str], now: datetime) -> None:
-    """Conflict study_full when the panel accounts have reached ``panel.max_participants``. Checked once
-    early (a full study answers before consent) and again in the creating transaction after the slot
-    counter's lock (``hold_slots``), so two entries for the last place cannot both count one free."""
+    """Conflict study_full when the participants (panel and password accounts) have reached
+    ``panel.max_participants``. Checked once early (a full study answers before consent) and again in the
+    creating transaction after the slot counter's lock (``hold_slots``), so two entries for the last place
+    cannot both count one free."""
     cap = study.panel.max_participants
-    if cap is not None and session.scalar(select(func.count(User.id)).where(
-            User.role == "participant", User.external_id.is_not(None))) >= cap:
+    if cap is not None and places_taken(session) >= cap:
         _record(session, now, "full", params)
         session.commit()
-        raise Conflict("this study has no places left", code="study_full",
-                       details={"completion_code": study.panel.full_code,
-                                "redirect_url": _fill(study.panel.full_redirect_url, study.panel.full_code, None)})
+        raise study_full(study)
 
 
 def _create(session: Session, study: Study, clock: Clock, external_id: str, language: object, *, seed: int | None,
@@ -319,7 +349,7 @@ def _read_allowlist(path: str, study: Study) -> frozenset[str]:
 def completion_for(study: Study, task_id: str, user: User, *, incomplete: bool = False) -> dict[str, Any] | None:
     """What a finished task shows: its completion code and redirect URL from the study file; for a task
     below the minimum engagement (``incomplete``) never that code, only the panel's incomplete code if any."""
-    entry = study.panel.tasks.get(task_id)
+    entry = study.panel.tasks.get(task_id) if user.external_id else None  # panel codes: panel accounts only
     if incomplete:
         code, url = (entry.incomplete_code, entry.incomplete_redirect_url) if entry else (None, None)
         return {"completion_code": code, "redirect_url": _fill(url, code, user.external_id), "incomplete": True}
@@ -349,6 +379,23 @@ def study_end(user: User, tasks: TaskService) -> datetime:
     anchor = first.completed_at if first is not None and first.completed_at else (user.consent_at or user.created_at)
     days = max(t.unlock_offset_days for t in study.tasks) + study.panel.return_link_grace_days
     return anchor + timedelta(days=days * tasks.time_scale)
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # a local run: links to this machine mislead nobody
+
+
+def link_base_url(public_base_url: str | None, public_hosts: tuple[str, ...], *, host: str, url_root: str) -> str:
+    """Where personal links point: ``PUBLIC_BASE_URL``; without it, the address the request came to, but only
+    when its host is on ``PUBLIC_HOSTS`` or local. A link is never built from any other Host header (a
+    forged one would send participants' links elsewhere): 503 link_host_not_configured."""
+    if public_base_url:
+        return public_base_url
+    name = host.lower()
+    bare = name.rsplit(":", 1)[0] if not name.endswith("]") else name
+    if name in public_hosts or bare in public_hosts or bare in LOCAL_HOSTS:
+        return url_root
+    raise Unavailable("personal links cannot be made for this address: set PUBLIC_BASE_URL (or PUBLIC_HOSTS) to "
+                      "the address participants use", code="link_host_not_configured")
 
 
 @dataclass
@@ -384,8 +431,8 @@ def issue_return_link(session: Session, user: User, tasks: TaskService, *, purpo
     return IssuedLink(token=token, expires_at=expires)
 
 
-def redeem(session: Session, token: str, now: datetime) -> User:
-    """The active participant a valid, unexpired, unrevoked link belongs to; NotFound otherwise."""
+def redeem(session: Session, token: str, now: datetime) -> tuple[User, ReturnLink]:
+    """The active participant a valid, unexpired, unrevoked link belongs to, and the link; NotFound otherwise."""
     link = session.scalar(select(ReturnLink).where(ReturnLink.token_hash == token_hash(token or "")))
     if link is None or link.revoked_at is not None or link.expires_at <= now:
         raise NotFound("this link is not valid (any more)", code="invalid_return_link")
@@ -393,16 +440,41 @@ def redeem(session: Session, token: str, now: datetime) -> User:
     if user is None or user.status != "active":
         raise NotFound("this link is not valid (any more)", code="invalid_return_link")
     link.last_used_at = now
-    return user
+    return user, link
 
 
 def revoke_links(session: Session, user_id: int, now: datetime) -> int:
-    """Revoke every live link of a participant; returns how many."""
+    """Revoke every live link of a participant; returns how many. Whoever is inside through one is put out:
+    the browsers the revoked links bound are unbound, and every session of the participant ends (a login
+    session does not record how it began; the participant's own browser enters again by its device cookie
+    or the new link)."""
     hold_participant(session, user_id)  # before the first write (database.participant_lock)
+    live = select(ReturnLink.id).where(ReturnLink.user_id == user_id, ReturnLink.revoked_at.is_(None))
+    session.execute(delete(PanelDevice).where(PanelDevice.user_id == user_id,
+                                              PanelDevice.return_link_id.in_(live.scalar_subquery())))
     result = session.execute(update(ReturnLink).where(ReturnLink.user_id == user_id,
                                                       ReturnLink.revoked_at.is_(None))
                              .values(revoked_at=now))
+    _end_sessions(session, user_id)
     return result.rowcount or 0
+
+
+def _end_sessions(session: Session, user_id: int) -> None:
+    user = session.get(User, user_id)
+    if user is not None:
+        end_sessions(user)
+
+
+def sign_out_everywhere(session: Session, user: User, *, admin: User, now: datetime) -> int:
+    """Admin: end every session of the participant and forget every browser bound to them (their panel link
+    then enters nowhere until a return link binds a browser again); audited, the caller commits. Returns
+    how many browsers were unbound."""
+    hold_participant(session, user.id)
+    removed = session.execute(delete(PanelDevice).where(PanelDevice.user_id == user.id)).rowcount or 0
+    end_sessions(user)
+    session.add(AuditLog(at=now, actor_user_id=admin.id, action="signed_out_everywhere", target_user_id=user.id,
+                         details={"devices_removed": removed}))
+    return removed
 
 
 def reissue_link(session: Session, user: User, tasks: TaskService, *, admin: User) -> IssuedLink:

@@ -15,9 +15,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, User
+from database.participant_lock import lock_for_erasure
 from services.participants.erasure_service import erase_participant
 from services.platform.clock import utc_iso
-from services.platform.errors import BadInput, Conflict, Forbidden
+from services.platform.errors import BadInput, Conflict, Forbidden, Gone
 from services.study.definition import Study
 from services.study.timer_service import TaskService, localised
 
@@ -25,7 +26,7 @@ ERASURE_REASON = "withdrew and asked for erasure (the participant's own request)
 
 
 def withdraw_self(session: Session, tasks: TaskService, user: User, *, confirm: Any, erase: Any,
-                  now: datetime) -> dict[str, Any]:
+                  now: datetime, secret: str) -> dict[str, Any]:
     """The participant withdraws (``erase``: and has their data erased). Audited; the caller commits.
 
     Returns ``{"withdrawn_at", "erased", "debrief"}``; the debrief is taken before anything is erased."""
@@ -36,6 +37,12 @@ def withdraw_self(session: Session, tasks: TaskService, user: User, *, confirm: 
     if erase and not tasks.study.consent.erasure_on_withdrawal:
         raise Forbidden("this study's consent does not offer erasure on withdrawal; please contact the lab",
                         code="erasure_not_offered")
+    # the participant's row exclusively, then their status as it stands under that lock (as erasure reads
+    # it): an erasure that ran meanwhile is seen here, never overwritten by a stale "withdrawn"
+    status = lock_for_erasure(session.connection(), user.id)
+    session.refresh(user)
+    if status == "erased":
+        raise Gone("this participant's data has been erased", code="participant_erased")
     if user.status == "withdrawn" and not erase:
         raise Conflict("you have already withdrawn from this study", code="already_withdrawn")
     if user.status == "active":
@@ -48,7 +55,8 @@ def withdraw_self(session: Session, tasks: TaskService, user: User, *, confirm: 
     debrief = debrief_text(tasks.study, user, user.language)
     withdrawn_at = utc_iso(user.withdrawn_at)
     if erase:
-        erase_participant(session, user.id, admin=user, confirm=True, reason=ERASURE_REASON, now=now)
+        erase_participant(session, user.id, admin=user, confirm=True, reason=ERASURE_REASON, now=now,
+                          secret=secret)
     return {"withdrawn_at": withdrawn_at, "erased": erase, "debrief": debrief}
 
 

@@ -28,8 +28,11 @@ filters flag pasted messages and failed checks.
 """
 from __future__ import annotations
 
+import difflib
+import re
+import unicodedata
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, select
@@ -37,10 +40,19 @@ from sqlalchemy.orm import Session
 
 from database.models import Message, QuestionnaireResponse
 from services.platform.errors import BadInput
-from services.study.definition import Study, TypingChecks
+from services.study.definition import Study, Timing, TypingChecks
 
 TOO_FAST = "too_fast"
 TOO_FEW_KEYSTROKES = "too_few_keystrokes"
+# a message's content_flags: the first two keep it from counting towards the minimum engagement
+TOO_LITTLE_CONTENT = "too_little_content"
+NEAR_DUPLICATE = "near_duplicate"
+PASTED_CLAMPED = "pasted_chars_clamped"
+NOT_COUNTED = frozenset({TOO_LITTLE_CONTENT, NEAR_DUPLICATE})
+NEAR_DUPLICATE_RATIO = 0.9  # difflib's similarity of the two texts' letters and digits
+_COMPARED_CHARS = 1000  # near-duplicates are judged on the texts' starts (the ratio is quadratic)
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]")
+_WORD = re.compile(r"[^\W_]+")
 
 TYPED, COMPOSED, PASTED, DICTATED, UNKNOWN = "typed", "composed", "pasted", "dictated", "unknown"
 INPUT_KINDS = (TYPED, COMPOSED, PASTED, DICTATED, UNKNOWN)
@@ -54,6 +66,60 @@ SIGNAL_CAPS: dict[str, int] = {
     "input_events": 200_000,
     "composition_events": 200_000,
 }
+
+
+def _visible(text: str) -> str:
+    """The text as a reader sees it: NFKC, without format characters (zero-width spaces and joiners)."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text) if unicodedata.category(ch) != "Cf")
+
+
+def _comparable(text: str) -> str:
+    return "".join(ch for ch in _visible(text).casefold() if ch.isalnum())[:_COMPARED_CHARS]
+
+
+def real_content(text: str, timing: Timing) -> bool:
+    """Whether a message says something: ``min_message_words`` words or ``min_message_cjk_chars`` CJK
+    characters (a mix counts in proportion: one word is worth two CJK characters by default)."""
+    if not timing.min_message_words and not timing.min_message_cjk_chars:
+        return True
+    visible = _visible(text)
+    cjk = len(_CJK.findall(visible))
+    words = len(_WORD.findall(_CJK.sub(" ", visible)))
+    score = (words / timing.min_message_words if timing.min_message_words else 0.0) + \
+        (cjk / timing.min_message_cjk_chars if timing.min_message_cjk_chars else 0.0)
+    return score >= 1.0
+
+
+def near_duplicate(text: str, earlier: Sequence[str]) -> bool:
+    """Whether ``text`` repeats one of ``earlier`` (the participant's messages in this task), letters and
+    digits compared case-insensitively, at ``NEAR_DUPLICATE_RATIO`` similarity or more."""
+    mine = _comparable(text)
+    for other in earlier:
+        theirs = _comparable(other)
+        if mine == theirs or (mine and theirs and difflib.SequenceMatcher(None, mine, theirs).ratio()
+                              >= NEAR_DUPLICATE_RATIO):
+            return True
+    return False
+
+
+def content_flags(text: str, earlier: Sequence[str], timing: Timing) -> list[str]:
+    """Why a user message does not count towards the minimum engagement ([]: it counts)."""
+    if not real_content(text, timing):
+        return [TOO_LITTLE_CONTENT]
+    return [NEAR_DUPLICATE] if near_duplicate(text, earlier) else []
+
+
+def counts_as_engagement(flags: list[str] | None) -> bool:
+    return not (set(flags or ()) & NOT_COUNTED)
+
+
+def clamp_pasted(signals: dict[str, int | None], text_chars: int) -> list[str]:
+    """More characters pasted than the message holds (an edited paste, or a made-up figure): stored as the
+    message's length, and flagged."""
+    if signals.get("pasted_chars") is not None and signals["pasted_chars"] > text_chars:
+        signals["pasted_chars"] = text_chars
+        return [PASTED_CLAMPED]
+    return []
 
 
 def parse_signals(data: dict[str, Any]) -> dict[str, int | str | None]:
@@ -122,14 +188,19 @@ def attention_passed(item: Mapping[str, Any], value: Any) -> bool:
 
 def participant_quality(session: Session, study: Study) -> dict[int, dict[str, int]]:
     """user id -> pasted messages, pasted characters, focus losses, implausibly typed messages,
-    attention checks and failures."""
+    attention checks and failures, messages that do not count towards the minimum engagement (too little
+    content, near-duplicates) and messages whose pasted_chars were clamped."""
     result: dict[int, dict[str, int]] = defaultdict(lambda: {
         "pasted_messages": 0, "pasted_chars": 0, "focus_losses": 0, "implausible_typing_messages": 0,
-        "attention_checks": 0, "attention_failures": 0})
-    for user_id, pasted, focus, chars, typing_ms, keys, kind in session.execute(
+        "attention_checks": 0, "attention_failures": 0, "low_content_messages": 0, "pasted_chars_clamped": 0})
+    for user_id, pasted, focus, chars, typing_ms, keys, kind, flags in session.execute(
             select(Message.user_id, Message.pasted_chars, Message.focus_losses, func.length(Message.content),
-                   Message.typing_ms, Message.keystrokes, Message.input_kind).where(Message.role == "user")):
+                   Message.typing_ms, Message.keystrokes, Message.input_kind, Message.content_flags)
+            .where(Message.role == "user")):
         entry = result[user_id]
+        entry["low_content_messages"] += 0 if counts_as_engagement(flags) else 1
+        entry["pasted_chars_clamped"] += 1 if PASTED_CLAMPED in (flags or ()) else 0
+        pasted = min(pasted, chars) if pasted is not None else None  # rows stored before the clamp
         entry["pasted_messages"] += 1 if pasted else 0
         entry["pasted_chars"] += pasted or 0
         entry["focus_losses"] += focus or 0

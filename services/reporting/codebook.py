@@ -131,8 +131,9 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("outcome", STRING, "created (new account), returned (a known participant from a browser that entered "
                               "as them before), refused (a known id from another browser), full (the enrolment "
                               "cap was reached), not_allowed (an id not on the allowlist) or allowlist_unavailable "
-                              "(the allowlist file could not be used, so no new id was let in). No code for full, "
-                              "not_allowed and allowlist_unavailable, which have no account."),
+                              "(the allowlist file could not be used, so no new id was let in) or closed (an id "
+                              "that withdrew or was erased). No code for refused, full, not_allowed, "
+                              "allowlist_unavailable and closed: they are stored apart from any account."),
         _c("via", STRING, "How a return was recognised: device (the browser's device cookie) or session (still "
                           "logged in); new for a created account."),
     ],
@@ -428,6 +429,13 @@ def typing_columns(study: Study) -> list[Column]:
                                           "too few typed characters, or a reply). A flag for review, not proof."),
         _c("implausible_typing_reasons", STRING, "User message: why implausible_typing is 1, separated by ';': "
                                                  "too_fast, too_few_keystrokes."),
+        _c("content_flags", STRING, "User message, separated by ';': too_little_content (fewer than study file "
+                                    f"timing.min_message_words {study.timing.min_message_words} words or "
+                                    f"min_message_cjk_chars {study.timing.min_message_cjk_chars} CJK characters, "
+                                    "zero-width characters not counted) or near_duplicate (repeats an earlier "
+                                    "message of the task): not counted towards min_participant_messages; "
+                                    "pasted_chars_clamped (more pasted characters reported than the message holds: "
+                                    "pasted_chars is the message's length). Empty: counted, nothing corrected."),
     ]
 
 

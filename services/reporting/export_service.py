@@ -289,7 +289,8 @@ def _typing_columns(m: Message, study: Study) -> dict[str, Any]:
     flags = typing_flags(len(m.content), m.typing_ms, m.keystrokes, m.pasted_chars, study.typing_checks, m.input_kind)
     return {"typed_chars_per_second": per_second, "keystrokes_per_typed_char": per_char,
             "implausible_typing": None if flags is None else bool(flags),
-            "implausible_typing_reasons": ";".join(flags or []) or None}
+            "implausible_typing_reasons": ";".join(flags or []) or None,
+            "content_flags": ";".join(m.content_flags or []) or None}
 
 
 def _questionnaires_long(data: _Data, study: Study, exclude_pii: bool) -> list[dict[str, Any]]:

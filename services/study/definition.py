@@ -97,6 +97,10 @@ class Timing:
     overdue_after_days: float  # an available task not started this long after unlock is overdue
     # a task ending with fewer participant messages (or less active time) is incomplete: no code, no pay
     min_participant_messages: int = 3
+    # a message counts towards that minimum only with this much visible content: words (min_message_words)
+    # or CJK characters (min_message_cjk_chars), mixed in proportion; 0 and 0 turns the check off
+    min_message_words: int = 2
+    min_message_cjk_chars: int = 4
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,18 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Registration:
+    """Who may open an account with a username and password. ``password`` False: only the panel's link
+    (the default when the panel hands out codes or caps places: a password account would bypass both)."""
+    password: bool = True
+
+
+def panel_configured(panel: Panel) -> bool:
+    """The panel pays by completion codes or caps its places (``panel.tasks`` codes, ``max_participants``)."""
+    return bool(panel.tasks) or panel.max_participants is not None or panel.full_code is not None
+
+
+@dataclass(frozen=True)
 class Payments:
     currency: str
     per_task: Mapping[str, float]
@@ -185,7 +201,7 @@ class ChatSettings:
     reply_pacing: ReplyPacing = ReplyPacing()
 
 
-OPTIONAL_SECTIONS = ("chat", "report")
+OPTIONAL_SECTIONS = ("chat", "report", "registration")
 
 
 def _chat(raw: Any) -> ChatSettings:
@@ -250,6 +266,7 @@ class Study:
     chat: ChatSettings = field(default_factory=ChatSettings)  # optional in the file
     # the published version (study_versions.version, services.study.versions) this is; None: not from the database
     version: int | None = None
+    registration: Registration = Registration()  # study file: registration.password (see _registration)
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -330,11 +347,12 @@ def build_study(definition: Mapping[str, Any]) -> Study:
     """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
     raw = _section("", definition, [f.name for f in fields(Study) if f.name not in ("definition", "version")],
                    optional=OPTIONAL_SECTIONS)
+    panel = _panel(raw["panel"])
     study = Study(
         name=_typed("name", raw["name"], str),
         default_language=_choice("default_language", raw["default_language"], LANGUAGES),
         consent=_consent(raw["consent"]),
-        panel=_panel(raw["panel"]),
+        panel=panel,
         payments=_payments(raw["payments"]),
         enabled_conditions=tuple(_str_list("enabled_conditions", raw["enabled_conditions"])),
         assignment=_dataclass("assignment", raw["assignment"], Assignment),
@@ -355,6 +373,7 @@ def build_study(definition: Mapping[str, Any]) -> Study:
         report=_report(raw.get("report"), _str_list("enabled_conditions", raw["enabled_conditions"])),
         definition=freeze(definition),
         chat=_chat(raw.get("chat", {})),
+        registration=_registration(raw.get("registration"), panel),
     )
     _check_consistency(study)
     return study
@@ -394,6 +413,8 @@ def _check_codes(study: Study) -> None:
     """Mistakes a lab makes with panel codes and pay: refused at start-up rather than found by participants."""
     if study.timing.min_participant_messages < 0 or any((t.min_participant_messages or 0) < 0 for t in study.tasks):
         raise StudyDefinitionError("min_participant_messages must not be negative")
+    if study.timing.min_message_words < 0 or study.timing.min_message_cjk_chars < 0:
+        raise StudyDefinitionError("timing.min_message_words and timing.min_message_cjk_chars must not be negative")
     panel = study.panel
     if any(t.completion_code for t in panel.tasks.values()):
         unpaid = [t for t, amount in study.payments.per_task.items()
@@ -457,6 +478,14 @@ def _panel(raw: Any) -> Panel:
                  full_code=_typed("panel.full_code", data.get("full_code"), (str, type(None))),
                  full_redirect_url=_typed("panel.full_redirect_url", data.get("full_redirect_url"),
                                           (str, type(None))))
+
+
+def _registration(raw: Any, panel: Panel) -> Registration:
+    """``registration.password``: whether password accounts may be opened; by default not when the panel is
+    configured (codes or a cap), so nobody reaches a panel's code or place without the panel's link."""
+    data = _section("registration", raw if raw is not None else {}, ["password"], optional=("password",))
+    default = not panel_configured(panel)
+    return Registration(password=_typed("registration.password", data.get("password", default), bool))
 
 
 def _payments(raw: Any) -> Payments:

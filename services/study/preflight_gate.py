@@ -77,7 +77,9 @@ def is_open(session: Session, settings: Settings) -> bool:
 
 
 def require_open(session: Session, settings: Settings) -> None:
-    """Registration and panel entry: 503 ``study_not_open`` until ``is_open``."""
+    """New enrolment (registration, a new panel id): 503 ``study_not_open`` until ``is_open``. Participants
+    already taking part are never stopped by it (logins and returning panel entries do not call this)."""
     if not is_open(session, settings):
-        raise Unavailable("the study is not open yet: the manipulation has not been verified for this study "
-                          "definition (flask --app app preflight)", code="study_not_open")
+        raise Unavailable("the study is not open yet to new participants: the manipulation has not been verified "
+                          "for this study definition (flask --app app preflight); participants already taking "
+                          "part continue as usual", code="study_not_open")

@@ -146,6 +146,9 @@ class Settings:
     # the address participants reach the study at, for return links sent by reminders
     # (pages use the address the request came to when this is unset)
     public_base_url: str | None = None
+    # PUBLIC_HOSTS=study.example.org,lab.example.org:8443: without PUBLIC_BASE_URL, the only hosts (besides
+    # localhost) personal links may be built from; a request to any other Host gets no link (issue 28 item 10)
+    public_hosts: tuple[str, ...] = ()
     # Fernet key for participants' contact details (services.participants.contacts); unset: none are stored
     contact_encryption_key: str | None = None
     # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
@@ -162,8 +165,9 @@ class Settings:
     # TASK_START_CONSOLIDATION_WAIT_SECONDS: starting a task first runs (or waits for) the consolidation of the
     # participant's earlier tasks, at most this long (0: never wait)
     task_start_consolidation_wait_seconds: float = 5.0
-    # REQUIRE_PREFLIGHT=1: registration and panel entry answer 503 study_not_open until a passing pre-flight
-    # report exists for the current study definition (flask --app app preflight)
+    # REQUIRE_PREFLIGHT=1: new enrolment (registration, a new panel id) answers 503 study_not_open until a passing
+    # pre-flight report exists for the current study definition (flask --app app preflight); returning
+    # participants are never stopped
     require_preflight: bool = False
     # STUDY_REFRESH_SECONDS: how often a process checks for a newly published study version (one small query)
     study_refresh_seconds: float = 2.0

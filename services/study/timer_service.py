@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from database.models import AuditLog, Message, TaskSession, User
+from database.participant_lock import ParticipantErased
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import Conflict, Forbidden, NotFound
 from services.study.definition import Study, Task
@@ -186,7 +187,10 @@ class TaskService:
         self._require_active(user)
         status = self.status_of(user, task_id)
         if status["status"] == "in_progress":
-            return self.live_session(user.id, task_id)  # reopening the page resumes the attempt
+            live = self.live_session(user.id, task_id)  # reopening the page resumes the attempt
+            if live is None:  # gone between the two reads: the participant was erased just now (410)
+                raise ParticipantErased(user.id)
+            return live
         if status["status"] != "available":
             raise Conflict(f"task {task_id} is {status['status']}", code=f"task_{status['status']}")
         now = self.clock.now()
@@ -242,8 +246,10 @@ class TaskService:
     def engaged(self, ts: TaskSession) -> bool:
         """The study's minimum engagement: enough participant messages and enough active chat time.
         Heartbeats add active time only, so a page left open never reaches it alone."""
-        sent = self.session.scalar(select(func.count(Message.id)).where(Message.task_session_id == ts.id,
-                                                                         Message.role == "user")) or 0
+        # only messages with real content, not repeating an earlier one (services.participants.quality)
+        flags = self.session.scalars(select(Message.content_flags).where(Message.task_session_id == ts.id,
+                                                                          Message.role == "user")).all()
+        sent = sum(1 for f in flags if not ({"too_little_content", "near_duplicate"} & set(f or ())))
         return sent >= self.min_messages(ts.task_id) and ts.active_seconds >= self.timing.min_active_seconds
 
     def expire_if_abandoned(self, ts: TaskSession) -> bool:

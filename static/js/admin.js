@@ -867,6 +867,9 @@ function actionsCard(record, reload) {
   const revoke = h("button.secondary#action-revoke-links", { type: "button" }, t("admin.action.revoke_links"));
   revoke.addEventListener("click", () =>
     run(revoke, () => t("admin.action.revoke_links"), `/api/admin/participants/${participant.id}/return-link/revoke`));
+  const signOut = h("button.secondary#action-sign-out", { type: "button" }, t("admin.action.sign_out_everywhere"));
+  signOut.addEventListener("click", () =>
+    run(signOut, () => t("admin.action.sign_out_everywhere"), `/api/admin/participants/${participant.id}/sign-out`));
 
   const eraseReason = h("input#erase-reason", { type: "text", maxlength: 2000 });
   const eraseButton = h("button.danger#action-erase", { type: "submit" }, t("admin.action.erase"));
@@ -889,7 +892,7 @@ function actionsCard(record, reload) {
     h("h2", t("admin.detail.actions")),
     note,
     h("div.action-grid", h("div", consolidate), withdrawForm, resetForm,
-      h("div", reissue, " ", revoke, newLink), eraseForm));
+      h("div", reissue, " ", revoke, " ", signOut, newLink), eraseForm));
 }
 
 function linkSummaryText(links) {

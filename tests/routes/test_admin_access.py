@@ -28,6 +28,7 @@ ADMIN_ROUTES = [
     ("POST", "/api/admin/participants/{pid}/erase", {"confirm": True, "reason": "asked for erasure"}),
     ("POST", "/api/admin/participants/{pid}/return-link", {}),
     ("POST", "/api/admin/participants/{pid}/return-link/revoke", {}),
+    ("POST", "/api/admin/participants/{pid}/sign-out", {}),
     ("GET", "/api/admin/payments.csv", None),
     ("GET", "/api/admin/payments.csv?upload=1", None),
     ("GET", "/api/admin/preflight", None),

@@ -173,9 +173,9 @@ def test_erasure_removes_every_trace_and_keeps_the_tombstone(app, clock, study, 
     # irreversible and not repeatable
     assert admin_client.post(url, json={"confirm": True, "reason": "again"}).status_code == 409
     assert admin_client.post(f"/api/admin/participants/{user_id}/withdraw", json={}).status_code == 409
-    # the panel id now leads to a new account, never back to the erased one
+    # the panel id leads neither back to the erased account nor to a new, naive one (issue 28 item 2)
     again = ApiClient(app.test_client()).post("/api/auth/panel", json={"external_id": target, "consent": True})
-    assert again.status_code == 201 and again.get_json()["user"]["participant_code"] != code
+    assert again.status_code == 403 and again.get_json()["error"] == "panel_id_closed"
 
 
 def test_erasure_needs_the_admin_role(app, make_participant):

@@ -93,3 +93,29 @@ def test_six_identical_posts_at_once_store_one_message_and_one_reply(app, chatti
     assert len({body["message"]["id"] for _, body in answers}) == 1
     assert len({body["reply"]["id"] for _, body in answers}) == 1
     assert _count(app, "user") == 1 and _count(app, "assistant") == 1
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered", "unanswered"])
+def test_a_repeat_after_withdrawal_is_refused_like_a_new_message(app, chatting, answered):
+    """Issue 28 item 7: the replay path checks the participant's status and the task's phase."""
+    runtime = app.extensions["memory_lab"]
+    working = runtime.llm
+    if not answered:
+        runtime.llm = LLMService([DownModel()], on_failure=runtime.record_failure)
+    body = {"content": "我养了一只猫。", "idempotency_key": "k-withdrawn"}
+    assert chatting.post("/api/tasks/T1/messages", json=body).status_code == (201 if answered else 503)
+    runtime.llm = working
+    assert chatting.post("/api/me/withdraw", json={"confirm": True, "erase": False}).status_code == 200
+    again = chatting.post("/api/tasks/T1/messages", json=body)
+    assert again.status_code == 403 and again.get_json()["error"] == "withdrawn"
+    assert _count(app, "assistant") == (1 if answered else 0)  # no reply made for a withdrawn participant
+
+
+def test_a_repeat_after_the_chat_closed_is_refused_like_a_new_message(app, chatting, clock, study):
+    body = {"content": "我养了一只猫。", "idempotency_key": "k-closed"}
+    assert chatting.post("/api/tasks/T1/messages", json=body).status_code == 201
+    clock.advance(study.timing.min_active_seconds)
+    while chatting.post("/api/tasks/T1/finish").status_code != 200:
+        clock.advance(study.timing.idle_gap_seconds - 1)
+    again = chatting.post("/api/tasks/T1/messages", json=body)
+    assert again.status_code == 409 and again.get_json()["error"] == "task_phase_questionnaire"

@@ -23,6 +23,7 @@ def settings(settings):
             for task_id in ("T1", "T2", "T3", "T4")}},
         "payments": {"currency": "GBP", "per_task": {"T1": 1.5, "T2": 2.0, "T3": 2.0, "T4": 2.5},
                      "completion_bonus": 3.0},
+        "registration": {"password": True},  # password accounts beside the panel's (issue 28 item 1)
     })
     return settings
 
@@ -78,7 +79,7 @@ def test_the_entry_page_reads_the_study_files_parameter(app, client):
 
 def test_completion_code_and_redirect_after_the_questionnaire(app, clock, study):
     api, _ = _panel(app)
-    result = walk_task(api, clock, "T1", ["你好，我来自 Prolific。", "我喜欢爬山。", "周末见。"], study=study)
+    result = walk_task(api, clock, "T1", ["你好，我来自 Prolific。", "我喜欢去爬山。", "我们周末再见。"], study=study)
     assert result["completion"] == {
         "completion_code": "C1WAVE1", "redirect_url": "https://app.prolific.com/submissions/complete?cc=C1WAVE1",
         "incomplete": False}
@@ -177,7 +178,7 @@ def test_quality_fields_are_stored_with_the_message(app, make_participant):
 
 def test_payments_sheet_and_panel_upload(app, clock, study, admin_client, make_participant):
     panel_api, _ = _panel(app)
-    walk_task(panel_api, clock, "T1", ["一次任务。", "第二条。", "第三条。"], study=study)
+    walk_task(panel_api, clock, "T1", ["这是第一次任务。", "这是第二条消息。", "这是第三条消息。"], study=study)
     make_participant("nobody_owed")
     sheet = list(csv.DictReader(io.StringIO(admin_client.get("/api/admin/payments.csv").get_data(as_text=True))))
     by_id = {row["external_id"]: row for row in sheet}
@@ -189,14 +190,14 @@ def test_payments_sheet_and_panel_upload(app, clock, study, admin_client, make_p
     assert upload == f"{PROLIFIC_ID},1.50\r\n"
     for task_id in ("T2", "T3", "T4"):
         clock.advance(days=16)
-        walk_task(panel_api, clock, task_id, ["继续。", "还有。", "好的。"], study=study)
+        walk_task(panel_api, clock, task_id, ["我们继续聊天吧。", "我还有事想说。", "好的，下次再聊。"], study=study)
     upload = admin_client.get("/api/admin/payments.csv?upload=1").get_data(as_text=True)
     assert upload == f"{PROLIFIC_ID},11.00\r\n"  # 1.5 + 2 + 2 + 2.5 + bonus 3
 
 
 def test_payments_cli(app, clock, study, tmp_path):
     api, _ = _panel(app)
-    walk_task(api, clock, "T1", ["一次任务。", "第二条。", "第三条。"], study=study)
+    walk_task(api, clock, "T1", ["这是第一次任务。", "这是第二条消息。", "这是第三条消息。"], study=study)
     out = tmp_path / "pay.csv"
     result = app.test_cli_runner().invoke(args=["payments", "--out", str(out), "--upload"])
     assert result.exit_code == 0, result.output

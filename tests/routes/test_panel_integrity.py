@@ -68,11 +68,16 @@ def test_a_second_browser_with_a_known_id_is_refused_reads_nothing_and_is_audite
     with _runtime(app).db.Session() as session:
         user = session.scalar(select(User).where(User.external_id == PID))
         audits = session.scalars(select(AuditLog).where(AuditLog.action == "panel_reentry_refused")).all()
-        assert [a.target_user_id for a in audits] == [user.id, user.id]
-        outcomes = session.scalars(select(PanelEntry.outcome).order_by(PanelEntry.id)).all()
-        assert outcomes == ["created", "refused", "refused"]
+        # issue 28 item 9: stored apart, never under the participant the id names
+        assert [a.target_user_id for a in audits] == [None, None]
+        assert all("participant_code" not in a.details for a in audits)
+        entries = session.execute(select(PanelEntry.outcome, PanelEntry.user_id).order_by(PanelEntry.id)).all()
+        assert [tuple(e) for e in entries] == [("created", user.id), ("refused", None), ("refused", None)]
+        victim = user.id
     integrity = admin_client.get("/api/admin/participants").get_json()["integrity"]
     assert integrity["panel_entries"]["refused"] == 2 and integrity["panel_entries"]["created"] == 1
+    record = admin_client.get(f"/api/admin/participants/{victim}").get_data(as_text=True)
+    assert "panel_reentry_refused" not in record
 
 
 def test_the_device_cookie_is_long_lived_httponly_lax_and_only_its_hash_is_stored(app):

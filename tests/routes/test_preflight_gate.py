@@ -148,3 +148,15 @@ def test_the_export_manifest_carries_the_latest_report(app, clock, passed):
     assert entry["report"]["id"] == report_id and entry["report"]["passed"] is passed
     assert entry["study_hash"] == preflight_gate.study_hash(runtime.study)
     assert entry["report"]["checks"]["manipulation"]["verdict"] == ("passed" if passed else "failed")
+
+
+@pytest.mark.postgres
+def test_the_gate_stops_new_enrolment_only_and_says_so(app, client, clock):
+    """Issue 28 item 11: REQUIRE_PREFLIGHT never shuts out a participant who is already taking part."""
+    assert _panel(client, "returning_participant_1").status_code == 201
+    _require(app)
+    back = _panel(client, "returning_participant_1")  # the same browser: its device cookie
+    assert back.status_code == 200 and back.get_json()["created"] is False
+    new = _panel(type(client)(app.test_client()), "brand_new_participant_1")
+    assert new.status_code == 503 and new.get_json()["error"] == "study_not_open"
+    assert "new participants" in new.get_json()["message"] and "already taking part" in new.get_json()["message"]

@@ -98,7 +98,9 @@ def test_simultaneous_retries_of_one_message_store_one_reply(app, make_participa
                          for c in clones(app, api, 4)])
     statuses = Counter(r.status_code for r in responses)
     assert statuses == {201: 1, 409: 3}, [r.get_json() for r in responses]
-    assert {r.get_json()["error"] for r in responses if r.status_code == 409} == {"already_answered"}
+    # the first retry claims the reply (issue 28 item 13); one arriving after it stored the reply: answered
+    assert {r.get_json()["error"] for r in responses if r.status_code == 409} <= {"reply_in_progress",
+                                                                                    "already_answered"}
     assert count(app, Message, Message.reply_to_id == message_id) == 1
 
 

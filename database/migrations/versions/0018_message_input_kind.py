@@ -3,13 +3,13 @@ and the input / composition events counted while writing it, so text from an inp
 not judged by key presses (issue 28 item 4)
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0018'
-down_revision = '0016'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 

@@ -41,6 +41,22 @@ class ApiError(RuntimeError):
         self.payload = payload
 
 
+MAX_WAIT_SECONDS = 3600.0  # a limit per hour says so; a bot waits it out
+
+
+def retry_wait(headers: Any, payload: dict[str, Any]) -> float:
+    """How long a refusal (429, 503) says to wait: its Retry-After, which the server keeps equal to the body's
+    ``retry_after_seconds`` (read when the header is missing); 1 s when neither says, at most an hour."""
+    raw = headers.get("Retry-After") if headers is not None else None
+    if raw is None:
+        raw = (payload.get("details") or {}).get("retry_after_seconds") if isinstance(payload, dict) else None
+    try:
+        seconds = float(raw) if raw is not None else 1.0
+    except (TypeError, ValueError):
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_WAIT_SECONDS)
+
+
 class HttpClient:
     """A browser-like JSON client: cookie session, CSRF header on POST, waits out 429s."""
 
@@ -65,10 +81,10 @@ class HttpClient:
                     status, raw, headers = response.status, response.read(), response.headers
             except urllib.error.HTTPError as exc:
                 status, raw, headers = exc.code, exc.read(), exc.headers
-            if status == 429:
-                time.sleep(float(headers.get("Retry-After") or 1))
-                continue
             payload = json.loads(raw) if raw and "json" in (headers.get("Content-Type") or "") else {}
+            if status == 429:
+                time.sleep(retry_wait(headers, payload))
+                continue
             if isinstance(payload, dict) and payload.get("csrf_token"):
                 self.csrf = payload["csrf_token"]  # login and registration start a new session
             return status, payload
@@ -161,7 +177,7 @@ class Bot:
             if status != 503:
                 break
             details = payload.get("details", {})
-            time.sleep(min(float(details.get("retry_after_seconds") or 2), 30.0))
+            time.sleep(min(retry_wait(None, payload), 30.0))  # the body's value, which Retry-After repeats
             if details.get("message_id"):  # stored: ask for its reply
                 status, payload = self.client.call(
                     "POST", f"/api/tasks/{task_id}/messages/{details['message_id']}/reply")
