@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the tests need beyond the Python packages: Debian's chromium (browser tests), PostgreSQL (database
-# tests), and axe-core from npm (the accessibility scan, tests/browser/test_accessibility.py) in the
-# project-local, untracked .cache/axe. Installs only what is missing; needs root (or passwordless sudo) for
+# tests), HAProxy (its configuration check), and axe-core from npm (the accessibility scan,
+# tests/browser/test_accessibility.py) in the project-local, untracked .cache/axe. Installs only what is missing; needs root (or passwordless sudo) for
 # apt-get. Nothing is downloaded when the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ fi
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)  # `haproxy -c` checks deploy/haproxy.cfg (small package)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

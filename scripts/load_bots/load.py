@@ -148,7 +148,8 @@ class Client:
         for name, value in response.getheaders():
             if name.lower() == "set-cookie" and value.startswith("session="):
                 self.cookie = value.split(";", 1)[0]
-            elif name.lower() == "retry-after" and value.isdigit():
+            elif name.lower() == "retry-after" and value.isdigit() and response.status in (429, 503):
+                # (the rate limiter's headers carry a Retry-After on every answer: the window's reset, not a wait)
                 self.retry_after = float(value)
         return response
 
