@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections import Counter
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,12 +78,15 @@ def stored_reminders(stack: Stack) -> dict[str, int]:
 
 
 def register_idle(base: str, count: int) -> None:
+    """Participants who enter through the panel's link (so the webhook channel can reach them by their panel
+    id) and never start T1: it falls overdue two study days later and each is reminded once."""
+    import secrets
+
     from scripts.load_bots.load import Client
 
-    for index in range(count):
+    for _ in range(count):
         client = Client(base)
         client.call("GET", "/api/auth/csrf")
-        status, body = client.call("POST", "/api/auth/register", {
-            "username": f"idle{index:03d}x{int(time.time()) % 100000}", "password": "idle-password-1", "consent": True})
+        status, body = client.call("POST", "/api/auth/panel", {"external_id": secrets.token_hex(12), "consent": True})
         if status != 201:
-            raise SystemExit(f"two-hosts: an idle participant could not register: {status} {body}")
+            raise SystemExit(f"two-hosts: an idle participant could not enter: {status} {body}")
