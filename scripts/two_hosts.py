@@ -3,8 +3,8 @@ PostgreSQL, pgbouncer and HAProxy first; `make two-hosts`):
 
     scripts/two_hosts.sh up                      # the stack, until Ctrl-C or --max-seconds; prints its addresses
     scripts/two_hosts.sh up --restart-dead 20    # ... and start a host that died again 20 s later (as systemd)
-    scripts/two_hosts.sh kill   --participants 600 --kill-at 60 --down-for 30     # load, kill -9 a host midway
-    scripts/two_hosts.sh rolling --participants 600 --restart-at 40               # load, restart both in turn
+    scripts/two_hosts.sh kill --participants 600 --kill-at 10 --down-for 10   # load; kill -9 a host midway
+    scripts/two_hosts.sh rolling --participants 600 --restart-at 5            # load; restart both in turn
 
 One PostgreSQL, pgbouncer in transaction mode (deploy/pgbouncer.ini), two `make serve` instances on
 127.0.0.1:18101 and :18102 sharing SECRET_KEY, HAProxy (deploy/haproxy.cfg) on 127.0.0.1:18100 checking
@@ -45,13 +45,13 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--workers", type=int, default=2, help="make serve workers per host")
     parser.add_argument("--workdir", help="logs and the database's files (default: a new temporary directory)")
     parser.add_argument("--restart-dead", type=float, help="up: start a host that died again after this many s")
-    parser.add_argument("--kill-at", type=float, default=60.0, help="kill: seconds into the chat phase")
-    parser.add_argument("--down-for", type=float, default=30.0, help="kill: seconds before the host is started")
-    parser.add_argument("--restart-at", type=float, default=40.0, help="rolling: seconds into the chat phase")
+    parser.add_argument("--kill-at", type=float, default=10.0, help="kill: seconds into the chat phase")
+    parser.add_argument("--down-for", type=float, default=10.0, help="kill: seconds before the host is started")
+    parser.add_argument("--restart-at", type=float, default=5.0, help="rolling: seconds into the chat phase")
     parser.add_argument("--idle", type=int, default=20,
                         help="kill/rolling: participants who register and never start T1, so that it falls overdue "
                              "(two study days) and each is reminded once, by whichever host leads the scheduler")
-    parser.add_argument("--pilot-day-seconds", type=float, default=60.0,
+    parser.add_argument("--pilot-day-seconds", type=float, default=120.0,
                         help="kill/rolling: short study days, so that tasks fall overdue and reminders are due mid-run")
     return parser.parse_known_args(argv)
 
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 OPENAI_CHAT_MODEL="loopback", CONSOLIDATION_PROVIDERS="offline", EMBEDDING_PROVIDER="offline",
                 LLM_TIMEOUT_SECONDS="60", PILOT_DAY_SECONDS=str(ours.pilot_day_seconds), PILOT_TIMER_SCALE="1",
                 REMINDERS_ENABLED="1", REMINDER_CHANNELS="webhook", SCHEDULER_REMINDER_SECONDS="5",
+                # jobs every 5 s: the scheduler lease is then 15 s (45 s by default), so the surviving host
+                # takes the jobs over while the killed one is still down
+                SCHEDULER_SWEEP_SECONDS="5", SCHEDULER_OVERDUE_SECONDS="5", SCHEDULER_ANSWER_SECONDS="5",
                 REMINDER_WEBHOOK_URL=f"http://127.0.0.1:{WEBHOOK_PORT}/remind",
                 PUBLIC_BASE_URL=stack.balancer_url)
         stack.start()

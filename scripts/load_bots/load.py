@@ -157,7 +157,10 @@ class Client:
              headers: dict[str, str] | None = None) -> tuple[int, dict]:
         response = self._send(method, path, body, "application/json", headers)
         raw = response.read()
-        payload = json.loads(raw) if raw else {}
+        try:
+            payload = json.loads(raw) if raw else {}
+        except ValueError:  # not the platform's JSON (a proxy's own page): the status says what happened
+            payload = {"error": "not_json", "body": raw[:200].decode("utf-8", "replace")}
         if isinstance(payload, dict) and payload.get("csrf_token"):
             self.token = payload["csrf_token"]
         return response.status, payload
