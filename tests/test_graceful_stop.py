@@ -20,7 +20,7 @@ from database.models import Message
 from tests.test_server_start import ROOT, Browserless, _sse, free_port, wait_until_up
 from tests.wire_servers import Latency, OpenAIWireServer
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # a real `make serve` process: ~20 s
 
 DRAIN = 2.0
 MODEL = Latency(first_token=0.5, tokens=40, tokens_per_second=8.0)  # a 5.5 s streamed reply
