@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: run serve test venv dev system-test-deps lint bench clean-venv docs lock
+.PHONY: run serve two-hosts two-hosts-kill two-hosts-rolling test venv dev system-test-deps lint bench clean-venv docs lock
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,17 @@ run: venv
 ## make serve: production mode: gunicorn worker processes on PostgreSQL (DATABASE_URL and SECRET_KEY required)
 serve: venv
 	$(PY) scripts/serve.py
+
+## make two-hosts: PostgreSQL + pgbouncer, two `make serve` hosts and HAProxy (deploy/) on 127.0.0.1, until Ctrl-C
+two-hosts: venv
+	bash scripts/two_hosts.sh up
+
+## make two-hosts-kill / two-hosts-rolling: 600 participants through the balancer; kill -9 a host midway / restart both
+two-hosts-kill: venv
+	bash scripts/two_hosts.sh kill --participants 600 --register-over 200 --messages 4 --think 10
+
+two-hosts-rolling: venv
+	bash scripts/two_hosts.sh rolling --participants 600 --register-over 200 --messages 4 --think 10
 
 ## make test: dev requirements, headless Chromium and PostgreSQL (Debian packages), then the whole suite
 test: dev system-test-deps

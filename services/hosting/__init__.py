@@ -6,5 +6,6 @@ May import: ``services.platform``, ``services.text``, ``services.llm``, ``servic
 ``services.memory`` (the condition registry).
 
 Public names: ``runtime`` (``Runtime``, ``build_runtime``), ``serving`` (``ServingConfig``,
-``connection_budget``, ``production_problems``, ``warm_up``).
+``connection_budget``, ``production_problems``, ``warm_up``), ``drain`` (``DRAIN``, ``readiness``: `/readyz` and
+the graceful stop of `make serve`).
 """
