@@ -6,21 +6,23 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: run serve test venv dev system-test-deps lint bench clean-venv docs
+.PHONY: run serve two-hosts two-hosts-kill two-hosts-rolling test venv dev system-test-deps lint bench clean-venv docs lock
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Then the project itself, editable, so scripts import app/config/database/services/routes from any
-# directory. No build isolation: setuptools comes pinned from requirements.txt, nothing is downloaded.
-$(VENV)/.installed: requirements.txt pyproject.toml $(VENV)/bin/python
-	$(PY) -m pip install -q -r requirements.txt
+# The packages come from the lock files (every package, transitive ones too, at one version; `make lock`
+# regenerates them from requirements.txt / requirements-dev.txt). Then the project itself, editable, so scripts
+# import app/config/database/services/routes from any directory. No build isolation: setuptools comes pinned from
+# the lock, nothing is downloaded.
+$(VENV)/.installed: requirements.lock pyproject.toml $(VENV)/bin/python
+	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.dev-installed: requirements.txt requirements-dev.txt $(VENV)/.installed
-	$(PY) -m pip install -q -r requirements-dev.txt
+$(VENV)/.dev-installed: requirements-dev.lock $(VENV)/.installed
+	$(PY) -m pip install -q -r requirements-dev.lock
 	touch $@
 
 venv: $(VENV)/.installed
@@ -34,6 +36,17 @@ run: venv
 ## make serve: production mode: gunicorn worker processes on PostgreSQL (DATABASE_URL and SECRET_KEY required)
 serve: venv
 	$(PY) scripts/serve.py
+
+## make two-hosts: PostgreSQL + pgbouncer, two `make serve` hosts and HAProxy (deploy/) on 127.0.0.1, until Ctrl-C
+two-hosts: venv
+	bash scripts/two_hosts.sh up
+
+## make two-hosts-kill / two-hosts-rolling: 600 participants through the balancer; kill -9 a host midway / restart both
+two-hosts-kill: venv
+	bash scripts/two_hosts.sh kill --participants 600 --register-over 200 --messages 4 --think 10
+
+two-hosts-rolling: venv
+	bash scripts/two_hosts.sh rolling --participants 600 --register-over 200 --messages 4 --think 10
 
 ## make test: dev requirements, headless Chromium and PostgreSQL (Debian packages), then the whole suite
 test: dev system-test-deps
@@ -51,6 +64,13 @@ lint: dev
 ## make docs: the reference documentation (docs/, mkdocs.yml) built with --strict into .cache/site
 docs: dev
 	$(VENV)/bin/mkdocs build --strict --quiet
+
+## make lock: resolve requirements.txt and requirements-dev.txt into the pinned lock files the installs read
+LOCK_FLAGS := -q --strip-extras --no-emit-index-url --no-emit-find-links --allow-unsafe
+lock: $(VENV)/bin/python
+	$(PY) -m pip install -q pip-tools==7.6.2
+	$(VENV)/bin/pip-compile $(LOCK_FLAGS) -o requirements.lock requirements.txt
+	$(VENV)/bin/pip-compile $(LOCK_FLAGS) --constraint requirements.lock -o requirements-dev.lock requirements-dev.txt
 
 bench: dev
 	$(PY) scripts/bench_recall.py

@@ -71,9 +71,17 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _non_negative(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = (env.get(name) or "").strip()
+    value = float(raw) if raw else default
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
 def serving_from_env(environ: Mapping[str, str] | None = None) -> ServingConfig:
     """The web server's settings (WEB_*, DB_POOL_*, DB_MAX_OVERFLOW, DB_PREPARED_STATEMENTS, PROXY_HOPS,
-    WEB_HOSTS, DB_MAX_CONNECTIONS): scripts/serve.py reads them before any app exists."""
+    WEB_HOSTS, DB_MAX_CONNECTIONS, DRAIN_SECONDS): scripts/serve.py reads them before any app exists."""
     env = os.environ if environ is None else environ
     d = ServingConfig()
     return ServingConfig(
@@ -88,6 +96,7 @@ def serving_from_env(environ: Mapping[str, str] | None = None) -> ServingConfig:
         db_prepared_statements=(env.get("DB_PREPARED_STATEMENTS") or "1").strip().lower() not in ("0", "false"),
         proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
         max_connections=_int(env, "DB_MAX_CONNECTIONS", 0) if (env.get("DB_MAX_CONNECTIONS") or "").strip() else None,
+        drain_seconds=_non_negative(env, "DRAIN_SECONDS", d.drain_seconds),
     )
 
 

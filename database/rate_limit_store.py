@@ -11,6 +11,10 @@ Registered under the URI scheme ``memlab-db://``; the engine comes in the storag
 row is reused for its next window; rows whose window ended are deleted as the store writes (at most
 once per ``SWEEP_SECONDS`` per process), so the table holds only the current windows.
 
+The response's X-RateLimit headers need the window's count and end right after the request's own
+increment: ``incr`` returns both (one statement) and keeps them for the rest of the request (in
+``flask.g``), so ``get``/``get_expiry`` answer the headers without a second and third round trip.
+
 What a key holds: flask-limiter's ``LIMITER/<subject>/<endpoint>/<amount>/<multiples>/<granularity>``,
 the subject being an address, ``user:<login cookie id>``, or ``login_subject(name)``: a digest of an
 account name, never the name itself. A key that is too long for the column or holds a character the
@@ -24,6 +28,7 @@ import logging
 import time
 from typing import Any
 
+from flask import g, has_request_context
 from limits.storage import Storage
 from sqlalchemy import case, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -68,6 +73,18 @@ def forget_account(engine: Engine, *, user_id: int, username: str) -> int:
             | key.contains(f"/user:{user_id}.", autoescape=True))).rowcount or 0
 
 
+def _remember(key: str, count: int, expires_at: float) -> None:
+    """Keep an increment's result for the rest of this request (nothing outside a request)."""
+    if has_request_context():
+        g.setdefault("_rate_limit_windows", {})[key] = (count, expires_at)
+
+
+def _seen(key: str) -> tuple[int, float] | None:
+    if not has_request_context():
+        return None
+    return g.get("_rate_limit_windows", {}).get(key)
+
+
 class DatabaseRateLimitStorage(Storage):
     """Fixed-window counters (``incr``/``get``/``get_expiry``) in ``rate_limit_counters``."""
 
@@ -88,7 +105,8 @@ class DatabaseRateLimitStorage(Storage):
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """Add ``amount`` to the key's window, starting a new window of ``expiry`` seconds when the
-        old one has ended; one statement, so concurrent requests in any process never lose a count."""
+        old one has ended; one statement, so concurrent requests in any process never lose a count.
+        The new count and the window's end are kept for this request's headers (``_seen``)."""
         now = time.time()
         ended = _TABLE.c.expires_at <= now
         statement = self._insert(_TABLE).values(key=stored_key(key), count=amount, expires_at=now + expiry)
@@ -96,9 +114,11 @@ class DatabaseRateLimitStorage(Storage):
             index_elements=[_TABLE.c.key],
             set_={"count": case((ended, amount), else_=_TABLE.c.count + amount),
                   "expires_at": case((ended, now + expiry), else_=_TABLE.c.expires_at)},
-        ).returning(_TABLE.c.count)
+        ).returning(_TABLE.c.count, _TABLE.c.expires_at)
         with self.engine.begin() as connection:
-            count = int(connection.execute(statement).scalar_one())
+            row = connection.execute(statement).one()
+        count = int(row.count)
+        _remember(key, count, float(row.expires_at))
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_SECONDS
             self.delete_expired(now)
@@ -112,7 +132,11 @@ class DatabaseRateLimitStorage(Storage):
 
     def _row(self, key: str) -> tuple[int, float] | None:
         """The key's current window; None (no count known) also when the database cannot answer now:
-        these reads fill the response's X-RateLimit headers, which must not fail a request already served."""
+        these reads fill the response's X-RateLimit headers, which must not fail a request already served.
+        After this request's own ``incr`` of the key, what that returned (no database read)."""
+        seen = _seen(key)
+        if seen is not None:
+            return seen if seen[1] > time.time() else None
         try:
             with self.engine.connect() as connection:
                 row = connection.execute(select(_TABLE.c.count, _TABLE.c.expires_at)

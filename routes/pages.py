@@ -8,6 +8,7 @@ from flask import Blueprint, current_app, send_from_directory
 from sqlalchemy import text
 
 from routes.access import db_session, ok, runtime, staff_permission
+from services.hosting.drain import readiness
 from services.text.languages import LANGUAGES
 
 bp = Blueprint("pages", __name__)
@@ -62,5 +63,18 @@ def study_facts():
 
 @bp.get("/healthz")
 def health():
+    """Liveness: the process answers and its database does (a draining instance is still alive)."""
     db_session().execute(text("SELECT 1"))
     return ok({"ok": True})
+
+
+@bp.get("/readyz")
+def ready():
+    """Readiness, for a load balancer's health check: 200 only when this instance can reach the database and
+    is not draining (a SIGTERM was received: services.hosting.drain); 503 with the reason otherwise."""
+    is_ready, reason = readiness(runtime())
+    response, status = ok({"ready": is_ready, "reason": reason}, 200 if is_ready else 503)
+    response.headers["Cache-Control"] = "no-store"
+    if not is_ready:
+        response.headers["Retry-After"] = "5"
+    return response, status

@@ -3,6 +3,7 @@ profiled with cProfile on the process's CPU clock (waiting for the model or the 
 
     python scripts/profile_reply.py --database-url postgresql+psycopg://memlab@127.0.0.1/memlab_profile
     python scripts/profile_reply.py --messages 200 --top 30
+    python scripts/profile_reply.py --messages 100 --cpu-only --tokens-per-second 400   # tokens one by one
 
 The path is the one `make serve` takes, minus gunicorn: the loopback OpenAI-compatible model the load
 test uses (scripts/load_bots/load.py, here with no latency), rate limits counted in the database, half the
@@ -85,10 +86,11 @@ def _count_database_work(runtime) -> Counter:
     return counts
 
 
-def profile(database_url: str, messages: int, top: int, per_participant: int, *, profiled: bool = True) -> str:
+def profile(database_url: str, messages: int, top: int, per_participant: int, *, profiled: bool = True,
+            tokens_per_second: float = 1e6) -> str:
     from scripts.load_bots.load import ModelServer
 
-    model = ModelServer({"first_token": 0.0, "tokens": 88, "tokens_per_second": 1e6})
+    model = ModelServer({"first_token": 0.0, "tokens": 88, "tokens_per_second": tokens_per_second})
     try:
         app = _app(database_url, model.url)
         warm = _participant(app)
@@ -128,11 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-participant", type=int, default=4, help="messages from each participant")
     parser.add_argument("--top", type=int, default=25, help="functions listed per ordering")
     parser.add_argument("--cpu-only", action="store_true", help="measure CPU per reply without the profiler's cost")
+    parser.add_argument("--tokens-per-second", type=float, default=1e6,
+                        help="the model's pace: by default the 88 tokens come at once; at a real pace (e.g. 400) "
+                             "each token is its own network read and its own work in the app, as in a class")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memory-lab-profile-") as workdir:
         url = args.database_url or f"sqlite:///{Path(workdir) / 'profile.db'}"
         print(profile(url, max(1, min(args.messages, 1000)), args.top, max(1, args.per_participant),
-                      profiled=not args.cpu_only))
+                      profiled=not args.cpu_only, tokens_per_second=args.tokens_per_second))
     return 0
 
 

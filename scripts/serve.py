@@ -13,7 +13,9 @@ session cookie is ``Secure`` unless ``SESSION_COOKIE_SECURE=0`` (plain-HTTP lab 
 Before any worker starts, this process applies migrations, checks the embedder pin and
 creates the first admin (printing its password once). Each worker then builds its own app
 (engine, thread pools, scheduler); the ``scheduler`` lease lets exactly one of them run the
-scheduler's jobs, on this host or another. Threads, connection limits and timeouts:
+scheduler's jobs, on this host or another. SIGTERM drains before it stops (DRAIN_SECONDS, default 5:
+``/readyz`` answers 503 so a load balancer stops sending, then gunicorn's graceful stop; services/hosting/drain.py).
+Threads, connection limits and timeouts:
 services/hosting/serving.py; the reverse proxy in front: README, "Several hosts".
 """
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 import config  # loads .env before the environment is checked
+from services.hosting.drain import DRAIN
 from services.hosting.serving import (
     ServingConfig,
     allowed_connections,
@@ -60,6 +64,20 @@ def _prepare(serving: ServingConfig) -> str | None:
 
 def build_application(serving: ServingConfig, bind: str):
     from gunicorn.app.base import BaseApplication
+    from gunicorn.arbiter import Arbiter
+
+    class DrainingArbiter(Arbiter):
+        """SIGTERM drains first (services.hosting.drain): /readyz turns 503 in every worker at once, the
+        workers keep serving for ``serving.drain_seconds`` while the balancer takes this instance out, and only
+        then does gunicorn's graceful stop begin (no new connections; requests in flight finish)."""
+
+        def handle_term(self):
+            drain = serving.drain_seconds
+            if drain and not DRAIN.draining:
+                DRAIN.start()
+                self.log.info("SIGTERM: draining for %g s (/readyz answers 503), then a graceful stop", drain)
+                time.sleep(drain)
+            raise StopIteration
 
     class ProductionServer(BaseApplication):
         def load_config(self) -> None:
@@ -76,6 +94,10 @@ def build_application(serving: ServingConfig, bind: str):
 
                 start_scheduler(app)  # in every worker; the scheduler lease picks the one that runs jobs
             return app
+
+        def run(self):
+            DRAIN.share()  # before the workers are forked: they read the flag the main process sets
+            DrainingArbiter(self).run()
 
     return ProductionServer()
 

@@ -33,6 +33,10 @@ MAX_PARTICIPANTS = 1000
 # again with its idempotency key, this many times in all: the server stores it once and answers it once
 SEND_ATTEMPTS = 5
 MAX_MESSAGES = 20
+# sent again after Retry-After: 503 (back-pressure), and a load balancer's 502/504 (the host it chose went away
+# mid-request: the message, if stored, is answered once under its idempotency key)
+RETRYABLE = (502, 503, 504)
+SLOW_SECONDS = 20.0
 TEXTS = ["你好，我最近在准备考试，压力有点大。", "我晚上经常睡不好，有什么建议吗？", "我喜欢跑步，但是最近没有时间。",
          "我对海鲜过敏，周末想请朋友吃饭。", "我在考虑换一份工作，你觉得要注意什么？", "谢谢，你说的很有帮助。"]
 
@@ -144,7 +148,8 @@ class Client:
         for name, value in response.getheaders():
             if name.lower() == "set-cookie" and value.startswith("session="):
                 self.cookie = value.split(";", 1)[0]
-            elif name.lower() == "retry-after" and value.isdigit():
+            elif name.lower() == "retry-after" and value.isdigit() and response.status in (429, 503):
+                # (the rate limiter's headers carry a Retry-After on every answer: the window's reset, not a wait)
                 self.retry_after = float(value)
         return response
 
@@ -152,7 +157,10 @@ class Client:
              headers: dict[str, str] | None = None) -> tuple[int, dict]:
         response = self._send(method, path, body, "application/json", headers)
         raw = response.read()
-        payload = json.loads(raw) if raw else {}
+        try:
+            payload = json.loads(raw) if raw else {}
+        except ValueError:  # not the platform's JSON (a proxy's own page): the status says what happened
+            payload = {"error": "not_json", "body": raw[:200].decode("utf-8", "replace")}
         if isinstance(payload, dict) and payload.get("csrf_token"):
             self.token = payload["csrf_token"]
         return response.status, payload
@@ -198,6 +206,7 @@ class Results:
     replies: int = 0
     retried: int = 0  # messages sent again (same idempotency key) after a 503, an error event or a cut
     retry_causes: Counter = field(default_factory=Counter)  # what each resend answered (not errors: retried)
+    slow: list[dict] = field(default_factory=list)  # the first messages that took over SLOW_SECONDS, attempt by attempt
 
     def retry(self, cause: str) -> None:
         with self.lock:
@@ -273,9 +282,9 @@ class Bot:
         """POST; a 503 (back-pressure: nothing was saved) is sent again after its Retry-After."""
         for attempt in range(SEND_ATTEMPTS):
             status, answer = self.client.call("POST", path, body)
-            if status != 503 or attempt == SEND_ATTEMPTS - 1:
+            if status not in RETRYABLE or attempt == SEND_ATTEMPTS - 1:
                 return status, answer
-            self.results.retry(f"{what}:503")
+            self.results.retry(f"{what}:{status}")
             time.sleep(self.client.retry_after or 2.0)
         return status, answer
 
@@ -286,6 +295,7 @@ class Bot:
         self.results.add(sent=1)
         started = time.monotonic()
         acknowledged = ok = False
+        trace = []  # (seconds since the first attempt, what the attempt got), for the slowest messages
         for attempt in range(SEND_ATTEMPTS):
             if attempt:
                 self.results.add(retried=1)
@@ -295,12 +305,16 @@ class Bot:
             except (OSError, http.client.HTTPException) as exc:  # a cut connection: the answer is lost
                 self.client.conn = None
                 self.results.retry(f"{path}:{type(exc).__name__}")
+                trace.append((round(time.monotonic() - started, 1), type(exc).__name__))
                 continue
+            trace.append((round(time.monotonic() - started, 1), status if ok or path == "json" else f"{status}:cut"))
             acknowledged = acknowledged or stored
-            if ok or status not in (200, 201, 503):
+            if ok or status not in (200, 201, *RETRYABLE):
                 break
             self.results.retry(f"{path}:{status}")
         elapsed = time.monotonic() - started
+        if elapsed > SLOW_SECONDS and len(self.results.slow) < 30:
+            self.results.slow.append({"path": path, "seconds": round(elapsed, 1), "attempts": trace})
         self.results.add(acknowledged=int(acknowledged), replies=int(ok))
         if ok:
             with self.results.lock:
@@ -323,6 +337,9 @@ class Bot:
         if names and names[-1] == "error":
             self.client.retry_after = events[-1][1].get("retry_after_seconds")
             return 503, False, "message" in names
+        if not names or names[-1] != "reply":  # cut short (the host went away): this connection is done
+            self.client.conn.close()
+            self.client.conn = None
         return status, bool(names) and names[-1] == "reply", "message" in names
 
 
@@ -468,13 +485,22 @@ def report(args, results: Results, model_seconds: list[float], stored: dict[str,
                      "stored": stored, "lost": lost},
         "platform_cpu_seconds": cpu, "machine": load, "wall_seconds": round(wall, 1),
         "overhead_by_10s_of_chat": by_window(results.timeline, model_time),
+        "slowest_messages": results.slow,
     }
 
 
-def run(args) -> dict[str, Any]:
-    latency = {"first_token": args.first_token, "tokens": args.tokens, "tokens_per_second": args.tokens_per_second}
-    model = ModelServer(latency)
+def model_latency(args) -> dict[str, float]:
+    return {"first_token": args.first_token, "tokens": args.tokens, "tokens_per_second": args.tokens_per_second}
+
+
+def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict[str, Any]:
+    """The load run. ``model``: the loopback model when the caller started it (scripts/two_hosts.py, whose hosts
+    need its address first); ``during_chat``: called in a thread of its own when the chat phase begins (the
+    two-host run kills and restarts a host there), returning ``[(phase name, monotonic start), ...]`` by which
+    the report splits the overhead."""
+    model = model or ModelServer(model_latency(args))
     proc = None
+    chaos = Chaos(during_chat)
     workdir = Path(tempfile.mkdtemp(prefix="memory-lab-load-"))
     try:
         if args.base_url:
@@ -492,6 +518,7 @@ def run(args) -> dict[str, Any]:
             marks["chat_started"] = time.monotonic()
             if proc is not None:
                 marks["cpu_at_chat"] = process_tree_cpu_seconds(proc.pid)
+            chaos.begin()
 
         ready = threading.Barrier(args.participants, action=class_ready)
         bots = [Bot(i, args, base, prefix, results, ready, deadline) for i in range(args.participants)]
@@ -505,6 +532,7 @@ def run(args) -> dict[str, Any]:
             thread.start()
         for thread in threads:
             thread.join(max(0.1, deadline + 30 - time.monotonic()))
+        chaos.join(max(0.1, deadline + 60 - time.monotonic()))
         wall = time.monotonic() - started
         load = sampler.stop()
         cpu = None
@@ -530,4 +558,47 @@ def run(args) -> dict[str, Any]:
             print(f"the run's files (SQLite, server.log) are in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    return report(args, results, model_seconds, stored, load, wall, cpu)
+    return report(args, results, model_seconds, stored, load, wall, cpu) | chaos.report(
+        results.timeline, args.first_token + args.tokens / args.tokens_per_second)
+
+
+class Chaos:
+    """What happens to the platform during the chat phase (a host killed, restarted), in a thread of its own."""
+
+    def __init__(self, action: Any = None) -> None:
+        self.action = action  # None: nothing happens
+        self.phases: list[tuple[str, float]] = []
+        self.failed: str | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.phases = self.action()
+        except BaseException as exc:  # noqa: BLE001 - reported, and the bots finish regardless
+            self.failed = repr(exc)
+
+    def begin(self) -> None:
+        if self.action is not None:
+            self.thread.start()
+
+    def join(self, bound: float) -> None:
+        if self.thread.is_alive():
+            self.thread.join(bound)
+
+    def report(self, timeline: list[tuple[float, float]], model_time: float) -> dict[str, Any]:
+        if self.action is None:
+            return {}
+        out: dict[str, Any] = {"overhead_by_phase": by_phase(timeline, self.phases, model_time)}
+        if self.failed:
+            out["chaos_failed"] = self.failed
+        return out
+
+
+def by_phase(timeline: list[tuple[float, float]], phases: list[tuple[str, float]], model_time: float) -> dict:
+    """Overhead p50/p95 of the messages sent in each phase (before the kill, while a host is down, after)."""
+    out = {}
+    for i, (name, begins) in enumerate(phases):
+        ends = phases[i + 1][1] if i + 1 < len(phases) else float("inf")
+        values = [latency - model_time for sent, latency in timeline if begins <= sent < ends]
+        out[name] = {k: v for k, v in summary(values).items() if k in ("n", "p50", "p95", "max")}
+    return out

@@ -6,5 +6,6 @@ May import: ``services.platform``, ``services.text``, ``services.llm``, ``servic
 ``services.memory`` (the condition registry).
 
 Public names: ``runtime`` (``Runtime``, ``build_runtime``), ``serving`` (``connection_budget``,
-``production_problems``, ``warm_up``; ``ServingConfig`` itself is part of ``services.study.settings``).
+``production_problems``, ``warm_up``; ``ServingConfig`` itself is part of ``services.study.settings``), ``drain``
+(``DRAIN``, ``readiness``: `/readyz` and the graceful stop of `make serve`).
 """

@@ -52,6 +52,9 @@ class ServingConfig:
     db_prepared_statements: bool = True  # off behind pgbouncer < 1.21 in transaction mode
     # DB_MAX_CONNECTIONS: what the deployment may use (a pooler's max_client_conn); None: ask the server
     max_connections: int | None = None
+    # DRAIN_SECONDS: on SIGTERM, make serve answers /readyz 503 this long before its graceful stop
+    # (services.hosting.drain)
+    drain_seconds: float = 5.0
 
     def waitress_options(self) -> dict[str, object]:
         return {

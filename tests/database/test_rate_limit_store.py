@@ -159,3 +159,25 @@ def test_a_login_name_the_database_cannot_store_is_refused_before_it_is_counted(
         assert not any("visible" in key.lower() for key in keys)
     finally:
         app.extensions["memory_lab"].db.dispose()
+
+
+def test_within_a_request_the_headers_come_from_the_increment_without_a_read(stores):
+    from flask import Flask
+    from sqlalchemy import event
+
+    a, b = stores
+    statements: list[str] = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(a.engine, "before_cursor_execute", listener)
+    try:
+        with Flask(__name__).test_request_context("/"):
+            assert a.incr("user:7/messages", 60) == 1
+            counted = len(statements)
+            assert a.get("user:7/messages") == 1 and a.get_expiry("user:7/messages") > 0
+            assert len(statements) == counted  # the response's headers: no second or third round trip
+            assert b.incr("user:7/messages", 60) == 2  # another process (or request) counts on
+        with Flask(__name__).test_request_context("/"):  # the next request reads the database again
+            assert a.get("user:7/messages") == 2
+    finally:
+        event.remove(a.engine, "before_cursor_execute", listener)
+    assert a.get("user:7/messages") == 2  # outside any request: read from the database

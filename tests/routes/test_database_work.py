@@ -17,13 +17,14 @@ from tests.routes.test_connection_pool import _settings
 pytestmark = pytest.mark.postgres
 
 # L1 (no memory of earlier tasks): the chat path alone, without a condition's own reads. Per message:
-# the login's user read, the rate-limit count and its two reads for the response's headers, the idempotency
-# key look-up, the running task, the participant lock, the message and its two activity updates; then the
-# reply's assignment and history reads, the participant lock and the reply.
-STATEMENTS = 14
-# the login's read, the rate-limit count, the message, each rate-limit header read, the reply's prompt
-# (read before the model answers) and the reply (stored after): no connection is held across the model
-CHECKOUTS = 7
+# the login's user read, the rate-limit count (which also returns what the response's X-RateLimit headers
+# show: no read of its own for them), the idempotency key look-up, the running task, the participant lock,
+# the message and its two activity updates; then the reply's assignment and history reads, the participant
+# lock and the reply.
+STATEMENTS = 12
+# the login's read, the rate-limit count, the message, the reply's prompt (read before the model answers)
+# and the reply (stored after): no connection is held across the model, none taken for the headers
+CHECKOUTS = 5
 
 
 @pytest.fixture
@@ -90,3 +91,5 @@ def test_a_message_and_its_reply_stay_within_their_statements_and_checkouts(serv
         assert sum("users.username" in s for s in rows) == 1, rows
         assert sum("task_sessions.attempt" in s for s in rows) == 1, rows
         assert not any("WHERE messages.id =" in s for s in rows), rows
+        # the headers come from the count's own RETURNING: no read of rate_limit_counters after it
+        assert not any("FROM rate_limit_counters" in s for s in rows), rows
