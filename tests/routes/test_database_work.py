@@ -21,7 +21,9 @@ pytestmark = pytest.mark.postgres
 # show: no read of its own for them), the idempotency key look-up, the running task, the participant lock,
 # the message and its two activity updates; then the reply's assignment and history reads, the participant
 # lock and the reply.
-STATEMENTS = 12
+# Plus one since issue 28: the participant's earlier messages of the task, read before the message is stored, so
+# a near-duplicate is flagged and not counted towards the minimum engagement (services.participants.quality).
+STATEMENTS = 13
 # the login's read, the rate-limit count, the message, the reply's prompt (read before the model answers)
 # and the reply (stored after): no connection is held across the model, none taken for the headers
 CHECKOUTS = 5
