@@ -34,7 +34,7 @@ from routes.access import (
     release_db_session,
 )
 from services.hosting.runtime import build_runtime
-from services.hosting.serving import rate_limits, warm_up
+from services.hosting.serving import warm_up
 from services.llm.chain import LLMService
 from services.participants.account_service import session_user
 from services.platform.backpressure import BACKPRESSURE, retry_after
@@ -63,12 +63,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
         WTF_CSRF_TIME_LIMIT=None,  # a participant's page stays open for a whole task
         WTF_CSRF_HEADERS=["X-CSRFToken", "X-CSRF-Token"],
         RATELIMIT_ENABLED=settings.rate_limits_enabled,
-        MEMORY_LAB_RATE_LIMITS=rate_limits(),
+        MEMORY_LAB_RATE_LIMITS=settings.rate_limits,
         JSON_AS_ASCII=False,
     )
     http_safety.install(app)
     app.url_map.converters["id"] = DbIdConverter
-    _trust_proxies(app)
+    _trust_proxies(app, settings.serving.proxy_hops)
     runtime = build_runtime(settings, clock=clock, llm=llm)
     if embedder is not None:
         runtime.embedder = embedder
@@ -135,12 +135,9 @@ def _warn_about_allowlist(runtime: Any) -> None:
         log.warning("%s: no new panel participant can enter until it is fixed", exc)
 
 
-def _trust_proxies(app: Flask) -> None:
+def _trust_proxies(app: Flask, hops: int) -> None:
     """Behind PROXY_HOPS reverse proxies the client's address and scheme come from X-Forwarded-*
     (per-address rate limits would otherwise see every participant as the proxy)."""
-    from services.hosting.serving import ServingConfig
-
-    hops = ServingConfig.from_env().proxy_hops
     if hops:
         from werkzeug.middleware.proxy_fix import ProxyFix
 
@@ -435,7 +432,8 @@ def configure_console_logging(environ: dict[str, str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin is noise
     logging.getLogger("apscheduler").setLevel(level)
-    logging.getLogger("services.operations.scheduler").setLevel(level)
+    for jobs in ("scheduler", "overdue", "reminders"):
+        logging.getLogger(f"services.operations.{jobs}").setLevel(level)
 
 
 def check_time_scale_on_start(app: Flask) -> None:
@@ -488,9 +486,9 @@ def _serve() -> int:
     bootstrap_admin_once(app)  # last before serving, so nothing scrolls it away
     from waitress import serve
 
-    from services.hosting.serving import ServingConfig, raise_open_file_limit
+    from services.hosting.serving import raise_open_file_limit
 
-    serving = ServingConfig.from_env()
+    serving = settings.serving
     raise_open_file_limit(serving.connection_limit)
     serve(app, host=host, port=port, **serving.waitress_options())  # returns on Ctrl-C (waitress catches it)
     print("AI Memory Lab stopped.", flush=True)

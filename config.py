@@ -1,26 +1,27 @@
-"""Settings from the environment.
+"""Settings from the environment: the one place it is read (with app.py's and the scripts' own command lines).
 
-``Settings`` holds deployment facts read from environment variables (or an
-untracked ``.env`` file): database URL, secrets, provider chain, pilot mode,
-and the study definition in use - loaded and validated once by
-``services.study.definition.load_study`` from ``data/study/default_study.json`` and the
-file named in ``STUDY_CONFIG``.
+``Settings.from_env`` reads the environment variables (or an untracked ``.env`` file) once into the typed
+``services.study.settings.Settings``: database URL, secrets, provider chain, pilot mode, the scheduler, reminders,
+serving and rate limits, and the study definition in use - loaded and validated once by
+``services.study.definition.load_study`` from ``data/study/default_study.json`` and the file named in
+``STUDY_CONFIG``. Services receive that object (or the typed values they need); nothing under services/ reads
+the environment (scripts/check_layers.py refuses it).
 """
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from services.study.definition import Study, load_study
+from services.platform.clock import SECONDS_PER_DAY
+from services.study import settings
+from services.study.definition import load_study
+from services.study.settings import RATE_LIMIT_DEFAULTS, ReminderConfig, ServingConfig
 
 BASE_DIR = Path(__file__).resolve().parent
 DATA_DIR = BASE_DIR / "data"
-SECONDS_PER_DAY = 86400
-CONSOLIDATION_LEASE_SECONDS = 900.0  # a consolidation run that stopped without finishing holds its task this long
-PILOT_CONSOLIDATION_LEASE_FLOOR = 60.0  # ... scaled by pilot time, but never below a slow model's run
 
 try:  # secrets may come from an untracked .env file; the environment wins
     from dotenv import load_dotenv
@@ -56,10 +57,101 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
-def _check_reminder_links(env: Any, public_base_url: str | None) -> None:
+def _truthy(raw: str | None) -> bool:
+    return (raw or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+def _non_negative(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = (env.get(name) or "").strip()
+    value = float(raw) if raw else default
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+def serving_from_env(environ: Mapping[str, str] | None = None) -> ServingConfig:
+    """The web server's settings (WEB_*, DB_POOL_*, DB_MAX_OVERFLOW, DB_PREPARED_STATEMENTS, PROXY_HOPS,
+    WEB_HOSTS, DB_MAX_CONNECTIONS, DRAIN_SECONDS): scripts/serve.py reads them before any app exists."""
+    env = os.environ if environ is None else environ
+    d = ServingConfig()
+    return ServingConfig(
+        threads=max(1, _int(env, "WEB_THREADS", d.threads)),
+        connection_limit=max(10, _int(env, "WEB_CONNECTION_LIMIT", d.connection_limit)),
+        idle_timeout=max(1, _int(env, "WEB_IDLE_TIMEOUT", d.idle_timeout)),
+        workers=max(1, _int(env, "WEB_WORKERS", d.workers)),
+        db_pool_size=max(1, _int(env, "DB_POOL_SIZE", d.db_pool_size)),
+        db_max_overflow=_int(env, "DB_MAX_OVERFLOW", d.db_max_overflow),
+        db_pool_timeout=max(1, _int(env, "DB_POOL_TIMEOUT", d.db_pool_timeout)),
+        hosts=max(1, _int(env, "WEB_HOSTS", d.hosts)),
+        db_prepared_statements=(env.get("DB_PREPARED_STATEMENTS") or "1").strip().lower() not in ("0", "false"),
+        proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
+        max_connections=_int(env, "DB_MAX_CONNECTIONS", 0) if (env.get("DB_MAX_CONNECTIONS") or "").strip() else None,
+        drain_seconds=_non_negative(env, "DRAIN_SECONDS", d.drain_seconds),
+    )
+
+
+def reminders_from_env(environ: Mapping[str, str] | None = None) -> ReminderConfig:
+    """Reminders (services.operations.reminders): REMINDERS_ENABLED, SMTP_*, REMINDER_*."""
+    env = os.environ if environ is None else environ
+    return ReminderConfig(
+        enabled=_truthy(env.get("REMINDERS_ENABLED")),
+        smtp_host=env.get("SMTP_HOST", "localhost"),
+        smtp_port=int(env.get("SMTP_PORT", "25")),
+        smtp_user=env.get("SMTP_USER") or None,
+        smtp_password=env.get("SMTP_PASSWORD") or None,
+        starttls=_truthy(env.get("SMTP_STARTTLS")),
+        sender=env.get("REMINDER_FROM", "memory-lab@localhost"),
+        contacts_path=env.get("REMINDER_CONTACTS") or None,
+        digest_to=env.get("REMINDER_DIGEST_TO") or None,
+        resend_hours=float(env.get("REMINDER_RESEND_HOURS", "24")),
+        base_url=env.get("REMINDER_BASE_URL") or None,
+        channels=tuple(c.strip() for c in env.get("REMINDER_CHANNELS", "email").split(",") if c.strip()),
+        webhook_url=env.get("REMINDER_WEBHOOK_URL") or None,
+        webhook_token=env.get("REMINDER_WEBHOOK_TOKEN") or None,
+        webhook_timeout=float(env.get("REMINDER_WEBHOOK_TIMEOUT", "10")),
+    )
+
+
+def rate_limits_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The rate limits (flask-limiter strings such as "1000 per hour", RATE_LIMIT_*), checked here."""
+    from limits import parse_many
+
+    env = os.environ if environ is None else environ
+    chosen = {}
+    for name, (variable, default) in RATE_LIMIT_DEFAULTS.items():
+        value = (env.get(variable) or "").strip() or default
+        try:
+            parse_many(value)
+        except ValueError as exc:
+            raise ValueError(f"{variable}={value!r} is not a rate limit such as '1000 per hour': {exc}") from exc
+        chosen[name] = value
+    return chosen
+
+
+# the scheduler's jobs and the variable that sets each one's interval (services.operations.scheduler.job_intervals)
+SCHEDULER_INTERVALS = {"consolidation_sweep": "SCHEDULER_SWEEP_SECONDS", "mark_overdue": "SCHEDULER_OVERDUE_SECONDS",
+                       "send_reminders": "SCHEDULER_REMINDER_SECONDS", "answer_unanswered": "SCHEDULER_ANSWER_SECONDS"}
+
+
+def scheduler_intervals_from_env(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    env = os.environ if environ is None else environ
+    return {job: float(env[variable]) for job, variable in SCHEDULER_INTERVALS.items() if env.get(variable)}
+
+
+def _check_reminder_links(reminders: ReminderConfig, public_base_url: str | None) -> None:
     """Reminders without a base URL could carry no personal link, and panel participants have no password
     to log in with: refuse to start rather than send reminders nobody can act on."""
-    if _env_bool("REMINDERS_ENABLED", False) and not (public_base_url or env.get("REMINDER_BASE_URL")):
+    if reminders.enabled and not (public_base_url or reminders.base_url):
         raise ValueError("REMINDERS_ENABLED=1 needs PUBLIC_BASE_URL (the address participants reach the study at, "
                          "e.g. https://study.example.org): every reminder carries a personal link built from it, "
                          "and panel participants have no password to log in with otherwise. Set PUBLIC_BASE_URL "
@@ -71,94 +163,8 @@ def _check_reminder_links(env: Any, public_base_url: str | None) -> None:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class Settings:
-    database_url: str = ""
-    secret_key: str = ""
-    testing: bool = False
-    # Pilot mode: one study day lasts this many real seconds (86400 = real time).
-    day_seconds: float = SECONDS_PER_DAY
-    # Pilot mode compresses task timers like days unless PILOT_TIMER_SCALE says otherwise
-    # (e.g. 0.1: a 900 s task lasts 90 s, so a person can walk through a pilot in the browser).
-    pilot_timer_scale: float | None = None
-    language: str = "zh"
-    llm_providers: list[str] = field(default_factory=lambda: ["offline"])
-    consolidation_providers: list[str] | None = None
-    embedding_provider: str = "offline"
-    dashscope_api_key: str | None = None
-    dashscope_base_url: str | None = None
-    dashscope_chat_model: str = "qwen-plus"
-    dashscope_embedding_model: str = "text-embedding-v3"
-    openai_api_key: str | None = None
-    openai_base_url: str | None = None
-    openai_chat_model: str = "deepseek-chat"
-    openai_embedding_model: str = "text-embedding-3-small"
-    llm_timeout_seconds: float = 30.0
-    llm_max_retries: int = 2
-    llm_temperature: float = 0.7
-    llm_max_tokens: int = 600
-    scheduler_enabled: bool = True
-    consolidate_inline: bool = False  # tests: run consolidation synchronously after the response
-    assignment_seed: int | None = None
-    rate_limits_enabled: bool = True
-    # where rate-limit counters live: "memory" (per process; make run) or "database" (shared by every
-    # process and host; make serve)
-    rate_limit_storage: str = "memory"
-    cookie_secure: bool = False  # set SESSION_COOKIE_SECURE=1 when served over HTTPS
-    # the address participants reach the study at, for return links sent by reminders
-    # (pages use the address the request came to when this is unset)
-    public_base_url: str | None = None
-    # PUBLIC_HOSTS=study.example.org,lab.example.org:8443: without PUBLIC_BASE_URL, the only hosts (besides
-    # localhost) personal links may be built from; a request to any other Host gets no link (issue 28 item 10)
-    public_hosts: tuple[str, ...] = ()
-    # Fernet key for participants' contact details (services.participants.contacts); unset: none are stored
-    contact_encryption_key: str | None = None
-    # seconds a SQLite write waits for a lock before the request answers 503 "not saved, try again"
-    db_busy_timeout_seconds: float = 10.0
-    # the lab's CSV of expected panel ids (exported from the panel); unset: any well-formed id may enter
-    panel_allowlist_path: str | None = None
-    run_migrations_on_start: bool = True
-    # ALLOW_TIME_SCALE_CHANGE=1: start although the database was run under another PILOT_DAY_SECONDS
-    # (services.platform.time_scale records the change in the audit log); refused otherwise
-    allow_time_scale_change: bool = False
-    # CONSOLIDATION_LEASE_SECONDS: how long a consolidation run that died holds its task (default 900 s; in pilot
-    # mode scaled with the day, at least 60 s)
-    consolidation_lease_seconds: float | None = None
-    # TASK_START_CONSOLIDATION_WAIT_SECONDS: starting a task first runs (or waits for) the consolidation of the
-    # participant's earlier tasks, at most this long (0: never wait)
-    task_start_consolidation_wait_seconds: float = 5.0
-    # REQUIRE_PREFLIGHT=1: new enrolment (registration, a new panel id) answers 503 study_not_open until a passing
-    # pre-flight report exists for the current study definition (flask --app app preflight); returning
-    # participants are never stopped
-    require_preflight: bool = False
-    # STUDY_REFRESH_SECONDS: how often a process checks for a newly published study version (one small query)
-    study_refresh_seconds: float = 2.0
-    study: Study = field(default_factory=load_study)
-
-    @property
-    def consolidation_lease(self) -> float:
-        """Real seconds a consolidation run's claim lasts without finishing (CONSOLIDATION_LEASE_SECONDS)."""
-        if self.consolidation_lease_seconds is not None:
-            return self.consolidation_lease_seconds
-        if self.pilot_mode:
-            return max(PILOT_CONSOLIDATION_LEASE_FLOOR, CONSOLIDATION_LEASE_SECONDS * self.time_scale)
-        return CONSOLIDATION_LEASE_SECONDS
-
-    @property
-    def time_scale(self) -> float:
-        """Real seconds per study second: 1.0 normally, N/86400 in pilot mode."""
-        return self.day_seconds / SECONDS_PER_DAY
-
-    @property
-    def timer_scale(self) -> float:
-        """Real seconds per study second for task timers."""
-        if self.pilot_mode and self.pilot_timer_scale is not None:
-            return self.pilot_timer_scale
-        return self.time_scale
-
-    @property
-    def pilot_mode(self) -> bool:
-        return self.day_seconds != SECONDS_PER_DAY
+class Settings(settings.Settings):
+    """The settings of this process, read from its environment (services receive the base type)."""
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -204,9 +210,15 @@ class Settings:
             task_start_consolidation_wait_seconds=_env_float("TASK_START_CONSOLIDATION_WAIT_SECONDS", 5.0),
             require_preflight=_env_bool("REQUIRE_PREFLIGHT", False),
             study_refresh_seconds=_env_float("STUDY_REFRESH_SECONDS", 2.0),
+            scheduler_intervals=scheduler_intervals_from_env(),
+            reminders=reminders_from_env(),
+            serving=serving_from_env(),
+            rate_limits=rate_limits_from_env(),
         )
         values.update(overrides)
-        _check_reminder_links(os.environ, values["public_base_url"])
+        if "study" not in values:
+            values["study"] = load_study(os.environ.get("STUDY_CONFIG") or None)
+        _check_reminder_links(values["reminders"], values["public_base_url"])
         if values["panel_allowlist_path"] and not Path(values["panel_allowlist_path"]).is_file():
             raise ValueError(f"PANEL_ALLOWLIST={values['panel_allowlist_path']} is not a readable file (the "
                              "lab's CSV of expected panel ids)")

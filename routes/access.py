@@ -170,7 +170,7 @@ def limit_retry_after() -> int:
 
 
 def configured_limit(name: str):
-    """A limit set in the environment (services.hosting.serving.RATE_LIMIT_DEFAULTS), read per request."""
+    """A limit set in the environment (services.study.settings.RATE_LIMIT_DEFAULTS), read per request."""
     return lambda: current_app.config["MEMORY_LAB_RATE_LIMITS"][name]
 
 

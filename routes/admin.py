@@ -9,7 +9,7 @@ from services.chat.chat_service import task_service
 from services.operations import admin_service, preview
 from services.participants import erasure_service, panel_service
 from services.platform.clock import utc_iso
-from services.research import preflight
+from services.study import preflight_gate
 
 bp = Blueprint("admin", __name__, url_prefix="/api/admin")
 
@@ -42,7 +42,7 @@ def participants():
 def preflight_status():
     """The latest pre-flight report and its state for the current study definition (the console's banner)."""
     rt = runtime()
-    return ok({"preflight": preflight.preflight_status(db_session(), rt.settings, rt.embedder.model)})
+    return ok({"preflight": preflight_gate.preflight_status(db_session(), rt.settings, rt.embedder.model)})
 
 
 @bp.get("/participants/<id:user_id>")

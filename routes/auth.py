@@ -20,7 +20,7 @@ from routes.access import (
 from services.participants import account_service, staff
 from services.participants.input_checks import check_json_text
 from services.platform.errors import BadInput
-from services.research import preflight
+from services.study import preflight_gate
 from services.text.languages import LANGUAGES
 
 bp = Blueprint("auth", __name__, url_prefix="/api/auth")
@@ -78,7 +78,7 @@ def csrf():
 def register():
     data = json_body()
     rt = runtime()
-    preflight.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
+    preflight_gate.require_open(db_session(), rt.settings)  # REQUIRE_PREFLIGHT: 503 study_not_open until verified
     user = account_service.register(
         db_session(), username=data.get("username"), password=data.get("password"), consent=data.get("consent"),
         language=data.get("language"), study=rt.study, clock=rt.clock, seed=rt.settings.assignment_seed,

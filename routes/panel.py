@@ -1,9 +1,7 @@
 """Panel entry, personal return links and contact details (participants; issue 12)."""
 from __future__ import annotations
 
-from html import escape
-
-from flask import Blueprint, Response, current_app, redirect, request, send_from_directory
+from flask import Blueprint, Response, current_app, redirect, render_template, request, send_from_directory
 from flask_login import current_user, login_user, logout_user
 from flask_wtf.csrf import generate_csrf
 
@@ -22,28 +20,17 @@ from services.chat.chat_service import task_service
 from services.participants import account_service, contacts, panel_service
 from services.platform.clock import parse_utc_iso, utc_iso
 from services.platform.errors import BadInput, NotFound
-from services.research import preflight
+from services.study import preflight_gate
 from services.text.languages import LANGUAGES
 
 bp = Blueprint("panel", __name__)
 
-PAGE = """<!doctype html>
-<html lang="zh-CN"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><link rel="stylesheet" href="/static/css/base.css"></head>
-<body><main class="page"><section class="card narrow"><h1>{title}</h1><p class="notice error" role="alert">{zh}</p>
-<p lang="en">{en}</p><p><a href="/#/login">登录 / Log in</a></p></section></main></body></html>"""
-
 
 def _message_page(status: int, title: str, zh: str, en: str) -> Response:
-    html = PAGE.format(title=escape(title), zh=escape(zh), en=escape(en))
+    """A page in both languages saying why a link cannot be used (templates/panel_message.html)."""
+    html = render_template("panel_message.html", title=title, zh=zh, en=en)
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
-
-ONE_LANGUAGE_PAGE = """<!doctype html>
-<html lang="{lang}"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><link rel="stylesheet" href="/static/css/base.css"></head>
-<body><main class="page"><section class="card narrow"><h1>{title}</h1><p class="notice error" role="alert">{text}</p>
-{extra}</section></main></body></html>"""
 
 CLOSED_TEXT = {
     "zh": ("无法再参加", "这个参与者编号不能再参加本研究。", "请回到招募平台，提交这个代码：", "返回招募平台"),
@@ -67,13 +54,9 @@ def _closed_page() -> Response:
     lang = page_language()
     title, text, code_note, back = CLOSED_TEXT[lang]
     details = panel_service.full_details(runtime().study)
-    extra = ""
-    if details["completion_code"]:
-        extra += f'<p>{escape(code_note)} <strong class="code">{escape(details["completion_code"])}</strong></p>'
-    if details["redirect_url"]:
-        extra += f'<p><a class="button" href="{escape(details["redirect_url"])}">{escape(back)}</a></p>'
-    html = ONE_LANGUAGE_PAGE.format(lang="zh-CN" if lang == "zh" else "en", title=escape(title), text=escape(text),
-                                    extra=extra)
+    html = render_template("panel_closed.html", lang="zh-CN" if lang == "zh" else "en", title=title, text=text,
+                           code_note=code_note, code=details["completion_code"], back=back,
+                           back_url=details["redirect_url"])
     return Response(html, status=403, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
@@ -136,7 +119,7 @@ def panel_login():
         language=data.get("language"), params=data.get("session"), entrant=_entrant(), study=rt.study,
         clock=rt.clock, seed=rt.settings.assignment_seed, secret=rt.settings.secret_key,
         # REQUIRE_PREFLIGHT: a new id gets 503 study_not_open until verified; returning participants never do
-        gate=lambda: preflight.require_open(db_session(), rt.settings))
+        gate=lambda: preflight_gate.require_open(db_session(), rt.settings))
     login_user(entered.user)
     response, status = ok({"user": user_view(entered.user), "created": entered.created,
                            "csrf_token": generate_csrf()}, 201 if entered.created else 200)
@@ -156,12 +139,9 @@ def _switch_page(token: str) -> Response:
     """Someone else is signed in here: ask before the link switches the login and the device binding."""
     lang = current_user.language if current_user.language in LANGUAGES else page_language()
     title, text, go, stay = SWITCH_TEXT[lang]
-    extra = (f'<form method="post" action="/r/{escape(token)}"><input type="hidden" name="csrf_token" '
-             f'value="{escape(generate_csrf())}"><button type="submit">{escape(go)}</button> '
-             f'<a class="button secondary" href="/#/tasks">{escape(stay)}</a></form>')
-    html = ONE_LANGUAGE_PAGE.format(lang="zh-CN" if lang == "zh" else "en", title=escape(title),
-                                    text=escape(text.format(code=current_user.participant_code or "admin")),
-                                    extra=extra)
+    html = render_template("panel_switch.html", lang="zh-CN" if lang == "zh" else "en", title=title,
+                           text=text.format(code=current_user.participant_code or "admin"), token=token,
+                           csrf_token=generate_csrf(), go=go, stay=stay)
     return Response(html, status=200, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 

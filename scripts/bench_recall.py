@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=300)
     args = parser.parse_args(argv)
-    study = load_study()
+    study = load_study(os.environ.get("STUDY_CONFIG"))
     # The default preset: the calibrated relevance model on the hybrid retriever's scores, as deployed.
     params = study.memory.recall
     with tempfile.TemporaryDirectory() as tmp:

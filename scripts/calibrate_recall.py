@@ -31,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-from config import SECONDS_PER_DAY
+from config import SECONDS_PER_DAY, Settings
 from services.research.recall_calibration import calibrate, configured_embedder, preset_dict, write_preset
 from services.research.recall_calibration_fit import CV_FOLDS, DEFAULT_FEATURES
 from services.research.recall_calibration_replay import FEATURE_NAMES
@@ -95,9 +95,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
         parser.error("--bootstrap must be 0 or more")
     if args.folds < 0 or args.folds == 1:
         parser.error("--folds must be 0 (in-sample) or at least 2")
-    embedder = embedder or configured_embedder(args.embedder)
+    if embedder is None:
+        embedder = configured_embedder(Settings.from_env(**({"embedding_provider": args.embedder} if args.embedder
+                                                             else {})))
     try:
-        report = calibrate(load_study(args.study), preset=args.preset, embedder=embedder,
+        study = load_study(args.study or os.environ.get("STUDY_CONFIG"))
+        report = calibrate(study, preset=args.preset, embedder=embedder,
                            day_seconds=args.day_seconds, fit=args.fit,
                            features=tuple(f.strip() for f in args.features.split(",") if f.strip()),
                            resamples=args.bootstrap, folds=args.folds, curve=args.curve,

@@ -6,11 +6,12 @@
 Beyond ../shared/tools/layers.py (cycles, database -> services, condition ids) it checks that every module of
 services/ sits in a package named in the rules (no loose module but __init__.py); that each import from one
 package into another is one the importing package may make; that nothing outside a package named in
-``only_imported_by_itself`` imports it; that routes/ import no package named in ``not_for_routes`` (but the
-``not_for_routes_pending`` imports listed, each of which must still exist); that database/ imports neither
-services nor routes and services/ does not import routes; that no folder holds more than
-``max_modules_per_folder`` modules; and that no script in scripts/ is longer than ``max_script_lines``. Exit 0
-when clean, 1 with the problems.
+``only_imported_by_itself`` imports it; that routes/ import no package named in ``not_for_routes``; that
+database/ imports neither services nor routes and services/ does not import routes; that nothing under services/
+reads the environment (``os.environ``, ``os.getenv``: config.py reads it once); that no folder holds more than
+``max_modules_per_folder`` modules; and that no script in scripts/, in a subfolder or not, is longer than
+``max_script_lines``. Relative imports are resolved first and checked like absolute ones. Exit 0 when clean, 1
+with the problems.
 """
 from __future__ import annotations
 
@@ -24,13 +25,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def imported_names(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, dotted name) of every absolute import in a file, ``from a import b`` giving ``a.b``."""
+def imported_names(path: Path, root: Path) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of every import in a file under ``root``, ``from a import b`` giving ``a.b``; a relative
+    import is resolved against the file's package (``from ..study import x`` in services/memory/m.py giving
+    ``services.study.x``)."""
+    package = list(path.relative_to(root).with_suffix("").parts[:-1])
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            yield from ((node.lineno, f"{module}.{alias.name}" if module else alias.name) for alias in node.names)
+
+
+ENVIRONMENT = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def environment_reads(path: Path) -> Iterator[int]:
+    """Lines of a file that touch the process environment: ``os.environ``, ``os.getenv`` and their kin, or
+    ``from os import environ``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT and isinstance(node.value, ast.Name) \
+                and node.value.id == "os":
+            yield node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                any(alias.name in ENVIRONMENT for alias in node.names):
+            yield node.lineno
 
 
 def package_of(dotted: str) -> str | None:
@@ -55,7 +76,9 @@ def check_imports(root: Path, rules: dict) -> list[str]:
             continue
         module = ".".join(rel.with_suffix("").parts)
         sealed = next((p for p in http_only if module == p or module.startswith(p + ".")), None)
-        for line, name in imported_names(path):
+        problems += [f"{rel}:{line}: services read no environment: take the value from the settings (config.py "
+                     "reads the environment once)" for line in environment_reads(path)]
+        for line, name in imported_names(path, root):
             there = package_of(name)
             if sealed and name.startswith("services.") and not name.startswith(sealed + "."):
                 problems.append(f"{rel}:{line}: {name}: {sealed} speaks HTTP only and imports nothing from services")
@@ -65,28 +88,23 @@ def check_imports(root: Path, rules: dict) -> list[str]:
                 reason = f"only {there} imports {there}" if there in closed else f"{here} may not import {there}"
                 problems.append(f"{rel}:{line}: {name}: {reason}")
     for path in sorted((root / "database").rglob("*.py")) if (root / "database").is_dir() else []:
-        for line, name in imported_names(path):
+        for line, name in imported_names(path, root):
             if name.split(".")[0] in ("services", "routes"):
                 problems.append(f"{path.relative_to(root)}:{line}: database imports {name}")
     return problems + check_routes(root, rules)
 
 
 def check_routes(root: Path, rules: dict) -> list[str]:
-    """routes/ import no package named in ``not_for_routes``, but for the ``not_for_routes_pending`` entries
-    (``"routes/x.py: services.pkg.module"``), each of which must still be there."""
-    closed, pending = set(rules.get("not_for_routes", [])), set(rules.get("not_for_routes_pending", []))
+    """routes/ import no package named in ``not_for_routes``."""
+    closed = set(rules.get("not_for_routes", []))
     if not (root / "routes").is_dir():
         return []
-    problems, seen = [], set()
+    problems = []
     for path in sorted((root / "routes").rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        for line, name in imported_names(path):
+        for line, name in imported_names(path, root):
             if package_of(name) in closed:
-                if f"{rel}: {name}" in pending:
-                    seen.add(f"{rel}: {name}")
-                else:
-                    problems.append(f"{rel}:{line}: {name}: routes serve live requests: no {package_of(name)}")
-    problems += [f"not_for_routes_pending lists {entry!r}, which is gone: drop it" for entry in sorted(pending - seen)]
+                problems.append(f"{rel}:{line}: {name}: routes serve live requests: no {package_of(name)}")
     return problems
 
 
@@ -97,7 +115,7 @@ def check_sizes(root: Path, rules: dict) -> list[str]:
         modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
         if len(modules) > limit:
             problems.append(f"{folder.relative_to(root)}: {len(modules)} modules (at most {limit})")
-    for script in sorted((root / "scripts").glob("*.py")) if (root / "scripts").is_dir() else []:
+    for script in sorted((root / "scripts").rglob("*.py")) if (root / "scripts").is_dir() else []:
         count = len(script.read_text(encoding="utf-8").splitlines())
         if count > lines:
             problems.append(f"{script.relative_to(root)}: {count} lines (a script is an entry point: at most {lines})")

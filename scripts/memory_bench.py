@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from services.research import memory_bench as mb
-from services.research.memory_bench_runs import build_context, fusion_settings, run_locomo, run_memorybank
+from services.research.memory_bench_runs import BenchRun, build_context, fusion_settings, run_locomo, run_memorybank
+from services.study.definition import load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "bench"
@@ -106,10 +108,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    ctx = build_context(args.methods, args.k, args.cache_dir, args.l4_preset, fusion_settings(args))
-    out = run_locomo(args, ctx) if args.dataset == "locomo" else run_memorybank(args, ctx)
+    study = load_study(os.environ.get("STUDY_CONFIG"))
+    fusion = fusion_settings(study, lexical_weight=args.lexical_weight, dense_weight=args.dense_weight,
+                             window=args.fusion_window)
+    ctx = build_context(study, args.methods, args.k, args.cache_dir, args.l4_preset, fusion, progress=log)
+    bench = BenchRun(data=args.data, methods=args.methods, k=args.k, conversations=args.conversations,
+                     limit_qa=args.limit_qa, deployed=args.deployed, deployed_qa=args.deployed_qa,
+                     language=args.language, evidence=args.evidence)
+    out, lines = (run_locomo if args.dataset == "locomo" else run_memorybank)(bench, ctx, progress=log)
+    print("\n".join(lines))
     elapsed = time.perf_counter() - started
     out.update({
         "command": " ".join([".venv/bin/python scripts/memory_bench.py", *sys.argv[1:]]),

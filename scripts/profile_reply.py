@@ -6,7 +6,7 @@ profiled with cProfile on the process's CPU clock (waiting for the model or the 
     python scripts/profile_reply.py --messages 100 --cpu-only --tokens-per-second 400   # tokens one by one
 
 The path is the one `make serve` takes, minus gunicorn: the loopback OpenAI-compatible model the load
-test uses (scripts/load_bots/load.py, here with no latency), rate limits counted in the database, half the
+test uses (scripts/load_bots/servers.py, here with no latency), rate limits counted in the database, half the
 messages over JSON and half streamed (SSE), ``--per-participant`` messages (4, as in the load test) from
 each of as many participants as it takes. Without ``--database-url`` it runs on a fresh SQLite file.
 The report: CPU milliseconds per reply, the SQL statements and pool check-outs per reply (the request
@@ -88,7 +88,7 @@ def _count_database_work(runtime) -> Counter:
 
 def profile(database_url: str, messages: int, top: int, per_participant: int, *, profiled: bool = True,
             tokens_per_second: float = 1e6) -> str:
-    from scripts.load_bots.load import ModelServer
+    from scripts.load_bots.servers import ModelServer
 
     model = ModelServer({"first_token": 0.0, "tokens": 88, "tokens_per_second": tokens_per_second})
     try:

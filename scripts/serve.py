@@ -25,8 +25,8 @@ import os
 import sys
 import time
 
-import config  # noqa: F401 - loads .env before the environment is checked
-from services.hosting.drain import DEFAULT_DRAIN_SECONDS, DRAIN, drain_seconds
+import config  # loads .env before the environment is checked
+from services.hosting.drain import DRAIN
 from services.hosting.serving import (
     ServingConfig,
     allowed_connections,
@@ -48,7 +48,7 @@ def _prepare(serving: ServingConfig) -> str | None:
     app = create_app(settings)
     runtime = app.extensions["memory_lab"]
     try:
-        budget = connection_budget(serving, allowed_connections(runtime.db.engine))
+        budget = connection_budget(serving, allowed_connections(runtime.db.engine, serving.max_connections))
         if budget.problem():
             return budget.problem()
         print(f"make serve: database connections at most {budget.formula()}, of {budget.allowed} allowed", flush=True)
@@ -62,16 +62,17 @@ def _prepare(serving: ServingConfig) -> str | None:
     return None
 
 
-def build_application(serving: ServingConfig, bind: str, drain: float = DEFAULT_DRAIN_SECONDS):
+def build_application(serving: ServingConfig, bind: str):
     from gunicorn.app.base import BaseApplication
     from gunicorn.arbiter import Arbiter
 
     class DrainingArbiter(Arbiter):
         """SIGTERM drains first (services.hosting.drain): /readyz turns 503 in every worker at once, the
-        workers keep serving for ``drain`` seconds while the balancer takes this instance out, and only
+        workers keep serving for ``serving.drain_seconds`` while the balancer takes this instance out, and only
         then does gunicorn's graceful stop begin (no new connections; requests in flight finish)."""
 
         def handle_term(self):
+            drain = serving.drain_seconds
             if drain and not DRAIN.draining:
                 DRAIN.start()
                 self.log.info("SIGTERM: draining for %g s (/readyz answers 503), then a graceful stop", drain)
@@ -102,7 +103,7 @@ def build_application(serving: ServingConfig, bind: str, drain: float = DEFAULT_
 
 
 def main() -> int:
-    problems = production_problems()
+    problems = production_problems(os.environ.get("DATABASE_URL"), os.environ.get("SECRET_KEY"))
     if problems:
         for problem in problems:
             print(f"make serve: {problem}", file=sys.stderr)
@@ -115,7 +116,7 @@ def main() -> int:
     # APScheduler's line per job run buries what matters; which process leads the jobs
     # (services.operations.scheduler, INFO) stays visible here, where several processes share them
     logging.getLogger("apscheduler").setLevel((os.environ.get("SCHEDULER_LOG_LEVEL") or "WARNING").strip().upper())
-    serving = ServingConfig.from_env()
+    serving = config.serving_from_env()
     from services.study.definition import StudyDefinitionError
 
     try:
@@ -131,7 +132,7 @@ def main() -> int:
     print(f"AI Memory Lab (production) on http://{bind}: {serving.workers} worker processes x {serving.threads} "
           f"threads, PostgreSQL, secure cookie {'on' if os.environ['SESSION_COOKIE_SECURE'] != '0' else 'OFF'}",
           flush=True)
-    build_application(serving, bind, drain_seconds()).run()
+    build_application(serving, bind).run()
     return 0
 
 

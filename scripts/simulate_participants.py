@@ -38,6 +38,13 @@ from services.research.bots.client import ApiError
 from services.research.simulation import failed_checks, format_report, run_simulation
 
 
+def _settings(providers: str) -> Settings:
+    """This environment's settings (its STUDY_CONFIG always), with the offline providers unless told otherwise."""
+    if providers == "env":
+        return Settings.from_env()
+    return Settings.from_env(llm_providers=["offline"], consolidation_providers=None, embedding_provider="offline")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-group", type=int, required=True,
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                                 admin_password=args.admin_password,
                                 conditions=args.conditions.split(",") if args.conditions else None,
                                 log=lambda text: print(text, flush=True), make_app=create_app,
-                                settings=Settings.from_env() if args.providers == "env" else None)
+                                settings=_settings(args.providers))
     except (ApiError, RuntimeError, ValueError, OSError) as exc:  # OSError: unreachable server, timeouts
         print(f"simulation failed: {exc}", file=sys.stderr)
         return 2

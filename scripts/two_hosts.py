@@ -9,7 +9,7 @@ PostgreSQL, pgbouncer and HAProxy first; `make two-hosts`):
 One PostgreSQL, pgbouncer in transaction mode (deploy/pgbouncer.ini), two `make serve` instances on
 127.0.0.1:18101 and :18102 sharing SECRET_KEY, HAProxy (deploy/haproxy.cfg) on 127.0.0.1:18100 checking
 each host's /readyz (scripts/load_bots/stack.py). ``kill`` and ``rolling`` drive the load test's bots
-(scripts/load_bots/load.py: a loopback model with real latency, idempotency keys, resends after 502/503/504)
+(scripts/load_bots/: a loopback model with real latency, idempotency keys, resends after 502/503/504)
 through the balancer and count messages sent, acknowledged, stored and answered (read back from PostgreSQL),
 overhead before/while/after, how many processes ran the scheduler's jobs at once, and the reminders the
 hosts' webhook channel sent (to a receiver in this script), each of which must arrive once.
@@ -34,8 +34,10 @@ from scripts.load_bots.hosts_checks import (  # noqa: E402,E501
     scheduler_runs,
     stored_reminders,
 )
-from scripts.load_bots.load import ModelServer, model_latency, run  # noqa: E402
-from scripts.load_bots.stack import Ports, Stack  # noqa: E402
+from scripts.load_bots.load import model_latency, run  # noqa: E402
+from scripts.load_bots.ports import Ports  # noqa: E402
+from scripts.load_bots.servers import ModelServer  # noqa: E402
+from scripts.load_bots.stack import Stack  # noqa: E402
 from scripts.load_test import parse_args as load_args  # noqa: E402
 
 

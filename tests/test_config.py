@@ -19,7 +19,8 @@ def test_study_config_file_replaces_parts_of_the_definition(tmp_path, monkeypatc
                    "instructions": {"zh": "聊", "en": "chat"}, "questionnaire": ["satisfaction"]}],
     }), encoding="utf-8")
     monkeypatch.setenv("STUDY_CONFIG", str(path))
-    study = load_study()
+    assert load_study().enabled_conditions != ("L1", "L4")  # only the entry point reads the environment
+    study = Settings.from_env(database_url="sqlite://", secret_key="x").study
     assert study.enabled_conditions == ("L1", "L4")
     assert study.timing.task_active_seconds == 600
     assert study.timing.idle_gap_seconds == 120  # untouched keys keep their defaults

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from app import create_app
 from database.models import PreflightReport, User
-from services.research import preflight
+from services.study import preflight_gate
 
 L3_AND_L4 = {"enabled_conditions": ["L3", "L4"]}
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
@@ -41,7 +41,7 @@ def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(setti
         # exit 0 exactly when both checks passed; a failed check exits 1 and says which
         assert result.exit_code == (0 if report.passed else 1), result.output
         assert ("pre-flight PASSED" if report.passed else "pre-flight FAILED") in result.output
-        assert report.study_hash == preflight.study_hash(settings.study)
+        assert report.study_hash == preflight_gate.study_hash(settings.study)
         assert report.embedder_model == app.extensions["memory_lab"].embedder.model
         assert report.chat_model == "offline/offline-template-responder"
         calibration, manipulation = report.checks["calibration"], report.checks["manipulation"]
@@ -62,7 +62,7 @@ def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(setti
             assert f"FAILED: {name}" in result.output
         with app.extensions["memory_lab"].db.Session() as session:
             assert session.scalar(select(func.count(User.id))) == 0  # the bots never touched the study's database
-            status = preflight.preflight_status(session, settings, report.embedder_model)
+            status = preflight_gate.preflight_status(session, settings, report.embedder_model)
         assert status["state"] == ("verified" if report.passed else "failed")
         assert status["report"]["id"] == report.id
     finally:
@@ -82,6 +82,6 @@ def test_preflight_refuses_an_embedder_the_preset_was_not_fitted_for(settings, d
         assert "calibrate_recall.py --fit --write-preset" in report.checks["calibration"]["message"]
         assert report.checks["manipulation"]["verdict"] == "not_run"
         with app.extensions["memory_lab"].db.Session() as session:
-            assert preflight.preflight_status(session, mismatched, report.embedder_model)["state"] == "failed"
+            assert preflight_gate.preflight_status(session, mismatched, report.embedder_model)["state"] == "failed"
     finally:
         _close(app)

@@ -6,7 +6,7 @@ import json
 import urllib.request
 
 from scripts.load_bots import hosts_checks
-from scripts.load_bots.load import by_phase
+from scripts.load_bots.measure import by_phase
 
 LINE = "2026-11-28 00:36:{s:02d},123 4242 INFO services.operations.scheduler: scheduler job {job} runs in {holder}\n"
 

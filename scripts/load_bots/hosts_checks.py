@@ -82,7 +82,7 @@ def register_idle(base: str, count: int) -> None:
     id) and never start T1: it falls overdue two study days later and each is reminded once."""
     import secrets
 
-    from scripts.load_bots.load import Client
+    from scripts.load_bots.client import Client
 
     for _ in range(count):
         client = Client(base)

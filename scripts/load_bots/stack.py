@@ -18,34 +18,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts.load_bots.ports import Ports, as_postgres, http_status
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-
-
-@dataclass
-class Ports:
-    """Defaults: the ports this project's two-host run was given (PostgreSQL 25511, the apps 181xx)."""
-
-    postgres: int = 25511
-    pgbouncer: int = 25512
-    balancer: int = 18100
-    stats: int = 18190
-    apps: tuple[int, ...] = (18101, 18102)
-
-
-def _as_postgres(command: list[str]) -> list[str]:
-    """pgbouncer and PostgreSQL refuse to run as root: as the 'postgres' user the Debian package creates."""
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
-def _get(url: str, timeout: float = 2.0) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
 
 
 @dataclass
@@ -107,7 +83,7 @@ class Stack:
             port = int(re.search(r":(\d+)/memlab_test", out).group(1))  # the script may move to a free port
             self.ports.postgres = port
             # pgbouncer cannot pass the lock_timeout the app sends as a startup option: the role carries it
-            subprocess.run(_as_postgres(["psql", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "memlab",
+            subprocess.run(as_postgres(["psql", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "memlab",
                                          "-d", "memlab_test", "-c", "ALTER ROLE memlab SET lock_timeout = '10s'"]),
                            check=True, timeout=30)
             self.note(f"PostgreSQL on 127.0.0.1:{port}")
@@ -126,7 +102,7 @@ class Stack:
         ini = self.workdir / "pgbouncer.ini"
         ini.write_text(text)
         (self.workdir / "userlist.txt").write_text('"memlab" ""\n')
-        self.procs["pgbouncer"] = subprocess.Popen(_as_postgres(["pgbouncer", str(ini)]), cwd=self.workdir,
+        self.procs["pgbouncer"] = subprocess.Popen(as_postgres(["pgbouncer", str(ini)]), cwd=self.workdir,
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self._wait_port(self.ports.pgbouncer, "pgbouncer")
         self.note(f"pgbouncer (transaction mode) on 127.0.0.1:{self.ports.pgbouncer}")
@@ -184,7 +160,7 @@ class Stack:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise SystemExit(f"two-hosts: app{index + 1} stopped; see {self.workdir}/app{index + 1}.log")
-            if _get(self.app_url(index) + "/readyz") == 200:
+            if http_status(self.app_url(index) + "/readyz") == 200:
                 return
             time.sleep(0.3)
         raise SystemExit(f"two-hosts: app{index + 1} was not ready within {bound:g} s")

@@ -5,7 +5,7 @@ database, clock, providers, embedder, background runner) and the serving configu
 May import: ``services.platform``, ``services.text``, ``services.llm``, ``services.recall``, ``services.study``,
 ``services.memory`` (the condition registry).
 
-Public names: ``runtime`` (``Runtime``, ``build_runtime``), ``serving`` (``ServingConfig``,
-``connection_budget``, ``production_problems``, ``warm_up``), ``drain`` (``DRAIN``, ``readiness``: `/readyz` and
-the graceful stop of `make serve`).
+Public names: ``runtime`` (``Runtime``, ``build_runtime``), ``serving`` (``connection_budget``,
+``production_problems``, ``warm_up``; ``ServingConfig`` itself is part of ``services.study.settings``), ``drain``
+(``DRAIN``, ``readiness``: `/readyz` and the graceful stop of `make serve`).
 """

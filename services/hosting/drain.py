@@ -19,22 +19,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import time
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-DEFAULT_DRAIN_SECONDS = 5.0
-
-
-def drain_seconds(environ: dict[str, str] | None = None) -> float:
-    raw = ((os.environ if environ is None else environ).get("DRAIN_SECONDS") or "").strip()
-    value = float(raw) if raw else DEFAULT_DRAIN_SECONDS
-    if value < 0:
-        raise ValueError("DRAIN_SECONDS must not be negative")
-    return value
-
 
 class DrainFlag:
     """Whether this instance is draining: set by the main process, read by every worker."""

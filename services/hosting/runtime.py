@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from config import Settings
 from database.db_manager import BACKGROUND_POOL_SIZE, Database
 from services.llm.chain import LLMService
 from services.llm.embedding_service import EmbeddingProvider, build_embedder, check_embedder_pinned
@@ -18,6 +17,7 @@ from services.platform.background import BackgroundRunner
 from services.platform.clock import Clock
 from services.platform.failure_log import make_failure_recorder
 from services.study.definition import Study
+from services.study.settings import Settings
 from services.study.versions import StudyVersions, pinned_study
 
 
@@ -84,9 +84,7 @@ def build_runtime(settings: Settings, *, clock: Clock | None = None, db: Databas
                   llm: LLMService | None = None) -> Runtime:
     registry.check_study(settings.study)  # before anything is built: a study that cannot run never serves
     if db is None:
-        from services.hosting.serving import ServingConfig
-
-        serving = ServingConfig.from_env()
+        serving = settings.serving
         db = Database(settings.database_url, busy_timeout=settings.db_busy_timeout_seconds,
                       pool_size=serving.db_pool_size, max_overflow=serving.db_max_overflow,
                       pool_timeout=serving.db_pool_timeout, prepared_statements=serving.db_prepared_statements)

@@ -12,94 +12,14 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import resource
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from database.db_manager import BACKGROUND_POOL_SIZE, LEASE_POOL_SIZE
+from services.study.settings import ServingConfig
 
 log = logging.getLogger(__name__)
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value = int(raw)
-    if value < 0:
-        raise ValueError(f"{name} must not be negative")
-    return value
-
-
-@dataclass(frozen=True)
-class ServingConfig:
-    """Web server settings (env vars documented in README, "Serving a class")."""
-
-    threads: int = 256  # per process: replies that can wait for the model at once
-    connection_limit: int = 2000  # open connections per process, idle ones included
-    idle_timeout: int = 30  # seconds an idle keep-alive connection stays open
-    workers: int = 4  # make serve: processes (each with `threads` threads)
-    db_pool_size: int = 10  # per process; PostgreSQL's default max_connections is 100 (connection_budget)
-    db_max_overflow: int = 5
-    db_pool_timeout: int = 10  # seconds a request waits for a pooled connection before a 503
-    proxy_hops: int = 0  # reverse proxies in front that set X-Forwarded-For/-Proto
-    hosts: int = 1  # machines running `make serve` on the same database (the connection budget)
-    db_prepared_statements: bool = True  # off behind pgbouncer < 1.21 in transaction mode
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ServingConfig:
-        env = os.environ if environ is None else environ
-        d = cls()
-        return cls(
-            threads=max(1, _int(env, "WEB_THREADS", d.threads)),
-            connection_limit=max(10, _int(env, "WEB_CONNECTION_LIMIT", d.connection_limit)),
-            idle_timeout=max(1, _int(env, "WEB_IDLE_TIMEOUT", d.idle_timeout)),
-            workers=max(1, _int(env, "WEB_WORKERS", d.workers)),
-            db_pool_size=max(1, _int(env, "DB_POOL_SIZE", d.db_pool_size)),
-            db_max_overflow=_int(env, "DB_MAX_OVERFLOW", d.db_max_overflow),
-            db_pool_timeout=max(1, _int(env, "DB_POOL_TIMEOUT", d.db_pool_timeout)),
-            hosts=max(1, _int(env, "WEB_HOSTS", d.hosts)),
-            db_prepared_statements=(env.get("DB_PREPARED_STATEMENTS") or "1").strip().lower() not in ("0", "false"),
-            proxy_hops=_int(env, "PROXY_HOPS", d.proxy_hops),
-        )
-
-    def waitress_options(self) -> dict[str, object]:
-        return {
-            "threads": self.threads,
-            "connection_limit": self.connection_limit,
-            # waitress's event loop, not a thread, watches idle connections; this closes them
-            "channel_timeout": self.idle_timeout,
-            "cleanup_interval": max(1, min(30, self.idle_timeout // 2)),
-            # select() cannot watch descriptors above 1024; poll() can (2000 connections)
-            "asyncore_use_poll": True,
-            "backlog": 2048,
-            "ident": "ai-memory-lab",
-        }
-
-    def gunicorn_options(self, bind: str) -> dict[str, object]:
-        return {
-            "bind": bind,
-            "workers": self.workers,
-            "worker_class": "gthread",
-            "threads": self.threads,
-            "worker_connections": self.connection_limit,
-            "keepalive": self.idle_timeout,
-            "backlog": 2048,
-            # each worker its own listening socket: the kernel spreads new connections evenly, instead
-            # of the first worker to wake up taking most of a class's long-lived keep-alive connections
-            "reuse_port": True,
-            # a worker whose main loop stops for this long is restarted; requests waiting on the
-            # model do not count (their threads are separate from the loop that heartbeats)
-            "timeout": 60,
-            "graceful_timeout": 30,
-            "preload_app": False,  # each worker builds its own app: engine, pools, scheduler
-            "accesslog": None,
-            "forwarded_allow_ips": "127.0.0.1,::1",
-            # gunicorn's admin socket is a file in $HOME shared by every server on the host; unused here
-            "control_socket_disable": True,
-        }
 
 
 # connections outside the workers' pools: migrations and the first admin in `make serve`'s parent (closed
@@ -143,14 +63,13 @@ def connection_budget(serving: ServingConfig, allowed: int | None = None) -> Con
                             needed=serving.hosts * serving.workers * per_worker + BUDGET_MARGIN, allowed=allowed)
 
 
-def allowed_connections(engine: Any, environ: Mapping[str, str] | None = None) -> int:
-    """What this deployment may use: DB_MAX_CONNECTIONS when set (a pooler's max_client_conn), else the
-    server's max_connections less the connections it keeps for superusers."""
+def allowed_connections(engine: Any, configured: int | None = None) -> int:
+    """What this deployment may use: ``configured`` when given (DB_MAX_CONNECTIONS, a pooler's max_client_conn),
+    else the server's max_connections less the connections it keeps for superusers."""
     from sqlalchemy import text
 
-    env = os.environ if environ is None else environ
-    if (env.get("DB_MAX_CONNECTIONS") or "").strip():
-        return _int(env, "DB_MAX_CONNECTIONS", 0)
+    if configured is not None:
+        return configured
     with engine.connect() as connection:
         total = int(connection.execute(text("SHOW max_connections")).scalar_one())
         reserved = int(connection.execute(text("SHOW superuser_reserved_connections")).scalar_one())
@@ -168,11 +87,10 @@ def raise_open_file_limit(connections: int) -> None:
             log.warning("open-file limit %d is below the %d that %d connections need", new, wanted, connections)
 
 
-def production_problems(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Why this environment cannot run `make serve` (empty when it can)."""
-    env = os.environ if environ is None else environ
+def production_problems(database_url: str | None, secret_key: str | None) -> list[str]:
+    """Why the environment's DATABASE_URL and SECRET_KEY cannot run `make serve` (empty when they can)."""
     problems = []
-    url = env.get("DATABASE_URL", "")
+    url = database_url or ""
     if not url:
         problems.append("DATABASE_URL is not set. make serve runs on PostgreSQL, e.g. "
                         "DATABASE_URL=postgresql+psycopg://memlab:PASSWORD@127.0.0.1/memlab make serve")
@@ -180,45 +98,11 @@ def production_problems(environ: Mapping[str, str] | None = None) -> list[str]:
         problems.append(f"DATABASE_URL is {url.split(':', 1)[0]}:..., but make serve needs PostgreSQL: several "
                         "processes writing one SQLite file queue behind its single writer lock. Use `make run` "
                         "for SQLite (one process), or point DATABASE_URL at PostgreSQL (postgresql+psycopg://...)")
-    if not env.get("SECRET_KEY"):
+    if not secret_key:
         problems.append("SECRET_KEY is not set. In production every process and every host must sign sessions "
                         "with the same key, so it comes from the environment, not a file generated per host. "
                         "Make one with: python3 -c 'import secrets; print(secrets.token_hex(32))'")
     return problems
-
-
-RATE_LIMIT_DEFAULTS = {
-    # A class on a campus network shares one public address: per-address caps on successful
-    # registrations must let a whole cohort in at once (200 within two minutes), while failed
-    # attempts (taken names, bad passwords, missing consent) are capped tightly.
-    "register": ("RATE_LIMIT_REGISTER_PER_ADDRESS", "1000 per hour"),
-    "register_failures": ("RATE_LIMIT_REGISTER_FAILURES_PER_ADDRESS", "30 per minute"),
-    # per account, so a cohort behind one address never shares it
-    "messages": ("RATE_LIMIT_MESSAGES_PER_ACCOUNT", "30 per minute"),
-    # new participants entering through the panel's link from one address (a campus shares one);
-    # returning visits (device cookie, login session) are not counted
-    "panel_entries": ("RATE_LIMIT_PANEL_ENTRIES_PER_ADDRESS", "60 per minute"),
-    # password logins: per (account, address), and failures per account from all addresses together
-    # (not counted where the account logged in before, so guesses never lock the owner out there)
-    "login_per_account_address": ("RATE_LIMIT_LOGIN_PER_ACCOUNT_ADDRESS", "10 per minute"),
-    "login_failures_per_account": ("RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT", "100 per hour"),
-}
-
-
-def rate_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The rate limits (flask-limiter strings such as "1000 per hour"), checked at start-up."""
-    from limits import parse_many
-
-    env = os.environ if environ is None else environ
-    chosen = {}
-    for name, (variable, default) in RATE_LIMIT_DEFAULTS.items():
-        value = (env.get(variable) or "").strip() or default
-        try:
-            parse_many(value)
-        except ValueError as exc:
-            raise ValueError(f"{variable}={value!r} is not a rate limit such as '1000 per hour': {exc}") from exc
-        chosen[name] = value
-    return chosen
 
 
 def warm_up(runtime: Any) -> None:

@@ -54,7 +54,6 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from config import Settings
 from database.db_manager import Database, transaction
 from database.models import ConsolidationRun, Message, ProfileVersion, ProviderFailure, TaskSession, User
 from database.participant_lock import ParticipantErased, hold_participant
@@ -78,6 +77,7 @@ from services.platform.failure_log import failure_values
 from services.recall import recall_model
 from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
 from services.study.definition import Study
+from services.study.settings import Settings
 from services.text.languages import detect
 
 log = logging.getLogger(__name__)

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from config import SECONDS_PER_DAY
 from database.models import Message, TaskSession
 from services.llm.embedding_service import EmbeddingProvider
 from services.memory import registry
 from services.memory.base import BuildRequest
 from services.memory.context import MemoryContext
-from services.platform.clock import Clock
+from services.platform.clock import SECONDS_PER_DAY, Clock
 from services.recall.recall_model import RecallParams
 from services.study.definition import Study
 

@@ -39,7 +39,6 @@ import numpy as np
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from config import SECONDS_PER_DAY
 from database.models import Message, ProfileVersion, TaskSession, User
 from services.llm.embedding_service import EmbeddingProvider, from_blob, to_blob
 from services.llm.types import ProviderError
@@ -66,7 +65,7 @@ from services.memory.versioned_json import (
     schema_errors,
     strip_tag,
 )
-from services.platform.clock import Clock
+from services.platform.clock import SECONDS_PER_DAY, Clock
 from services.recall.recall_model import RelevanceMapping
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
 from services.study.definition import Study, thaw

@@ -3,5 +3,6 @@ and failures) and the scheduled jobs (consolidation sweep, overdue tasks, remind
 
 May import: every package of ``services`` except ``services.research``.
 
-Public names: ``admin_service``, ``scheduler`` (``start_scheduler``, ``ReminderConfig``).
+Public names: ``admin_service``, ``scheduler`` (``start_scheduler``, ``run_jobs_once``), ``overdue``
+(``mark_overdue``, ``open_tasks``), ``reminders`` (``send_reminders``, ``ReminderConfig``).
 """

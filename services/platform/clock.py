@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+SECONDS_PER_DAY = 86400  # real seconds in a study day outside pilot mode (PILOT_DAY_SECONDS shortens it)
+
 
 class Clock:
     def now(self) -> datetime:

@@ -5,7 +5,8 @@ May import: every package of ``services`` below ``research`` (``research`` may i
 reverse).
 
 Public names: ``export_service`` (``build_export``, ``ExportOptions``), ``codebook``, ``plots``,
-``preflight_record`` (the stored pre-flight reports, read), ``analysis`` (the statistics; imports nothing from
-the project, so the bundle ships it as it is), ``report`` (``build_report``, ``load_export``, ``write_report``,
-``report_runtime``), ``report_html``, ``report_charts``, ``prereg`` (``write_bundle``).
+``preflight_record`` (the stored pre-flight reports as the manifest entry and lines), ``analysis`` (the
+statistics; imports nothing from the project, so the bundle ships it as it is), ``report`` (``build_report``,
+``load_export``, ``write_report``, ``report_runtime``), ``report_html``, ``report_charts``, ``prereg``
+(``write_bundle``).
 """

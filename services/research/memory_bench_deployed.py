@@ -183,9 +183,9 @@ class CachedEmbedder:
 def deployed_runtime(embedder: Any) -> Iterator[Any]:
     """A Runtime on a throwaway migrated SQLite database: offline chains, consolidation and
     per-turn upkeep run inline, a manual clock, the given embedder."""
-    from config import Settings
     from services.hosting.runtime import build_runtime
     from services.platform.clock import ManualClock
+    from services.study.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"

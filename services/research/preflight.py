@@ -21,9 +21,10 @@ Reports stored before this rule (no ``targets``) still render from their ``figur
 
 The report (``PreflightReport``: the study-definition hash, providers and models, time, each check's figures
 and verdict) is stored in the study's database. The admin console shows the latest one
-(``preflight_status``), exports carry it in their manifest, and with ``REQUIRE_PREFLIGHT=1`` registration
-and panel entry answer 503 ``study_not_open`` until a passing report exists for the current definition
-(``require_open``).
+(``services.study.preflight_gate.preflight_status``), exports carry it in their manifest, and with
+``REQUIRE_PREFLIGHT=1`` registration and panel entry answer 503 ``study_not_open`` until a passing report exists
+for the current definition (``services.study.preflight_gate.require_open``: the live decision, apart from this
+offline tooling).
 """
 from __future__ import annotations
 
@@ -32,64 +33,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from config import Settings
 from database.models import PreflightReport
 from services.llm.embedding_service import EmbeddingProvider, build_embedder
 from services.platform.clock import Clock
-from services.platform.errors import Unavailable
-from services.recall import recall_model
-from services.reporting import preflight_record
-from services.reporting.preflight_record import (
-    check_label,
-    latest_report,
-    report_lines,
-    report_view,
-    study_hash,
-)
+from services.reporting.preflight_record import check_label, report_lines
 from services.research import simulation
 from services.research.recall_calibration import PresetCheck, PresetEmbedderMismatch, check_active_preset
 from services.study.definition import Study
+from services.study.preflight_gate import report_view, study_hash
+from services.study.settings import Settings
 
 PresetChecker = Callable[[Study, EmbeddingProvider], PresetCheck]
-
-
-def embedder_warning(study: Study, embedder_model: str) -> str | None:
-    """Why ``r`` means nothing with this embedder, or None when the active preset was fitted for it."""
-    return recall_model.embedder_warning(study.memory.recall, embedder_model)
-
-
-# -- the stored reports (read in services.reporting.preflight_record) ---------------------------------------
-
-
-def preflight_status(session: Session, settings: Settings, embedder_model: str) -> dict[str, Any]:
-    """What the admin console shows at the top: ``state`` is ``verified`` (the latest report for this study
-    definition passed), ``failed`` (it failed), ``changed`` (reports exist, none for this definition) or
-    ``not_verified`` (no report at all); with the report it refers to and any embedder mismatch."""
-    state, report = preflight_record.state(session, settings.study)
-    return {"state": state, "study_hash": study_hash(settings.study), "study_version": settings.study.version,
-            "required": settings.require_preflight,
-            "report": report_view(report), "embedder_model": embedder_model,
-            "embedder_warning": embedder_warning(settings.study, embedder_model)}
-
-
-def is_open(session: Session, settings: Settings) -> bool:
-    """Whether participants may come in: always without REQUIRE_PREFLIGHT, else once the latest pre-flight
-    report for the current study definition passed."""
-    if not settings.require_preflight:
-        return True
-    report = latest_report(session, study_hash(settings.study))
-    return report is not None and report.passed
-
-
-def require_open(session: Session, settings: Settings) -> None:
-    """New enrolment (registration, a new panel id): 503 ``study_not_open`` until ``is_open``. Participants
-    already taking part are never stopped by it (logins and returning panel entries do not call this)."""
-    if not is_open(session, settings):
-        raise Unavailable("the study is not open yet to new participants: the manipulation has not been verified "
-                          "for this study definition (flask --app app preflight); participants already taking "
-                          "part continue as usual", code="study_not_open")
 
 
 # -- running it ---------------------------------------------------------------------------------------------

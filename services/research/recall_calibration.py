@@ -12,14 +12,13 @@ report and the decision rule in ``services.research.recall_calibration_report``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from config import SECONDS_PER_DAY
+from services.platform.clock import SECONDS_PER_DAY
 from services.recall import recall_model as rm
 from services.research.recall_calibration_fit import (
     CHECK_GROUP_SIZE,
@@ -53,25 +52,28 @@ from services.research.recall_calibration_report import (
 )
 from services.research.recall_operating_curve import operating_curve, require_anchored
 from services.study.definition import Study, load_study
+from services.study.settings import Settings
 
 TURN_GAPS = (0.0, 3.0, 10.0, 20.0, 40.0)
 
 
-def configured_embedder(name: str | None = None):
-    """The study's embedder (``EMBEDDING_PROVIDER``, offline by default)."""
-    name = name or os.environ.get("EMBEDDING_PROVIDER") or "offline"
-    if name == "offline":
+def configured_embedder(settings: Settings):
+    """The embedder ``settings`` name (``EMBEDDING_PROVIDER``, read by the entry point; offline by default)."""
+    if settings.embedding_provider == "offline":
         from services.llm.providers.offline import OfflineEmbeddingProvider
 
         return OfflineEmbeddingProvider()
-    from config import Settings
     from services.llm.embedding_service import build_embedder
 
-    return build_embedder(Settings.from_env(embedding_provider=name))
+    return build_embedder(settings)
 
 
 def _memo(embedder) -> MemoEmbedder:
-    embedder = embedder if embedder is not None else configured_embedder()
+    """The given embedder (the offline one when none is given), remembering what it embedded."""
+    if embedder is None:
+        from services.llm.providers.offline import OfflineEmbeddingProvider
+
+        embedder = OfflineEmbeddingProvider()
     return embedder if isinstance(embedder, MemoEmbedder) else MemoEmbedder(embedder)
 
 

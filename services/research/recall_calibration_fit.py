@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from config import SECONDS_PER_DAY
+from services.platform.clock import SECONDS_PER_DAY
 from services.recall import recall_model as rm
 from services.recall.relevance import LogisticRelevance, UnrelatedTail, fit_monotone, fit_unrelated_tail
 from services.research.recall_calibration_replay import (

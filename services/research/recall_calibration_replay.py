@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from config import SECONDS_PER_DAY
-from services.platform.clock import ManualClock
+from services.platform.clock import SECONDS_PER_DAY, ManualClock
 from services.recall import recall_model as rm
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
 from services.recall.salience import lexicon_scores

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from config import SECONDS_PER_DAY
+from services.platform.clock import SECONDS_PER_DAY
 from services.recall import recall_model as rm
 from services.research.recall_calibration_replay import (
     CHECKED_SPLITS,

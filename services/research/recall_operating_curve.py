@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from config import SECONDS_PER_DAY
+from services.platform.clock import SECONDS_PER_DAY
 from services.recall import recall_model as rm
 from services.research.recall_calibration_replay import (
     CHECKED_SPLITS,

@@ -70,9 +70,9 @@ from services.study import evidence
 if TYPE_CHECKING:
     from flask import Flask
 
-    from config import Settings
     from services.memory.base import ManipulationCheck
     from services.study.definition import Study
+    from services.study.settings import Settings
 
     AppFactory = Callable[[Settings], Flask]
 
@@ -118,7 +118,7 @@ def _stretched_timing(study: Study, day_seconds: float) -> tuple[Study, str | No
 def _temporary_settings(base: Settings | None, database_url: str, day_seconds: float, study: Study) -> Settings:
     """The temporary server's settings: ``base``'s providers (the pre-flight passes the environment's), else
     the offline ones; always its own database, pilot days, no scheduler and no rate limits."""
-    from config import Settings
+    from services.study.settings import Settings
 
     fixed = dict(database_url=database_url, secret_key=secrets.token_hex(16), day_seconds=day_seconds,
                  pilot_timer_scale=None, scheduler_enabled=False, consolidate_inline=False, rate_limits_enabled=False,

@@ -293,9 +293,9 @@ class Study:
 
 
 def load_study(path: str | os.PathLike | None = None, *, overrides: Mapping[str, Any] | None = None) -> Study:
-    """The default study, overridden by the file ``path`` (else ``STUDY_CONFIG``, if set), then ``overrides``."""
+    """The default study, overridden by the file ``path`` (the entry point passes ``STUDY_CONFIG``), then
+    ``overrides``."""
     definition = read_study_file(DEFAULT_STUDY_FILE)
-    path = path or os.environ.get("STUDY_CONFIG")
     if path:
         definition = deep_merge(definition, read_study_file(Path(path)))
     if overrides:

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from database.models import PreflightReport
 from services.research import preflight
+from services.study import preflight_gate
 from tests.browser.test_admin_page import log_in
 
 pytestmark = pytest.mark.browser
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.browser
 def test_the_console_shows_the_preflight_state_at_the_top(new_page, live_server, admin_account):
     runtime = live_server.runtime
     with runtime.db.session() as session:
-        had_reports = preflight.latest_report(session) is not None
+        had_reports = preflight_gate.latest_report(session) is not None
     page = new_page()
     page.goto("/#/login")  # the participants' login form also signs an admin in, then opens /admin
     log_in(page, *admin_account)
@@ -28,7 +29,7 @@ def test_the_console_shows_the_preflight_state_at_the_top(new_page, live_server,
 
     with runtime.db.session() as session:  # what a passing `flask --app app preflight` stores
         session.add(PreflightReport(
-            created_at=runtime.clock.now(), study_hash=preflight.study_hash(runtime.study), passed=True,
+            created_at=runtime.clock.now(), study_hash=preflight_gate.study_hash(runtime.study), passed=True,
             embedder_model=runtime.embedder.model, chat_model="offline/offline-template-responder",
             providers={"embedder": runtime.embedder.model, "reply": ["offline/offline-template-responder"]},
             checks={"calibration": {"verdict": "passed", "passed": True},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from config import rate_limits_from_env
 from database.models import User
 from services.participants.account_service import hash_password
 from tests.conftest import ADMIN_PASSWORD, ApiClient
@@ -49,7 +50,8 @@ def limited_app(settings, clock, database, monkeypatch):
     from app import create_app
     from services.participants.account_service import create_admin
 
-    monkeypatch.setenv("RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT", "20 per hour")
+    monkeypatch.setattr(settings, "rate_limits",
+                        rate_limits_from_env({"RATE_LIMIT_LOGIN_FAILURES_PER_ACCOUNT": "20 per hour"}))
     settings.rate_limits_enabled = True
     app = create_app(settings, clock=clock)
     runtime = app.extensions["memory_lab"]

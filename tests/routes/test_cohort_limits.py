@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.hosting.serving import rate_limits
+from config import rate_limits_from_env
 from tests.conftest import ApiClient
 
 
@@ -13,8 +13,7 @@ def limited_app(settings, clock, database, monkeypatch):
     from app import create_app
 
     def build(**env: str):
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
+        settings.rate_limits = rate_limits_from_env(env)
         settings.rate_limits_enabled = True
         return create_app(settings, clock=clock)
 
@@ -84,5 +83,5 @@ def _register_logged_in(app, name: str) -> ApiClient:
 
 def test_a_malformed_limit_stops_start_up_with_its_name():
     with pytest.raises(ValueError, match="RATE_LIMIT_REGISTER_PER_ADDRESS"):
-        rate_limits({"RATE_LIMIT_REGISTER_PER_ADDRESS": "lots"})
-    assert rate_limits({})["register"] == "1000 per hour"
+        rate_limits_from_env({"RATE_LIMIT_REGISTER_PER_ADDRESS": "lots"})
+    assert rate_limits_from_env({})["register"] == "1000 per hour"

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import func, select
 
+from config import rate_limits_from_env
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, TaskSession, User
 from services.participants import panel_service
 from services.reporting.export_service import ExportOptions, export_runtime
@@ -370,7 +371,8 @@ def test_the_panel_entry_cap_comes_from_configuration_and_returning_visits_do_no
         settings, clock, database, monkeypatch):
     from app import create_app
 
-    monkeypatch.setenv("RATE_LIMIT_PANEL_ENTRIES_PER_ADDRESS", "3 per minute")
+    monkeypatch.setattr(settings, "rate_limits",
+                        rate_limits_from_env({"RATE_LIMIT_PANEL_ENTRIES_PER_ADDRESS": "3 per minute"}))
     settings.rate_limits_enabled = True
     app = create_app(settings, clock=clock)
     try:

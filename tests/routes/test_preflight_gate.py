@@ -13,7 +13,7 @@ import pytest
 
 from database.models import PreflightReport
 from services.reporting.export_service import ExportOptions, build_export
-from services.research import preflight
+from services.study import preflight_gate
 
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
 
@@ -26,7 +26,7 @@ def _store(app, clock, *, passed: bool, study=None) -> int:
     runtime = _runtime(app)
     with runtime.db.session() as session:
         report = PreflightReport(
-            created_at=clock.now(), study_hash=preflight.study_hash(study or runtime.study), passed=passed,
+            created_at=clock.now(), study_hash=preflight_gate.study_hash(study or runtime.study), passed=passed,
             embedder_model=runtime.embedder.model, chat_model="offline/offline-template-responder",
             providers={"reply": ["offline/offline-template-responder"], "embedder": runtime.embedder.model},
             checks={"calibration": {"verdict": "passed", "passed": True},
@@ -81,9 +81,9 @@ def test_without_require_preflight_registration_is_open(app, client):
 
 
 def test_study_hash_is_stable_and_follows_the_definition(study):
-    assert preflight.study_hash(study) == preflight.study_hash(study.with_overrides({}))
-    assert len(preflight.study_hash(study)) == 64
-    assert preflight.study_hash(study) != preflight.study_hash(
+    assert preflight_gate.study_hash(study) == preflight_gate.study_hash(study.with_overrides({}))
+    assert len(preflight_gate.study_hash(study)) == 64
+    assert preflight_gate.study_hash(study) != preflight_gate.study_hash(
         study.with_overrides({"limits": {"max_message_chars": 3000}}))
 
 
@@ -100,7 +100,7 @@ def test_admin_console_state_follows_the_reports(app, admin_client, clock, study
     verified = state()
     assert verified["state"] == "verified" and verified["report"]["id"] == report_id
     assert verified["report"]["embedder_model"] == _runtime(app).embedder.model
-    assert verified["study_hash"] == preflight.study_hash(study)
+    assert verified["study_hash"] == preflight_gate.study_hash(study)
     assert verified["embedder_warning"] is None
     runtime = _runtime(app)
     runtime.settings = replace(runtime.settings, study=study.with_overrides({"limits": {"max_message_chars": 3000}}))
@@ -146,7 +146,7 @@ def test_the_export_manifest_carries_the_latest_report(app, clock, passed):
     entry = manifest["preflight"]
     assert entry["state"] == ("verified" if passed else "failed")
     assert entry["report"]["id"] == report_id and entry["report"]["passed"] is passed
-    assert entry["study_hash"] == preflight.study_hash(runtime.study)
+    assert entry["study_hash"] == preflight_gate.study_hash(runtime.study)
     assert entry["report"]["checks"]["manipulation"]["verdict"] == ("passed" if passed else "failed")
 
 

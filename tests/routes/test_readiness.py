@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from config import serving_from_env
 from database.db_manager import Database
-from services.hosting.drain import DRAIN, DrainFlag, drain_seconds
+from services.hosting.drain import DRAIN, DrainFlag
 
 pytestmark = pytest.mark.postgres
 
@@ -68,7 +69,7 @@ def test_the_flag_is_shared_with_forked_workers():
 
 
 def test_drain_seconds_from_the_environment():
-    assert drain_seconds({}) == 5.0
-    assert drain_seconds({"DRAIN_SECONDS": "2.5"}) == 2.5
+    assert serving_from_env({}).drain_seconds == 5.0
+    assert serving_from_env({"DRAIN_SECONDS": "2.5"}).drain_seconds == 2.5
     with pytest.raises(ValueError):
-        drain_seconds({"DRAIN_SECONDS": "-1"})
+        serving_from_env({"DRAIN_SECONDS": "-1"})

@@ -10,7 +10,7 @@ import yaml
 from sqlalchemy import select
 
 from database.models import AuditLog, PreflightReport, StudyVersion, TaskSession, User
-from services.research import preflight
+from services.study import preflight_gate
 from tests.conftest import ApiClient, walk_task
 
 pytestmark = pytest.mark.postgres
@@ -52,7 +52,7 @@ def test_the_live_study_is_the_start_up_file_as_version_1(admin_client, app, stu
     body = _live(admin_client)
     assert body["definition"] == study.as_dict()
     assert body["version"] == 1
-    assert body["hash"] == preflight.study_hash(study)
+    assert body["hash"] == preflight_gate.study_hash(study)
     runtime = app.extensions["memory_lab"]
     with runtime.db.Session() as session:
         rows = session.scalars(select(StudyVersion)).all()

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from config import Settings
 from services.recall import recall_model as rm
 from services.research import recall_calibration as cal
 from services.research import recall_calibration_fit as fit
@@ -300,7 +301,7 @@ def test_a_lab_fits_a_preset_for_its_own_embedder_over_the_wire_and_the_prefligh
         raw["memory"]["recall"]["preset"] = "lab"
         study_file.write_text(json.dumps(raw), encoding="utf-8")
         study = load_study(study_file)
-        remote = cal.configured_embedder("dashscope")
+        remote = cal.configured_embedder(Settings.from_env(embedding_provider="dashscope"))
         check = cal.check_active_preset(study, remote)
         assert (check.preset, check.embedder_model) == ("lab", remote.model)
         assert set(check.figures) == {"zh", "en"} and check.passed == (not check.failures)

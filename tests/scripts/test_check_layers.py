@@ -52,3 +52,44 @@ def test_too_many_modules_in_a_folder_and_a_long_script_are_refused(tmp_path, ca
     assert main(["--root", str(tree)]) == 1
     out = capsys.readouterr().out
     assert "services/study: 15 modules (at most 13)" in out and "scripts/long.py: 221 lines" in out
+
+
+RULE_FIXTURES = Path(__file__).parent / "fixtures" / "layers"
+
+
+@pytest.mark.parametrize(("tree", "expected"), [
+    # a relative import is resolved and checked like an absolute one (its own package stays allowed)
+    ("relative_import", "services/study/timer.py:2: services.memory.engine: study may not import memory"),
+    # scripts in a subfolder of scripts/ are entry points too
+    ("long_script", "scripts/load_bots/load.py: 221 lines (a script is an entry point: at most 220)"),
+    ("environment", "services/study/definition.py:4: services read no environment"),
+    ("routes_research", "routes/auth.py:2: services.research.preflight.require_open: routes serve live requests: "
+                        "no research"),
+])
+def test_a_fixture_tree_for_each_rule_is_refused_with_its_reason(capsys, tree, expected):
+    assert main(["--root", str(RULE_FIXTURES / tree)]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith(" - ")]
+    assert [p for p in problems if expected in p], problems
+
+
+@pytest.mark.parametrize("text", [
+    "from os import environ\n", "from os import getenv\n", "import os\nos.getenv('X')\n",
+    "import os\nos.environ['X'] = '1'\n",
+])
+def test_every_way_of_reading_the_environment_is_refused_under_services(tmp_path, capsys, text):
+    tree = tmp_path / "tree"
+    shutil.copytree(RULE_FIXTURES / "environment", tree)
+    (tree / "services/study/definition.py").write_text('"""clean now"""\nimport os\n\nSEP = os.sep\n')
+    assert main(["--root", str(tree)]) == 0
+    (tree / "services/study/definition.py").write_text(text)
+    assert main(["--root", str(tree)]) == 1
+    assert "services read no environment" in capsys.readouterr().out
+
+
+def test_a_relative_import_inside_its_own_package_passes(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(RULE_FIXTURES / "relative_import", tree)
+    (tree / "services/study/timer.py").write_text('"""x"""\nfrom . import definition  # noqa: F401\n')
+    assert main(["--root", str(tree)]) == 0
+    (tree / "services/study/timer.py").write_text('"""x"""\nfrom ..memory.engine import x  # noqa: F401\n')
+    assert main(["--root", str(tree)]) == 1

@@ -9,15 +9,16 @@ import sys
 
 import pytest
 
-from services.hosting.serving import BUDGET_MARGIN, ServingConfig, allowed_connections, connection_budget
+from config import serving_from_env
+from services.hosting.serving import BUDGET_MARGIN, allowed_connections, connection_budget
 from tests.test_server_start import ROOT
 
 
 def test_the_budget_is_hosts_times_workers_times_pools_plus_a_margin():
-    default = connection_budget(ServingConfig.from_env({}), allowed=97)
+    default = connection_budget(serving_from_env({}), allowed=97)
     assert default.needed == 1 * 4 * (10 + 5 + 4) + BUDGET_MARGIN
     assert default.problem() is None  # the defaults fit PostgreSQL's default 100 (3 reserved)
-    two_hosts = connection_budget(ServingConfig.from_env({"WEB_HOSTS": "2"}), allowed=97)
+    two_hosts = connection_budget(serving_from_env({"WEB_HOSTS": "2"}), allowed=97)
     assert two_hosts.needed == 2 * 4 * 19 + BUDGET_MARGIN
     problem = two_hosts.problem()
     assert problem and "157" in problem and "97" in problem
@@ -28,9 +29,9 @@ def test_the_budget_is_hosts_times_workers_times_pools_plus_a_margin():
 def test_allowed_connections_asks_the_server_unless_a_pooler_is_named(database):
     if not database.url.startswith("postgresql"):
         pytest.skip("SHOW max_connections is PostgreSQL's")
-    allowed = allowed_connections(database.engine, {})
+    allowed = allowed_connections(database.engine)
     assert 0 < allowed < 10_000
-    assert allowed_connections(database.engine, {"DB_MAX_CONNECTIONS": "400"}) == 400
+    assert allowed_connections(database.engine, serving_from_env({"DB_MAX_CONNECTIONS": "400"}).max_connections) == 400
 
 
 @pytest.mark.postgres

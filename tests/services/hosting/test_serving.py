@@ -8,32 +8,33 @@ import sys
 
 import pytest
 
-from services.hosting.serving import ServingConfig, production_problems
+from config import serving_from_env
+from services.hosting.serving import production_problems
 from tests.test_server_start import ROOT
 
 
 def test_serving_defaults_leave_room_for_a_class_and_env_overrides_them():
-    default = ServingConfig.from_env({})
+    default = serving_from_env({})
     assert default.threads >= 200 and default.connection_limit >= 1000 and default.idle_timeout <= 60
     waitress = default.waitress_options()
     assert waitress["asyncore_use_poll"] is True  # select() breaks above 1024 descriptors
     assert waitress["connection_limit"] == default.connection_limit
-    custom = ServingConfig.from_env({"WEB_THREADS": "32", "WEB_WORKERS": "2", "WEB_IDLE_TIMEOUT": "10",
-                                     "PROXY_HOPS": "1"})
+    custom = serving_from_env({"WEB_THREADS": "32", "WEB_WORKERS": "2", "WEB_IDLE_TIMEOUT": "10",
+                               "PROXY_HOPS": "1"})
     assert (custom.threads, custom.workers, custom.idle_timeout, custom.proxy_hops) == (32, 2, 10, 1)
     gunicorn = custom.gunicorn_options("127.0.0.1:9000")
     assert gunicorn["worker_class"] == "gthread" and gunicorn["threads"] == 32 and gunicorn["workers"] == 2
     with pytest.raises(ValueError, match="WEB_THREADS"):
-        ServingConfig.from_env({"WEB_THREADS": "-1"})
+        serving_from_env({"WEB_THREADS": "-1"})
 
 
 def test_production_mode_needs_postgresql_and_a_shared_secret_key():
-    assert any("DATABASE_URL is not set" in p for p in production_problems({}))
-    sqlite = production_problems({"DATABASE_URL": "sqlite:///data/experiment.db", "SECRET_KEY": "k"})
+    assert any("DATABASE_URL is not set" in p for p in production_problems(None, None))
+    sqlite = production_problems("sqlite:///data/experiment.db", "k")
     assert len(sqlite) == 1 and "needs PostgreSQL" in sqlite[0] and "make run" in sqlite[0]
-    no_key = production_problems({"DATABASE_URL": "postgresql+psycopg://u@127.0.0.1/db"})
+    no_key = production_problems("postgresql+psycopg://u@127.0.0.1/db", None)
     assert len(no_key) == 1 and "SECRET_KEY" in no_key[0]
-    assert production_problems({"DATABASE_URL": "postgresql+psycopg://u@127.0.0.1/db", "SECRET_KEY": "k"}) == []
+    assert production_problems("postgresql+psycopg://u@127.0.0.1/db", "k") == []
 
 
 def test_make_serve_refuses_sqlite_with_a_clear_message(tmp_path):
@@ -51,7 +52,7 @@ def test_proxy_hops_make_the_participants_address_the_forwarded_one(settings, cl
 
     from app import create_app
 
-    monkeypatch.setenv("PROXY_HOPS", "1")
+    monkeypatch.setattr(settings, "serving", serving_from_env({"PROXY_HOPS": "1"}))
     app = create_app(settings, clock=clock)
     seen = []
     app.add_url_rule("/probe", "probe", lambda: seen.append(request.remote_addr) or "ok")

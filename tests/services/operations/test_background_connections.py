@@ -12,6 +12,7 @@ from sqlalchemy import insert, select, text, update
 from database.db_manager import Database
 from database.models import ConsolidationRun, TaskSession
 from services.operations import scheduler
+from services.study.settings import ServingConfig
 from tests.services.memory.test_consolidation_service import runs, seed, service
 
 pytestmark = pytest.mark.postgres
@@ -22,9 +23,7 @@ def starved_app(monkeypatch, settings, clock, database):
     """An app whose one-connection request pool is held by someone else (a class at its peak)."""
     from app import create_app
 
-    monkeypatch.setenv("DB_POOL_SIZE", "1")
-    monkeypatch.setenv("DB_MAX_OVERFLOW", "0")
-    monkeypatch.setenv("DB_POOL_TIMEOUT", "2")
+    monkeypatch.setattr(settings, "serving", ServingConfig(db_pool_size=1, db_max_overflow=0, db_pool_timeout=2))
     app = create_app(settings, clock=clock)
     runtime = app.extensions["memory_lab"]
     held = runtime.db.engine.connect()

@@ -13,9 +13,10 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, text
 
+from config import reminders_from_env
 from database.models import Reminder
-from services.operations import scheduler
-from services.operations.scheduler import ReminderConfig
+from services.operations import reminders
+from services.operations.reminders import ReminderConfig
 from services.platform.clock import parse_utc_iso
 from services.reporting.export_service import ExportOptions, export_runtime
 from tests.conftest import ApiClient, walk_task
@@ -112,9 +113,9 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
     assert admin_client.post(f"/api/admin/participants/{quitter_id}/withdraw", json={}).status_code == 200
     config = _config(smtp, webhook)
 
-    assert scheduler.send_reminders(runtime, config)["sent"] == []  # T2 is not open yet
+    assert reminders.send_reminders(runtime, config)["sent"] == []  # T2 is not open yet
     clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
-    result = scheduler.send_reminders(runtime, config)
+    result = reminders.send_reminders(runtime, config)
     assert sorted((s["task_id"], s["kind"], s["channel"]) for s in result["sent"]) == [
         ("T2", "unlocked", "email"), ("T2", "unlocked", "webhook")]
     assert result["failed"] == []
@@ -139,7 +140,7 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
     # once: the next runs send nothing more
     for _ in range(2):
         clock.advance(3600)
-        assert scheduler.send_reminders(runtime, config)["sent"] == []
+        assert reminders.send_reminders(runtime, config)["sent"] == []
     assert len(smtp.received) == 1 and len(webhook.received) == 1
 
     # the monitor shows what went out; the address is in neither the database in clear nor the export
@@ -155,9 +156,9 @@ def test_unlock_reminders_go_out_once_with_valid_return_links(app, runtime, make
 
     # overdue: one more reminder per channel, once
     clock.advance(days=study.timing.overdue_after_days)
-    overdue = scheduler.send_reminders(runtime, config)
+    overdue = reminders.send_reminders(runtime, config)
     assert sorted((s["kind"], s["channel"]) for s in overdue["sent"]) == [("overdue", "email"), ("overdue", "webhook")]
-    assert scheduler.send_reminders(runtime, config)["sent"] == []
+    assert reminders.send_reminders(runtime, config)["sent"] == []
 
 
 def _panel_participant_with_t2_open(app, clock, study) -> None:
@@ -172,18 +173,18 @@ def test_a_failed_reminder_is_recorded_shown_and_retried(app, runtime, admin_cli
     _panel_participant_with_t2_open(app, clock, study)
     config = _config(smtp, webhook)
     webhook.failing.set()
-    result = scheduler.send_reminders(runtime, config)
+    result = reminders.send_reminders(runtime, config)
     assert result["sent"] == [] and [(f["channel"], f["kind"]) for f in result["failed"]] == [("webhook", "unlocked")]
     row = admin_client.get("/api/admin/participants").get_json()["participants"][0]
     assert row["reminders"][0]["status"] == "failed" and "500" in row["reminders"][0]["error"]
 
     webhook.failing.clear()
-    assert [s["channel"] for s in scheduler.send_reminders(runtime, config)["sent"]] == ["webhook"]
+    assert [s["channel"] for s in reminders.send_reminders(runtime, config)["sent"]] == ["webhook"]
     with runtime.db.Session() as session:
         reminder = session.scalar(select(Reminder))
         assert (reminder.status, reminder.attempts) == ("sent", 2)
     assert len(webhook.received) == 2  # the failed POST and the retry, nothing more
-    assert scheduler.send_reminders(runtime, config)["sent"] == []
+    assert reminders.send_reminders(runtime, config)["sent"] == []
 
 
 def _crashed_mid_send(runtime, clock, attempts: int) -> None:
@@ -200,21 +201,21 @@ def test_a_reminder_cut_off_mid_send_is_retried_once_it_is_stale(app, runtime, a
     config = _config(smtp, webhook)
     _crashed_mid_send(runtime, clock, attempts=1)
     # still within a send's time: another process may be sending it right now
-    assert scheduler.send_reminders(runtime, config)["sent"] == [] and webhook.received == []
-    clock.advance(seconds=scheduler.STALE_SENDING_SECONDS + 1)
-    assert [s["channel"] for s in scheduler.send_reminders(runtime, config)["sent"]] == ["webhook"]
+    assert reminders.send_reminders(runtime, config)["sent"] == [] and webhook.received == []
+    clock.advance(seconds=reminders.STALE_SENDING_SECONDS + 1)
+    assert [s["channel"] for s in reminders.send_reminders(runtime, config)["sent"]] == ["webhook"]
     with runtime.db.Session() as session:
         reminder = session.scalar(select(Reminder))
         assert (reminder.status, reminder.attempts) == ("sent", 2)
     assert len(webhook.received) == 1
-    assert scheduler.send_reminders(runtime, config)["sent"] == []
+    assert reminders.send_reminders(runtime, config)["sent"] == []
 
 
 def test_a_last_attempt_cut_off_mid_send_shows_as_failed(app, runtime, admin_client, clock, study, smtp, webhook):
     _panel_participant_with_t2_open(app, clock, study)
-    _crashed_mid_send(runtime, clock, attempts=scheduler.MAX_ATTEMPTS)
-    clock.advance(seconds=scheduler.STALE_SENDING_SECONDS + 1)
-    assert scheduler.send_reminders(runtime, _config(smtp, webhook))["sent"] == [] and webhook.received == []
+    _crashed_mid_send(runtime, clock, attempts=reminders.MAX_ATTEMPTS)
+    clock.advance(seconds=reminders.STALE_SENDING_SECONDS + 1)
+    assert reminders.send_reminders(runtime, _config(smtp, webhook))["sent"] == [] and webhook.received == []
     row = admin_client.get("/api/admin/participants").get_json()["participants"][0]
     assert row["reminders"][0]["status"] == "failed" and "interrupted" in row["reminders"][0]["error"]
 
@@ -232,13 +233,12 @@ def test_contact_details_need_the_key_and_a_valid_address(app, make_participant,
 
 
 def test_reminder_channels_from_the_environment():
-    config = ReminderConfig.from_env({"REMINDERS_ENABLED": "1", "REMINDER_CHANNELS": "email, webhook",
-                                      "REMINDER_WEBHOOK_URL": "http://127.0.0.1:9/hook",
-                                      "REMINDER_WEBHOOK_TOKEN": "t"})
+    config = reminders_from_env({"REMINDERS_ENABLED": "1", "REMINDER_CHANNELS": "email, webhook",
+                                 "REMINDER_WEBHOOK_URL": "http://127.0.0.1:9/hook", "REMINDER_WEBHOOK_TOKEN": "t"})
     assert (config.channels, config.webhook_url, config.webhook_token) == (
         ("email", "webhook"), "http://127.0.0.1:9/hook", "t")
     with pytest.raises(ValueError, match="REMINDER_WEBHOOK_URL"):
-        scheduler.send_reminders(None, ReminderConfig(enabled=True, channels=("webhook",)))
+        reminders.send_reminders(None, ReminderConfig(enabled=True, channels=("webhook",)))
 
 
 def test_reminder_text_fits_the_channel_and_the_participants_time_zone(app, runtime, clock, study, smtp, webhook):
@@ -249,7 +249,7 @@ def test_reminder_text_fits_the_channel_and_the_participants_time_zone(app, runt
     assert panel.post("/api/me/time-zone", json={"time_zone": "Asia/Tokyo"}).get_json() == {"time_zone": "Asia/Tokyo"}
     walk_task(panel, clock, "T1", ["第一次任务。"], study=study)
     clock.advance(days=study.tasks[1].unlock_offset_days + 0.01)
-    result = scheduler.send_reminders(runtime, _config(smtp, webhook))
+    result = reminders.send_reminders(runtime, _config(smtp, webhook))
     assert [s["channel"] for s in result["sent"]] == ["webhook"]
     payload = webhook.received[0]["json"]
     unlock = parse_utc_iso(payload["available_at"])
@@ -261,7 +261,7 @@ def test_reminder_text_fits_the_channel_and_the_participants_time_zone(app, runt
 def test_e_mail_reminders_keep_the_reply_line_and_say_utc_until_a_zone_is_known():
     entry = {"kind": "unlocked", "language": "zh", "title": "记忆", "task_id": "T2",
              "available_at": "2026-03-04T09:00:00Z", "time_zone": None}
-    _, email = scheduler.reminder_text(entry, "https://study.example.org/r/x", "email")
+    _, email = reminders.reminder_text(entry, "https://study.example.org/r/x", "email")
     assert "回复这封邮件" in email and "2026-03-04 09:00 (UTC)" in email
-    _, hook = scheduler.reminder_text(entry | {"time_zone": "Europe/London"}, None, "webhook")
+    _, hook = reminders.reminder_text(entry | {"time_zone": "Europe/London"}, None, "webhook")
     assert "回复这封邮件" not in hook and "2026-03-04 09:00 (Europe/London)" in hook

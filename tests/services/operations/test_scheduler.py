@@ -9,10 +9,10 @@ import threading
 import pytest
 from sqlalchemy import select
 
-from config import Settings
+from config import Settings, reminders_from_env, scheduler_intervals_from_env
 from database.models import AuditLog, ConsolidationRun, TaskSession, User
-from services.operations import scheduler
-from services.operations.scheduler import ReminderConfig
+from services.operations import reminders, scheduler
+from services.operations.reminders import ReminderConfig
 from tests.conftest import walk_task
 from tests.routes.test_admin_actions import DeferredRunner
 
@@ -232,7 +232,7 @@ def test_reminders_go_to_active_participants_once_per_task_and_kind(runtime, mak
 def test_reminders_are_off_by_default(runtime, make_participant, clock, study, smtp_sink, tmp_path):
     make_participant("alice")
     clock.advance(days=study.timing.overdue_after_days + 1)
-    assert ReminderConfig.from_env({}).enabled is False
+    assert reminders_from_env({}).enabled is False
     off = ReminderConfig(enabled=False, smtp_host=smtp_sink.server_address[0], smtp_port=smtp_sink.server_address[1])
     assert scheduler.send_reminders(runtime, off) == {"enabled": False, "sent": [], "failed": [],
                                                       "no_contact": [], "digest": False}
@@ -240,13 +240,13 @@ def test_reminders_are_off_by_default(runtime, make_participant, clock, study, s
 
 
 def test_reminder_config_from_environment(tmp_path):
-    config = ReminderConfig.from_env({"REMINDERS_ENABLED": "1", "SMTP_HOST": "mail.lab", "SMTP_PORT": "587",
-                                      "SMTP_STARTTLS": "yes", "REMINDER_CONTACTS": str(tmp_path / "c.csv"),
-                                      "REMINDER_RESEND_HOURS": "48"})
+    config = reminders_from_env({"REMINDERS_ENABLED": "1", "SMTP_HOST": "mail.lab", "SMTP_PORT": "587",
+                                 "SMTP_STARTTLS": "yes", "REMINDER_CONTACTS": str(tmp_path / "c.csv"),
+                                 "REMINDER_RESEND_HOURS": "48"})
     assert (config.enabled, config.smtp_host, config.smtp_port, config.starttls, config.resend_hours) == (
         True, "mail.lab", 587, True, 48.0)
     (tmp_path / "c.csv").write_text("\ufeffparticipant_code,email\nPABC, a@b.c \n,skipped@x\n", encoding="utf-8")
-    assert scheduler.load_contacts(str(tmp_path / "c.csv")) == {"PABC": "a@b.c"}
+    assert reminders.load_contacts(str(tmp_path / "c.csv")) == {"PABC": "a@b.c"}
 
 
 def _users(runtime) -> list[User]:
@@ -260,14 +260,15 @@ def _users(runtime) -> list[User]:
 def test_job_intervals_follow_pilot_mode():
     real = Settings(database_url="sqlite://", secret_key="x", study={"x": 1})
     pilot = Settings(database_url="sqlite://", secret_key="x", day_seconds=8, study={"x": 1})
-    assert scheduler.job_intervals(real, {}) == {"consolidation_sweep": 60.0, "mark_overdue": 300.0,
-                                                 "send_reminders": 3600.0, "answer_unanswered": 15.0}
-    assert scheduler.job_intervals(pilot, {})["consolidation_sweep"] == 2.0
-    assert scheduler.job_intervals(real, {"SCHEDULER_SWEEP_SECONDS": "15"})["consolidation_sweep"] == 15.0
+    assert scheduler.job_intervals(real) == {"consolidation_sweep": 60.0, "mark_overdue": 300.0,
+                                             "send_reminders": 3600.0, "answer_unanswered": 15.0}
+    assert scheduler.job_intervals(pilot)["consolidation_sweep"] == 2.0
+    real.scheduler_intervals = scheduler_intervals_from_env({"SCHEDULER_SWEEP_SECONDS": "15"})
+    assert scheduler.job_intervals(real)["consolidation_sweep"] == 15.0
+    assert scheduler.job_intervals(real)["mark_overdue"] == 300.0
 
 
 def test_start_scheduler_registers_the_jobs(app, monkeypatch):
-    monkeypatch.delenv("REMINDERS_ENABLED", raising=False)
     sched = scheduler.start_scheduler(app, start=True)
     try:
         assert sched.running
@@ -275,5 +276,5 @@ def test_start_scheduler_registers_the_jobs(app, monkeypatch):
         assert jobs == ["answer_unanswered", "consolidation_sweep", "mark_overdue", "scheduler_lease"]
     finally:
         sched.shutdown(wait=False)
-    monkeypatch.setenv("REMINDERS_ENABLED", "1")
+    monkeypatch.setattr(app.extensions["memory_lab"].settings, "reminders", ReminderConfig(enabled=True))
     assert "send_reminders" in {job.id for job in scheduler.start_scheduler(app, start=False).get_jobs()}

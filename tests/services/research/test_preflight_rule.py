@@ -14,6 +14,7 @@ from services.research import preflight
 from services.research import recall_calibration as cal
 from services.research import simulation as sim
 from services.research.bots import personas
+from services.study import preflight_gate
 from tests.scripts.test_simulate_participants import PROFILE, RECALLED, _participant
 from tests.services.research.test_calibration_rule import tasks
 
@@ -70,7 +71,7 @@ def _run(app, outcomes, bots):
                                       embedder=EMBEDDER, check_preset=_checker(outcomes), simulate=bots,
                                       log_line=lambda line: None)
     with runtime.db.session() as session:
-        status = preflight.preflight_status(session, runtime.settings, EMBEDDER.model)
+        status = preflight_gate.preflight_status(session, runtime.settings, EMBEDDER.model)
         manifest = preflight_record.manifest_entry(session, runtime.study)
     return outcome, status, manifest
 
@@ -152,7 +153,7 @@ def test_a_report_stored_before_the_rule_still_renders(app):
     runtime = app.extensions["memory_lab"]
     with runtime.db.session() as session:  # what the pre-flight stored before issue 27
         session.add(PreflightReport(
-            created_at=runtime.clock.now(), study_hash=preflight_record.study_hash(runtime.study), passed=False,
+            created_at=runtime.clock.now(), study_hash=preflight_gate.study_hash(runtime.study), passed=False,
             embedder_model=EMBEDDER.model, chat_model="offline/offline-template-responder", providers={},
             checks={"calibration": {"verdict": "failed", "passed": False, "preset": "anchored",
                                     "embedder_model": EMBEDDER.model,
