@@ -413,11 +413,12 @@ def _recall_once(trace: Trace, query: Query, params: rm.RecallParams, state: _Re
                  day_seconds: float, reinforcement: bool, events: bool) -> None:
     chosen = [i for i, _ in query.candidates]
     refs = [(state.last[i] if reinforcement else None) or trace.memories[i].created_at for i in chosen]
-    t = np.atleast_1d(rm.elapsed_time(np.array([(query.at - ref).total_seconds() for ref in refs]),
-                                      unit=params.time_unit, time_scale=params.time_scale,
+    elapsed = np.array([(query.at - ref).total_seconds() for ref in refs])
+    t = np.atleast_1d(rm.elapsed_time(elapsed, unit=params.time_unit, time_scale=params.time_scale,
                                       day_seconds=day_seconds, turns=np.zeros(len(chosen))))
     cosine, scores = _candidate_scores(query)
-    result = rm.score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores)
+    result = rm.score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores,
+                                 spacing_days=rm.study_days(elapsed, day_seconds))
     for rank, index in enumerate(chosen):
         memory = trace.memories[index]
         relevant = index in query.relevant
