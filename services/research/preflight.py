@@ -144,6 +144,7 @@ def _manipulation(report: dict[str, Any]) -> dict[str, Any]:
 def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: simulation.AppFactory, *,
                   clock: Clock | None = None, embedder: EmbeddingProvider | None = None,
                   check_preset: PresetChecker = check_active_preset, per_group: int = 1,
+                  check_probes: ProbeChecker | None = None,
                   day_seconds: float = 5.0, log_line: Callable[[str], None] = print) -> PreflightOutcome:
     """Run (a) and (b) (module docstring) and store the report through ``db_session`` (the study's database).
     The bots run on a temporary database built by ``make_app`` (app.create_app) with ``settings``' providers;
@@ -166,6 +167,7 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         providers.update(report["config"]["providers"] or {})
         checks["manipulation"] = _manipulation(report)
         log_line(f"(b) bot manipulation check: {checks['manipulation']['verdict']}")
+    checks["probe_recall"] = _probe_recall(settings, make_app, day_seconds, log_line, check_probes)
     passed = all(check["passed"] for check in checks.values())
     stored = PreflightReport(created_at=clock.now(), study_hash=study_hash(settings.study), passed=passed,
                              embedder_model=embedder.model, chat_model=_first_model(providers.get("reply")),
@@ -176,6 +178,23 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         view = report_view(stored)
     refused = checks["calibration"].get("message") if checks["calibration"]["verdict"] == "refused" else None
     return PreflightOutcome(passed=passed, report=view, refused=refused)
+
+
+# -- (c) probe recall (issue 27, part 3; services.research.probe_recall) --------------------------------------
+
+ProbeChecker = Callable[..., dict[str, Any]]
+
+
+def _probe_recall(settings: Settings, make_app: simulation.AppFactory, day_seconds: float,
+                  log_line: Callable[[str], None], check: ProbeChecker | None) -> dict[str, Any]:
+    """(c) the held-out and blind probe personas through the chat path in L4, judged by part 1's rule."""
+    from services.research.probe_recall import probe_recall_check
+
+    result = (check or probe_recall_check)(settings, make_app, day_seconds=day_seconds, log=log_line)
+    log_line(f"(c) probe recall check: {result['verdict']}")
+    for line in result.get("lines") or []:
+        log_line(f"      {line}")
+    return result
 
 
 def _first_model(chain: list[str] | None) -> str | None:
@@ -205,4 +224,8 @@ def describe(outcome: PreflightOutcome) -> str:
         lines.append(f"      {language}: {result['bots']} bots; {beyond or '-'}: "
                      f"{'PASS' if result['passed'] else 'FAIL'}")
     lines += [f"      FAILED: {name}" for name in manipulation.get("failed_checks") or []]
+    probes = report["checks"].get("probe_recall")
+    if probes:
+        lines.append(f"  (c) probe recall check: {probes['verdict']}")
+        lines += [f"      {line}" for line in probes.get("lines") or [probes.get("reason") or ""] if line]
     return "\n".join(lines)
