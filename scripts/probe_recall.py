@@ -22,8 +22,8 @@ from pathlib import Path
 from app import create_app
 from config import Settings
 from services.research.bots.client import ApiError
-from services.research.probe_personas import DEFAULT_FILES, SPLITS, ProbeFileError, load_probe_files, select
-from services.research.probe_recall import CONDITIONS, format_table, measure, run_personas
+from services.research.probes.personas import DEFAULT_FILES, SPLITS, ProbeFileError, load_probe_files, select
+from services.research.probes.recall import comparison_conditions, format_table, measure, run_personas
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--language", choices=("zh", "en", "both"), default="both")
     parser.add_argument("--split", default="dev",
                         help=f"comma-separated splits among {', '.join(SPLITS)} (default dev)")
-    parser.add_argument("--condition", choices=CONDITIONS, default="L4")
+    parser.add_argument("--condition", choices=comparison_conditions(), default=comparison_conditions()[0],
+                        help="the condition every persona is assigned to (default: the recalling one, L4)")
     parser.add_argument("--files", nargs="+", help="probe files (default: data/probes/probe_personas_zh/en.json)")
     parser.add_argument("--day-seconds", type=float, default=5.0, help="pilot day of the temporary server")
     parser.add_argument("--providers", choices=("offline", "env"), default="offline")

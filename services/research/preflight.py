@@ -180,7 +180,7 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
     return PreflightOutcome(passed=passed, report=view, refused=refused)
 
 
-# -- (c) probe recall (issue 27, part 3; services.research.probe_recall) --------------------------------------
+# -- (c) probe recall (issue 27, part 3; services.research.probes.recall) --------------------------------------
 
 ProbeChecker = Callable[..., dict[str, Any]]
 
@@ -188,7 +188,7 @@ ProbeChecker = Callable[..., dict[str, Any]]
 def _probe_recall(settings: Settings, make_app: simulation.AppFactory, day_seconds: float,
                   log_line: Callable[[str], None], check: ProbeChecker | None) -> dict[str, Any]:
     """(c) the held-out and blind probe personas through the chat path in L4, judged by part 1's rule."""
-    from services.research.probe_recall import probe_recall_check
+    from services.research.probes.recall import probe_recall_check
 
     result = (check or probe_recall_check)(settings, make_app, day_seconds=day_seconds, log=log_line)
     log_line(f"(c) probe recall check: {result['verdict']}")

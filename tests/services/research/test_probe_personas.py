@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from services.research import probe_personas as pp
+from services.research.probes import personas as pp
 
 FIXTURE = "tests/fixtures/probe_personas_small.json"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from services.research import probe_recall as pr
+from services.research.probes import recall as pr
 from services.research.bots.client import Bot, SentTurn
-from services.research.probe_personas import load_probe_file
+from services.research.probes.personas import load_probe_file
 
 FIXTURE = "tests/fixtures/probe_personas_small.json"
 

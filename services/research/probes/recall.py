@@ -1,6 +1,6 @@
 """Probe recall (issue 27, part 3): does L4 bring back what a participant comes back to?
 
-Probe personas (``services.research.probe_personas``) plant facts at T1 and return to them at T2-T4,
+Probe personas (``services.research.probes.personas``) plant facts at T1 and return to them at T2-T4,
 explicitly or implicitly, some facts once and some at every task, with an off-topic control per task. Each
 persona is one bot (``services.research.bots``) that walks register -> T1 ... T4 through the HTTP API of a
 temporary server in pilot mode (``simulation.temporary_server``), every participant assigned to one condition
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.research import simulation
 from services.research.bots.client import Admin, Bot, _register_until_filled, server_facts
-from services.research.probe_personas import (
+from services.research.probes.personas import (
     DEFAULT_FILES,
     LATER_TASKS,
     ProbeFileError,
@@ -47,7 +47,23 @@ from services.study.evidence import Verdict, describe, judge, passes, wilson_bou
 if TYPE_CHECKING:
     from config import Settings
 
-CONDITIONS = ("L4", "L3", "L1")
+
+
+def recalling_condition() -> str:
+    """The condition probe recall is about: the one that declares recalled earlier messages (L4)."""
+    from services.memory import registry
+
+    return next(c.id for c in registry.all_conditions() if c.manipulation_check.recalls_messages)
+
+
+def comparison_conditions() -> tuple[str, ...]:
+    """The recalling condition, its declared baseline (L3) and a condition that holds no fact (L1)."""
+    from services.memory import registry
+
+    main = registry.get(recalling_condition())
+    baseline = main.manipulation_check.beyond.baseline if main.manipulation_check.beyond else None
+    empty = next((c.id for c in registry.all_conditions() if c.manipulation_check.holds_no_fact), None)
+    return tuple(dict.fromkeys(c for c in (main.id, baseline, empty) if c))
 # (target name, task, which probes, target, direction)
 TARGETS: tuple[tuple[str, str, str, float, str], ...] = (
     ("T2 hit", "T2", "all", 0.50, "at_least"),
@@ -138,12 +154,13 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
 # -- running the personas ------------------------------------------------------------------------------------
 
 
-def run_personas(personas: Sequence[ProbePersona], *, condition: str = "L4", make_app: simulation.AppFactory,
+def run_personas(personas: Sequence[ProbePersona], *, condition: str | None = None, make_app: simulation.AppFactory,
                  settings: Settings | None = None, day_seconds: float = 5.0,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every persona as one bot of ``condition`` on a temporary pilot-mode server; returns the outcomes."""
-    if condition not in CONDITIONS:
-        raise ValueError(f"condition {condition!r}: probe recall runs one of {', '.join(CONDITIONS)}")
+    condition = condition or recalling_condition()
+    if condition not in comparison_conditions():
+        raise ValueError(f"condition {condition!r}: probe recall runs one of {', '.join(comparison_conditions())}")
     if not personas:
         raise ValueError("no probe personas to run")
     started = time.monotonic()
@@ -275,8 +292,10 @@ def probe_recall_check(settings: Settings, make_app: simulation.AppFactory, *, d
     """The pre-flight's probe recall check: the evaluation personas (held-out + blind) in L4 with the
     environment's providers. A dict the stored report carries: verdict, passed, one line per target."""
     files = list(files) if files is not None else list(DEFAULT_FILES.values())
-    if "L4" not in settings.study.enabled_conditions:
-        return {"verdict": "not_run", "passed": True, "reason": "L4 is not an enabled condition", "lines": []}
+    condition = recalling_condition()
+    if condition not in settings.study.enabled_conditions:
+        return {"verdict": "not_run", "passed": True, "reason": f"{condition} is not an enabled condition",
+                "lines": []}
     try:
         personas = select(load_probe_files(files), splits=splits)
     except ProbeFileError as exc:
@@ -284,7 +303,7 @@ def probe_recall_check(settings: Settings, make_app: simulation.AppFactory, *, d
     if not personas:
         return {"verdict": "failed", "passed": False, "lines": [],
                 "reason": f"no probe personas of splits {', '.join(splits)} in {', '.join(map(str, files))}"}
-    run = run_personas(personas, condition="L4", make_app=make_app, settings=settings, day_seconds=day_seconds,
+    run = run_personas(personas, condition=condition, make_app=make_app, settings=settings, day_seconds=day_seconds,
                        log=log)
     result = measure(run)
     lines = [describe(Verdict(**v), language="en") for vs in result["verdicts"].values() for v in vs]
