@@ -55,8 +55,9 @@ def default_report(embedder, traces):
 
 
 def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
-    """Since the tenth round: the 120 earlier participants are development participants, and 32 new ones, 16 per
-    language (8 held out with the earlier ones as a model of format, 8 blind), are held out."""
+    """Since the eleventh round (docs/recall_round11.md): the 152 earlier participants and the 16 dev probe personas
+    are development participants; the probe personas' held-out and blind ones, 8 per language (4 + 4), are held
+    out."""
     languages = rp.SAMPLE_LANGUAGE
     blind = set(rp.BLIND)
     assert blind <= rp.HELD_OUT
@@ -64,8 +65,9 @@ def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
         mine = [p for p in rp.SAMPLE if languages[p] == language]
         dev = [p for p in mine if p not in rp.HELD_OUT]
         held = [p for p in mine if p in rp.HELD_OUT]
-        assert len(dev) == 60 and len(held) == 16, language
-        assert len([p for p in held if p in blind]) == 8, language
+        assert len(dev) == 84 and len(held) == 8, language
+        assert len([p for p in held if p in blind]) == 4, language
+        assert all(p.split("_")[1][1:].isdigit() and 9 <= int(p.split("_")[1][1:]) <= 16 for p in held), held
         # every held-out participant walks all four tasks
         assert all(set(rp.SAMPLE[p]) == {"T1", "T2", "T3", "T4"} for p in held)
     # every held-out list is disjoint from the development lists
