@@ -22,6 +22,7 @@ from services.research import recall_calibration_fit as fit
 from services.research import recall_calibration_replay as rp
 from services.research import recall_calibration_report as rep
 from services.research import recall_operating_curve as curve_mod
+from services.study import evidence
 from services.study.definition import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
@@ -91,24 +92,37 @@ def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spen
 
 
 def test_held_out_recall_is_reported_against_the_targets(default_report):
-    """What the default preset reaches on the tenth round's held-out and blind participants is recorded in
-    docs/recall_calibration.md: every held-out target met in both languages, and two blind misses, each by one
-    item (English T3's unrelated bound, 7 of 213 candidates; Chinese T3, 9 of 64 relevant memories). This pins
-    them, and what holds around them: relevant memories are recalled at T2 in every group, recall does not rise
-    with age, no group is near universal recall, and each missed target is named as such."""
+    """What the default preset (the eleventh round's registered fit) reaches on the round's evaluation personas,
+    pooled per language (held-out and blind together) and judged by issue 27's rule, is recorded in
+    docs/recall_round11.md: Chinese meets or is within error on every target; English misses its T4 unrelated
+    bound (consolidation brings earlier false recalls back) and is within error at T2. This pins that outcome, and
+    what holds around it: T2 above T4 by more than its error in both languages, no group near universal recall,
+    and each per-group miss named as such."""
+    expected = {"en": {"T2": "within_error", "T3": "met", "T4": "met",
+                       "unrelated T2": "met", "unrelated T3": "met", "unrelated T4": "missed"},
+                "zh": {"T2": "met", "T3": "met", "T4": "met",
+                       "unrelated T2": "within_error", "unrelated T3": "met", "unrelated T4": "met"}}
+    for language in ("zh", "en"):
+        pooled = {task: rp.TaskOutcome.merged(task, [default_report.group(split, language)[task]
+                                                     for split in ("held-out", "blind")])
+                  for task in ("T2", "T3", "T4")}
+        seen = {}
+        for task, outcome in pooled.items():
+            seen[task] = evidence.judge(task, len(outcome.relevant_recalled), len(outcome.relevant),
+                                        rp.TARGETS[task]).verdict
+            seen[f"unrelated {task}"] = evidence.judge(task, outcome.unrelated_recalls, outcome.unrelated_candidates,
+                                                       0.03, "at_most").verdict
+        assert seen == expected[language], language
+        shape = evidence.difference("T2 above T4", (len(pooled["T2"].relevant_recalled), len(pooled["T2"].relevant)),
+                                    (len(pooled["T4"].relevant_recalled), len(pooled["T4"].relevant)))
+        assert shape.above, language
     failures = default_report.target_failures()
-    assert failures == ["blind en T3: 3.3% of unrelated candidates recalled (7/213) > 3%",
-                        "blind zh T3: relevant recalled 14% (9/64) < 15%"]
     for split in ("held-out", "blind"):
         for language in ("zh", "en"):
-            tasks = default_report.group(split, language)
-            assert tasks["T2"].relevant_share() >= 0.5, (split, language)
-            for task_id, outcome in tasks.items():
-                assert outcome.unrelated_rate() <= 0.035, (split, language, task_id)
+            for task_id, outcome in default_report.group(split, language).items():
                 named = any(f.startswith(f"{split} {language} {task_id}: relevant recalled") for f in failures)
                 assert named is (outcome.relevant_share() < rp.TARGETS[task_id]), (split, language, task_id)
-            assert all(o.relevant_share() < 0.9 for o in tasks.values()), (split, language)
-    assert not any("more than noise" in f for f in failures)
+            assert all(o.relevant_share() < 0.9 for o in default_report.group(split, language).values())
     assert not default_report.impossible and not default_report.universal
 
 
@@ -214,12 +228,12 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the default preset misses targets (docs/recall_calibration.md): --strict says so with exit 2
+    # the default preset misses targets (docs/recall_round11.md): --strict says so with exit 2
     assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed: blind zh T3: relevant recalled 14% (9/64) < 15%" in capsys.readouterr().err
+    assert "target missed: blind en T4: 6.7% of unrelated candidates recalled (4/60) > 3%" in capsys.readouterr().err
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     err = capsys.readouterr().err
-    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/64) < 50%" in err
+    assert "IMPOSSIBLE" in err and "target missed: held-out zh T2: relevant recalled 0% (0/24) < 50%" in err
 
 
 def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
