@@ -29,7 +29,8 @@ TASKS = ("T1", "T2", "T3", "T4")
 LATER_TASKS = TASKS[1:]
 KINDS = ("explicit", "implicit", "control", "filler")
 PROBE_KINDS = ("explicit", "implicit")
-DEFAULT_FILES = {"zh": Path("data/probes/probe_personas_zh.json"), "en": Path("data/probes/probe_personas_en.json")}
+PROBE_DIR = Path(__file__).resolve().parents[3] / "data" / "probes"
+DEFAULT_FILES = {lang: PROBE_DIR / f"probe_personas_{lang}.json" for lang in ("zh", "en")}
 
 
 class ProbeFileError(ValueError):

@@ -70,3 +70,14 @@ def test_unreadable_files_say_why(tmp_path, content, problem):
 def test_a_persona_id_in_two_files_is_refused():
     with pytest.raises(pp.ProbeFileError, match="persona id zh_t01 appears twice"):
         pp.load_probe_files([FIXTURE, FIXTURE])
+
+
+def test_the_studys_probe_set_loads_with_its_registered_splits():
+    """data/probes (written blind, issue 27): 16 personas per language, dev 01-08, held-out 09-12, blind 13-16."""
+    personas = pp.load_probe_files(pp.DEFAULT_FILES.values())
+    for language in ("zh", "en"):
+        mine = {p.id: p.split for p in personas if p.language == language}
+        assert len(mine) == 16
+        for pid, split in mine.items():
+            number = int(pid.rsplit("p", 1)[1])
+            assert split == ("dev" if number <= 8 else "held-out" if number <= 12 else "blind"), pid
