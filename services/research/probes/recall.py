@@ -274,9 +274,8 @@ def format_table(result: dict[str, Any], run: dict[str, Any] | None = None) -> s
                                         _fmt(row["asked_before"]), _fmt(row["explicit"]), _fmt(row["implicit"]),
                                         _fmt(row["verbatim"]), _fmt(row["controls"])]))
     lines += ["", "Targets (pooled per language; met / within error / missed):"]
-    for language, judged in result["verdicts"].items():
-        for v in judged:
-            lines.append("  " + describe(Verdict(**v), language="en"))
+    for judged in result["verdicts"].values():
+        lines += ["  " + describe(Verdict(**v), language="en") for v in judged]
     lines.append(f"probe recall: {'PASS' if result['passed'] else 'FAIL'}")
     if run and run.get("problems"):
         lines += ["", "Problems:"] + [f"  {p}" for p in run["problems"]]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.research.probes import recall as pr
 from services.research.bots.client import Bot, SentTurn
+from services.research.probes import recall as pr
 from services.research.probes.personas import load_probe_file
 
 FIXTURE = "tests/fixtures/probe_personas_small.json"
@@ -129,6 +129,7 @@ def test_the_preflight_carries_the_probe_check_as_its_third_and_describes_it(set
                                                  "checks": {"calibration": {"verdict": "passed"},
                                                             "manipulation": {"verdict": "passed"},
                                                             "probe_recall": result}})
-    assert "  (c) probe recall check: failed\n      zh T2 hit: 25.0% (6/24; ...) — missed" in preflight.describe(outcome)
+    described = preflight.describe(outcome)
+    assert "  (c) probe recall check: failed\n      zh T2 hit: 25.0% (6/24; ...) — missed" in described
     missing = pr.probe_recall_check(settings, None, files=["/nonexistent/probes.json"], log=logged.append)
     assert missing["verdict"] == "failed" and not missing["passed"] and "no such file" in missing["reason"]
