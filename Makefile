@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: run serve test venv dev system-test-deps lint bench clean-venv
+.PHONY: run serve test venv dev system-test-deps lint bench clean-venv docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ lint: dev
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/check_layers.py
 	if [ -f ../shared/tools/layers.py ]; then python3 ../shared/tools/layers.py; fi
+
+## make docs: the reference documentation (docs/, mkdocs.yml) built with --strict into .cache/site
+docs: dev
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 bench: dev
 	$(PY) scripts/bench_recall.py

@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _register_cli(app)
     _register_payments_cli(app)
     _register_preflight_cli(app)
+    _register_reporting_cli(app)
     return app
 
 
@@ -118,9 +119,9 @@ def _trust_proxies(app: Flask) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from routes import admin, admin_tools, auth, pages, panel, participant, rights
+    from routes import admin, admin_tools, auth, pages, panel, participant, rights, staff
 
-    for module in (auth, participant, admin, admin_tools, pages, panel, rights):
+    for module in (auth, participant, admin, admin_tools, pages, panel, rights, staff):
         app.register_blueprint(module.bp)
 
 
@@ -232,7 +233,7 @@ def _register_cli(app: Flask) -> None:
                   help="keep CSV cells starting with = + - @ as they are (escaped with ' by default)")
     def export_command(out: str, bom: bool, exclude_pii: bool, no_escape_formulas: bool) -> None:
         """Export the study data (CSV long and wide, codebook, study config) as a zip."""
-        from services.research.export_service import ExportOptions, write_export
+        from services.reporting.export_service import ExportOptions, write_export
 
         options = ExportOptions(bom=bom, exclude_pii=exclude_pii, escape_formulas=not no_escape_formulas)
         result = write_export(runtime, out, options=options)
@@ -321,6 +322,43 @@ def _register_preflight_cli(app: Flask) -> None:
             raise click.ClickException(outcome.refused)
         if not outcome.passed:
             raise SystemExit(1)
+
+
+def _register_reporting_cli(app: Flask) -> None:
+    """``report`` and ``prereg-bundle`` (docs/report.md)."""
+    runtime = app.extensions["memory_lab"]
+
+    @app.cli.command("report")
+    @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for report.html and .json")
+    @click.option("--language", type=click.Choice(["zh", "en"]), default=None,
+                  help="language of report.html (default: the study's default language)")
+    @click.option("--from-export", "from_export", type=click.Path(exists=True), default=None,
+                  help="build it from this export (zip or unpacked folder) instead of the study's database")
+    def report_command(out: str, language: str | None, from_export: str | None) -> None:
+        """The study report from the export: CONSORT flow and attrition, manipulation checks, outcome models."""
+        from services.reporting.report import ExportUnreadable, build_report, load_export, report_runtime, write_report
+
+        if from_export:
+            try:
+                report = build_report(load_export(from_export), generated_at=runtime.clock.now())
+            except ExportUnreadable as exc:
+                raise click.UsageError(str(exc)) from exc
+        else:
+            report = report_runtime(runtime, channel="cli")
+        paths = write_report(report, out, language=language or runtime.study.default_language)
+        fitted = sum(1 for m in report["models"] if m["status"] == "fitted")
+        click.echo(f"wrote {paths['html']} and {paths['json']}: {fitted} of {len(report['models'])} scale models "
+                   f"fitted, {len(report['outcomes'])} contrasts against {report['study']['reference_condition']}")
+
+    @app.cli.command("prereg-bundle")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="zip file to write")
+    def prereg_bundle_command(out: str) -> None:
+        """The pre-registration bundle: study definition and hash, prompts, providers and models, the latest
+        pre-flight report, the codebook, and the analysis in Python and R."""
+        from services.reporting.prereg import write_bundle
+
+        names = write_bundle(runtime, out)
+        click.echo(f"wrote {out}: {', '.join(names)}")
 
 
 def bootstrap_admin_once(app: Flask) -> None:

@@ -71,6 +71,13 @@ class User(Base):
     erasure_reason: Mapped[str | None] = mapped_column(Text)
     # the IANA time zone the participant's page reported (reminders give times in it); None: not known yet
     time_zone: Mapped[str | None] = mapped_column(String(64))
+    # lab staff (role admin): owner | researcher | assistant | viewer (services/participants/staff.py); None for
+    # participants and for admins from before roles, who are owners
+    staff_role: Mapped[str | None] = mapped_column(String(16))
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # RFC 6238 second factor: the base32 secret, active once confirmed with a code
+    totp_secret: Mapped[str | None] = mapped_column(String(64))
+    totp_enabled_at: Mapped[datetime | None] = mapped_column(DateTime)
 
     assignment: Mapped[Assignment | None] = relationship(back_populates="user", uselist=False)
 
@@ -139,6 +146,24 @@ class AssignmentCounter(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)  # always 1
     next_slot: Mapped[int] = mapped_column(Integer)
+
+
+class StaffToken(Base):
+    """A one-time link for staff: an invitation (a new account with a role) or a password reset.
+    Only the token's SHA-256 is stored."""
+
+    __tablename__ = "staff_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # invite | reset
+    username: Mapped[str] = mapped_column(String(64))
+    staff_role: Mapped[str] = mapped_column(String(16))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    used_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class AuditLog(Base):
@@ -215,6 +240,16 @@ class Message(Base):
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     latency_ms: Mapped[float | None] = mapped_column(Float)
     attempts: Mapped[list[Any] | None] = mapped_column(JSON)  # every provider tried, with outcome
+    # -- assistant replies: timing and pacing (services.chat.pacing), milliseconds; the model's own latency
+    # from asking it to its first token (a non-streamed reply: the whole answer), the delay added by
+    # chat.reply_pacing, and the first visible token after the participant's message was stored
+    model_first_token_ms: Mapped[float | None] = mapped_column(Float)
+    model_total_ms: Mapped[float | None] = mapped_column(Float)
+    pacing_delay_ms: Mapped[float | None] = mapped_column(Float)
+    visible_first_token_ms: Mapped[float | None] = mapped_column(Float)
+    # -- assistant replies: how much of the earlier tasks the memory context carried
+    # (services.memory.context.memory_exposure: earlier_message_ids, profile_present, summary_present, tokens)
+    memory_exposure: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # -- user messages: memory fields (filled by consolidation)
     embedding: Mapped[bytes | None] = mapped_column(LargeBinary)  # float32, L2-normalised
     embedding_model: Mapped[str | None] = mapped_column(String(128))

@@ -17,6 +17,7 @@ from werkzeug.routing import IntegerConverter
 
 from database.models import User
 from services.hosting.runtime import Runtime
+from services.participants import staff
 from services.participants.input_checks import MAX_DB_ID, check_json_text
 from services.platform.errors import BadInput, Forbidden, Unauthorised
 
@@ -91,6 +92,24 @@ def _guard(role: str | None):
 login_required = _guard(None)
 participant_required = _guard("participant")
 admin_required = _guard("admin")
+
+
+def staff_permission(permission: str):
+    """A staff route: signed in as staff (``admin_required``), and the member's role allows ``permission``
+    (services.participants.staff.PERMISSIONS); otherwise 403 ``role_forbidden``. The view carries
+    ``.permission``, so a test can see that every admin route names one."""
+    if permission not in staff.ALL_PERMISSIONS:
+        raise ValueError(f"unknown permission {permission!r}")
+
+    def decorator(view):
+        @wraps(view)
+        def checked(*args: Any, **kwargs: Any):
+            staff.require(current_user, permission)
+            return view(*args, **kwargs)
+        guarded = admin_required(checked)
+        guarded.permission = permission
+        return guarded
+    return decorator
 
 
 def json_body() -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from routes.access import admin_required, current, db_session, json_body, ok, runtime
+from routes.access import current, db_session, json_body, ok, runtime, staff_permission
 from services.chat.chat_service import task_service
 from services.operations import admin_service
 from services.participants import erasure_service, panel_service
@@ -18,7 +18,7 @@ def _now_iso() -> str:
 
 
 @bp.get("/participants")
-@admin_required
+@staff_permission("monitor")
 def participants():
     """Monitor rows, filtered by ?group=L1&status=active|withdrawn|erased&overdue=1|0&pasted=1|0&failed_checks=1|0
     &implausible_typing=1|0; the summary counts everyone."""
@@ -35,7 +35,7 @@ def participants():
 
 
 @bp.get("/preflight")
-@admin_required
+@staff_permission("monitor")
 def preflight_status():
     """The latest pre-flight report and its state for the current study definition (the console's banner)."""
     rt = runtime()
@@ -43,13 +43,13 @@ def preflight_status():
 
 
 @bp.get("/participants/<id:user_id>")
-@admin_required
+@staff_permission("read_conversations")
 def participant(user_id: int):
     return ok(admin_service.participant_record(db_session(), task_service(db_session(), runtime()), user_id))
 
 
 @bp.post("/participants/<id:user_id>/consolidate")
-@admin_required
+@staff_permission("consolidate")
 def consolidate_participant(user_id: int):
     """Consolidate this participant's closed, unconsolidated tasks now (the admin waits for the result)."""
     admin_service.get_participant(db_session(), user_id)
@@ -57,13 +57,13 @@ def consolidate_participant(user_id: int):
 
 
 @bp.post("/consolidate-pending")
-@admin_required
+@staff_permission("consolidate")
 def consolidate_pending():
     return ok(admin_service.consolidate_now(runtime(), actor=current()))
 
 
 @bp.post("/participants/<id:user_id>/withdraw")
-@admin_required
+@staff_permission("withdraw")
 def withdraw(user_id: int):
     session = db_session()
     rt = runtime()
@@ -76,7 +76,7 @@ def withdraw(user_id: int):
 
 
 @bp.post("/participants/<id:user_id>/tasks/<task_id>/reset")
-@admin_required
+@staff_permission("manage_participants")
 def reset_task(user_id: int, task_id: str):
     session = db_session()
     rt = runtime()
@@ -89,7 +89,7 @@ def reset_task(user_id: int, task_id: str):
 
 
 @bp.post("/participants/<id:user_id>/erase")
-@admin_required
+@staff_permission("erase")
 def erase(user_id: int):
     """Erase a participant on request: {"confirm": true, "reason": "..."}. Irreversible; the tombstone stays."""
     data = json_body()
@@ -100,7 +100,7 @@ def erase(user_id: int):
 
 
 @bp.post("/participants/<id:user_id>/return-link")
-@admin_required
+@staff_permission("manage_participants")
 def reissue_return_link(user_id: int):
     """Revoke the participant's return links and issue a new one, shown to the admin once."""
     session = db_session()
@@ -114,7 +114,7 @@ def reissue_return_link(user_id: int):
 
 
 @bp.post("/participants/<id:user_id>/return-link/revoke")
-@admin_required
+@staff_permission("manage_participants")
 def revoke_return_links(user_id: int):
     session = db_session()
     user = admin_service.get_participant(session, user_id)

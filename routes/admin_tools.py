@@ -1,16 +1,17 @@
-"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots."""
+"""Admin research tools (admin role only): provider failures, usage and cost inputs, the data export, plots, the
+study report."""
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 
-from routes.access import admin_required, current, db_session, ok, runtime
+from routes.access import current, db_session, json_body, ok, runtime, staff_permission
 from services.operations import admin_service
-from services.participants import payments
+from services.participants import payments, staff
 from services.participants.input_checks import bounded_int
 from services.platform.clock import utc_iso
 from services.platform.errors import BadInput
-from services.research import plots
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting import plots
+from services.reporting.export_service import ExportOptions, export_runtime
 
 bp = Blueprint("admin_tools", __name__, url_prefix="/api/admin")
 
@@ -25,14 +26,14 @@ def _flag(name: str) -> bool:
 
 
 @bp.get("/failures")
-@admin_required
+@staff_permission("monitor")
 def failures():
     limit = bounded_int(request.args.get("limit"), name="limit", low=1, high=10000, default=500)
     return ok(admin_service.failure_log(db_session(), limit=limit))
 
 
 @bp.get("/usage")
-@admin_required
+@staff_permission("monitor")
 def usage():
     payload = admin_service.usage(db_session())
     payload["generated_at"] = utc_iso(runtime().clock.now())
@@ -40,11 +41,13 @@ def usage():
 
 
 @bp.get("/export")
-@admin_required
+@staff_permission("export_deidentified")
 def export():
     """The data export as a zip: ?bom=1 for Excel, ?exclude_pii=1 without usernames and free text,
     ?escape_formulas=0 to keep cells starting with = + - @ unescaped (they are escaped by default)."""
     rt = runtime()
+    if not _flag("exclude_pii"):  # an assistant may take the export without usernames and free text only
+        staff.require(current(), "export")
     options = ExportOptions(bom=_flag("bom"), exclude_pii=_flag("exclude_pii"),
                             escape_formulas=request.args.get("escape_formulas") is None or _flag("escape_formulas"))
     result = export_runtime(rt, options=options, actor_id=current().id, channel="api")
@@ -57,7 +60,7 @@ def export():
 
 
 @bp.get("/payments.csv")
-@admin_required
+@staff_permission("payments")
 def payments_export():
     """What each participant is owed (?upload=1: the id,amount rows a panel takes)."""
     rt = runtime()
@@ -72,11 +75,13 @@ def payments_export():
 
 
 @bp.get("/plots/<name>.png")
-@admin_required
+@staff_permission("monitor")
 def plot(name: str):
     """A chart in ?lang=zh|en (default: the admin's language), cached until its data change: the ETag names
     the data version, so an unchanged chart answers 304; X-Plot-Cache says hit or miss."""
     rt = runtime()
+    if name == "forgetting_curves":  # one participant's memories, with their words in the legend
+        staff.require(current(), "read_conversations")
     cache = current_app.extensions.setdefault("memory_lab_plot_cache", plots.PlotCache())
     language = plots.plot_language(request.args.get("lang"), current().language)
     png, etag, hit = cache.get(name, db_session(), rt.study, args=request.args.to_dict(), now=rt.clock.now(),
@@ -85,3 +90,19 @@ def plot(name: str):
                                                             "X-Plot-Cache": "hit" if hit else "miss"})
     response.set_etag(etag)
     return response.make_conditional(request)
+
+
+@bp.post("/report")
+@staff_permission("report")
+def report():
+    """The study report built from an export made now: a zip with report.html (self-contained, in the body's
+    ``language``, default the admin's) and report.json. The audit log records it."""
+    from services.reporting.report import report_runtime, report_zip  # statsmodels loads on first use only
+
+    language = plots.plot_language(json_body().get("language"), current().language)
+    rt = runtime()
+    data = report_zip(report_runtime(rt, actor_id=current().id, channel="api"), language=language)
+    stamp = rt.clock.now().strftime("%Y%m%d-%H%M%S")
+    return Response(data, mimetype="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="memory-lab-report-{stamp}-{language}.zip"',
+        "Cache-Control": "no-store"})

@@ -17,7 +17,7 @@ from routes.access import (
     ok,
     runtime,
 )
-from services.participants import account_service
+from services.participants import account_service, staff
 from services.participants.input_checks import check_json_text
 from services.research import preflight
 from services.text.languages import LANGUAGES
@@ -101,6 +101,7 @@ def login():
     rt = runtime()
     user = account_service.log_in(db_session(), data.get("username"), data.get("password"),
                                   address=request.remote_addr, secret=rt.settings.secret_key, now=rt.clock.now())
+    staff.check_sign_in(user, data.get("totp"), rt.clock.now())  # a staff account: enabled, and its second factor
     login_user(user)
     return ok({"user": user_view(user), "csrf_token": generate_csrf()})
 

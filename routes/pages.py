@@ -7,7 +7,7 @@ from pathlib import Path
 from flask import Blueprint, current_app, send_from_directory
 from sqlalchemy import text
 
-from routes.access import admin_required, db_session, ok, runtime
+from routes.access import db_session, ok, runtime, staff_permission
 from services.text.languages import LANGUAGES
 
 bp = Blueprint("pages", __name__)
@@ -21,7 +21,7 @@ def participant_page():
 
 @bp.get("/admin")
 @bp.get("/admin/")
-@admin_required
+@staff_permission("monitor")
 def admin_page():
     return send_from_directory(current_app.static_folder, "admin.html")
 

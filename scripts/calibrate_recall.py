@@ -6,12 +6,15 @@ unrelated (message, candidate) pairs of a bundled bilingual sample (32
 participants; development, held-out and blind-written ones), (3) p over the
 study's real gaps for a range of r, and (4) the share of the sample's memories
 recalled at T2, T3 and T4, per language and split, when the schedule is
-simulated on a ManualClock with g updates, checked against the pre-registered
-targets on the held-out and on the blind participants. Saves the curves and
-shares as a PNG. Warns loudly on stderr when the configuration makes recall
-impossible (nothing at any task) or universal (more than 5 % of the unrelated
-candidates recalled, or 90 % or more of the memories), and names every missed
-target; ``--strict`` exits 2 on any of them.
+simulated on a ManualClock with g updates, and the pre-registered targets judged
+on each language's held-out and blind participants pooled: each target met,
+within error or missed (one-sided 95 % Wilson bounds, services/study/evidence.py),
+and T2 above T4 by more than its error; each group alone is reported for
+information. Saves the curves and shares as a PNG. Warns loudly on stderr when the
+configuration makes recall impossible (nothing at any task) or universal (more
+than 5 % of the unrelated candidates recalled, or 90 % or more of the memories),
+names every missed target and every target within error; ``--strict`` exits 2
+only when a target is missed or the shape fails.
 
     .venv/bin/python scripts/calibrate_recall.py [--strict] [--preset seed_literal]
     .venv/bin/python scripts/calibrate_recall.py --fit [--bootstrap 20] [--write-preset NAME]
@@ -73,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                              "only its budget changed, per language and split (an anchored preset only)")
     parser.add_argument("--verbose", action="store_true", help="print every simulated candidate")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 2 when recall is impossible or universal, or a pre-registered target is missed "
-                             "on the held-out or the blind participants")
+                        help="exit 2 when a pre-registered target is missed, or T2 is not above T4 by more than its "
+                             "error, on a language's held-out and blind participants pooled (a target within error "
+                             "does not fail)")
     return parser
 
 
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> int:
         print(f"written to {target} as memory.recall.presets.{args.write_preset}")
     for warning in report.warnings():
         print(f"\n!!! WARNING: {warning} !!!", file=sys.stderr)
-    if args.strict and (report.impossible or report.universal or report.target_failures()):
+    if args.strict and report.target_failures():
         return 2
     return 0
 

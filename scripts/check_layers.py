@@ -3,12 +3,14 @@
     python scripts/check_layers.py                 # this repository
     python scripts/check_layers.py --root DIR      # another tree (the tests' fixtures), same rules
 
-Beyond ../shared/tools/layers.py (cycles, database -> services, condition ids) it checks that every module
-of services/ sits in a package named in the rules (no loose module but __init__.py); that each import from
-one package into another is one the importing package may make; that nothing outside a package named in
-``only_imported_by_itself`` imports it; that database/ imports neither services nor routes and services/ does
-not import routes; that no folder holds more than ``max_modules_per_folder`` modules; and that no script in
-scripts/ is longer than ``max_script_lines``. Exit 0 when clean, 1 with the problems.
+Beyond ../shared/tools/layers.py (cycles, database -> services, condition ids) it checks that every module of
+services/ sits in a package named in the rules (no loose module but __init__.py); that each import from one
+package into another is one the importing package may make; that nothing outside a package named in
+``only_imported_by_itself`` imports it; that routes/ import no package named in ``not_for_routes`` (but the
+``not_for_routes_pending`` imports listed, each of which must still exist); that database/ imports neither
+services nor routes and services/ does not import routes; that no folder holds more than
+``max_modules_per_folder`` modules; and that no script in scripts/ is longer than ``max_script_lines``. Exit 0
+when clean, 1 with the problems.
 """
 from __future__ import annotations
 
@@ -66,6 +68,25 @@ def check_imports(root: Path, rules: dict) -> list[str]:
         for line, name in imported_names(path):
             if name.split(".")[0] in ("services", "routes"):
                 problems.append(f"{path.relative_to(root)}:{line}: database imports {name}")
+    return problems + check_routes(root, rules)
+
+
+def check_routes(root: Path, rules: dict) -> list[str]:
+    """routes/ import no package named in ``not_for_routes``, but for the ``not_for_routes_pending`` entries
+    (``"routes/x.py: services.pkg.module"``), each of which must still be there."""
+    closed, pending = set(rules.get("not_for_routes", [])), set(rules.get("not_for_routes_pending", []))
+    if not (root / "routes").is_dir():
+        return []
+    problems, seen = [], set()
+    for path in sorted((root / "routes").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for line, name in imported_names(path):
+            if package_of(name) in closed:
+                if f"{rel}: {name}" in pending:
+                    seen.add(f"{rel}: {name}")
+                else:
+                    problems.append(f"{rel}:{line}: {name}: routes serve live requests: no {package_of(name)}")
+    problems += [f"not_for_routes_pending lists {entry!r}, which is gone: drop it" for entry in sorted(pending - seen)]
     return problems
 
 

@@ -20,7 +20,7 @@ from database.db_manager import Database
 from services.hosting.runtime import Runtime
 from services.platform.background import BackgroundRunner
 from services.platform.clock import Clock
-from services.research.export_service import ExportOptions, write_export
+from services.reporting.export_service import ExportOptions, write_export
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the tests need beyond the Python packages: Debian's chromium (browser tests), PostgreSQL (database
-# tests), and axe-core from npm (the accessibility scan, tests/browser/test_accessibility.py) in the
+# tests), R with lme4, lmerTest and jsonlite (the pre-registration bundle's R script, tests/services/reporting), and axe-core from npm (the accessibility scan, tests/browser/test_accessibility.py) in the
 # project-local, untracked .cache/axe. Installs only what is missing; needs root (or passwordless sudo) for
 # apt-get. Nothing is downloaded when the tests run.
 set -euo pipefail
@@ -18,6 +18,9 @@ fi
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if ! command -v Rscript >/dev/null 2>&1 || ! Rscript -e 'library(lmerTest); library(jsonlite)' >/dev/null 2>&1; then
+  need+=(r-base-core r-cran-lme4 r-cran-lmertest r-cran-jsonlite)
+fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

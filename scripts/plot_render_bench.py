@@ -51,7 +51,7 @@ def prepare(database: Path, participants: int) -> None:
 
 def measure(database: Path) -> dict[str, str]:
     from app import create_app
-    from services.research import plots
+    from services.reporting import plots
 
     runtime = create_app(_settings(database)).extensions["memory_lab"]
     result = {}

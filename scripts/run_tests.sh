@@ -11,6 +11,9 @@ WORKERS=${TEST_WORKERS:-auto}
 parallel=()
 if [ "$WORKERS" != "0" ]; then parallel=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); fi
 status=0
+# the documentation site builds without a warning (broken links, missing pages), as `make docs` does
+if .venv/bin/mkdocs build --strict --quiet; then echo "== docs: mkdocs build --strict passed"; else
+  echo "== docs: mkdocs build --strict FAILED" >&2; status=1; fi
 $PY -m pytest -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
 if out=$(bash scripts/pg_test_server.sh start); then
   export $out

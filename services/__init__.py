@@ -10,7 +10,9 @@ the rules as data and ``scripts/check_layers.py`` checks them):
 6. ``participants`` (accounts, panel, rights, erasure, payments) and ``hosting`` (the runtime, serving);
 7. ``chat``: a message and its reply;
 8. ``operations``: the admin's monitor and the scheduled jobs;
-9. ``research``: export, charts, benchmarks, calibration, bots, pre-flight. Nothing else in ``services`` imports it.
+9. ``reporting``: the export and its codebook, charts, the report;
+10. ``research``: offline tooling (benchmarks, calibration, bots, pre-flight). Nothing else imports it but the CLI
+    and scripts/.
 
 docs/architecture.md draws it.
 """

@@ -48,11 +48,17 @@ def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(setti
         assert calibration["verdict"] in ("passed", "failed")
         assert calibration["preset"] == settings.study.memory.recall.preset
         assert set(calibration["figures"]) == {"zh", "en"}
+        # issue 27's rule: twelve pooled targets and two shapes, each printed with figure, interval, n and verdict
+        assert len(calibration["targets"]) == 12 and len(calibration["shape"]) == 2
+        assert calibration["passed"] == (all(t["verdict"] in ("met", "within_error") for t in calibration["targets"])
+                                         and all(d["above"] for d in calibration["shape"]))
+        assert "(a) recall calibration: " in result.output and "(b) bot manipulation check: " in result.output
+        assert "zh T2 relevant recalled: " in result.output and "95% one-sided" in result.output
         assert manipulation["verdict"] in ("passed", "failed")
         assert {lang: r["bots"] for lang, r in manipulation["by_language"].items()} == {
             "zh": len(settings.study.enabled_conditions), "en": len(settings.study.enabled_conditions)}
-        probes = report.checks["probe_recall"]  # (c): the held-out and blind probe personas in L4
-        assert probes["verdict"] in ("passed", "failed") and probes["lines"]
+        probes = report.checks["probe"]  # (c): the held-out and blind probe personas in L4
+        assert probes["verdict"] in ("passed", "failed") and probes["lines"] and len(probes["targets"]) == 8
         assert "(c) probe recall check" in result.output
         assert report.passed == (calibration["passed"] and manipulation["passed"] and probes["passed"])
         for name in manipulation["failed_checks"]:

@@ -26,12 +26,13 @@ from sqlalchemy.orm import Session, aliased
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
 from database.participant_lock import ParticipantErased
+from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
-from services.memory.context import MemoryContext
+from services.memory.context import MemoryContext, memory_exposure
 from services.memory.engine import MemoryEngine
 from services.participants.quality import parse_signals
 from services.platform.backpressure import retry_after
@@ -70,6 +71,16 @@ class PreparedReply:
     request: ChatRequest
     user_message: Message
     memory_group: str
+    received_at: datetime  # when the participant's message was stored (pacing counts from it)
+    prepare_clock: datetime  # the study clock when preparing began
+    prepare_started: float  # time.monotonic() then: context building is timed in real time
+    pacing: PacingPlan
+    exposure: dict[str, Any] | None  # memory_exposure; None in the study's first task (nothing earlier)
+
+    def timing(self) -> ReplyTiming:
+        """Start timing the reply: called just before the model is asked."""
+        return ReplyTiming.start(self.pacing, received_at=self.received_at, now=self.prepare_clock,
+                                 prepared_since=self.prepare_started)
 
 
 def task_service(session: Session, runtime: Runtime) -> TaskService:
@@ -165,6 +176,7 @@ def unanswered_message(session: Session, user: User, task_id: str, message_id: i
 
 
 def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> PreparedReply:
+    prepare_started, prepare_clock = time.monotonic(), runtime.clock.now()
     message = session.get(Message, user_message_id)
     if message is None:  # the participant was erased since the message was stored
         raise Gone(ERASED, code="participant_erased")
@@ -180,15 +192,22 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
     messages = [{"role": "system", "content": system_prompt(runtime.study, group, language, context)}]
     messages += history
     messages.append({"role": "user", "content": message.content})
+    stored_context = context.to_dict()
     request = ChatRequest(
         messages=messages, temperature=runtime.settings.llm_temperature, max_tokens=runtime.settings.llm_max_tokens,
-        purpose="reply", language=language, memory_context=context.to_dict(), user_id=user.id,
+        purpose="reply", language=language, memory_context=stored_context, user_id=user.id,
         message_id=message.id,
     )
+    study = runtime.study
+    exposure = memory_exposure(stored_context, ts.task_id) if ts.task_id != study.task_ids[0] else None
+    pacing = plan_for(session, study.chat.reply_pacing, group, study.enabled_conditions)
+    received_at = message.created_at
     # Commit what building the context wrote (S1's embedding cache) so no write lock is held while the
     # model answers; what the build deferred (L4's recall) is written with the reply in _store_reply.
     session.commit()
-    return PreparedReply(context=context, request=request, user_message=message, memory_group=group)
+    return PreparedReply(context=context, request=request, user_message=message, memory_group=group,
+                         received_at=received_at, prepare_clock=prepare_clock, prepare_started=prepare_started,
+                         pacing=pacing, exposure=exposure)
 
 
 def system_prompt(study: Study, group: str, language: str, context: MemoryContext) -> str:
@@ -218,8 +237,8 @@ def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: s
     return history[turn_starts[-turns]:] if len(turn_starts) > turns else history
 
 
-def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult, *,
-                 repeat: bool = False) -> Message:
+def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, result: ChatResult,
+                 timing: ReplyTiming, *, repeat: bool = False) -> Message:
     """Store the reply; when a simultaneous request stored one first, a ``repeat`` (the same message
     sent again under its idempotency key) answers with that one, anything else is a conflict."""
     message = prepared.user_message
@@ -231,9 +250,10 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
         memory_group=prepared.memory_group, memory_context=prepared.context.to_dict(),
         prompt=prepared.request.messages, provider=result.provider, model=result.model,
         params={"temperature": prepared.request.temperature, "max_tokens": prepared.request.max_tokens,
-                **result.params},
+                **result.params, "pacing": timing.audit()},
         prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-        latency_ms=result.latency_ms, attempts=result.attempts,
+        latency_ms=result.latency_ms, attempts=result.attempts, memory_exposure=prepared.exposure,
+        **timing.columns(),
     )
     session.add(reply)
     try:
@@ -273,6 +293,7 @@ def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = Fal
     with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
+            timing = prepared.timing()
             try:
                 result = runtime.llm.complete(prepared.request)
             except AllProvidersFailed as exc:
@@ -280,7 +301,8 @@ def generate_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = Fal
                 raise Unavailable("the assistant cannot answer right now; your message is saved",
                                   code="provider_unavailable",
                                   details={"message_id": user_message_id, "attempts": len(exc.attempts)}) from exc
-            return _store_reply(session, runtime, prepared, result, repeat=repeat)
+            timing.blocking(timing.monotonic())  # held back here (chat.reply_pacing), before it is stored
+            return _store_reply(session, runtime, prepared, result, timing, repeat=repeat)
         except SQLAlchemyError as exc:
             _forget(session)
             if is_unavailable(exc):
@@ -299,13 +321,16 @@ def _forget(session: Session) -> None:
 def stream_reply(runtime: Runtime, user_message_id: int, *, repeat: bool = False,
                  session: Session | None = None) -> Iterator[dict[str, Any]]:
     """Like ``generate_reply`` but yields ``delta``/``reset`` events, then ``reply`` or ``error``: every
-    stream ends with one of them, also when the database fails half-way."""
+    stream ends with one of them, also when the database fails half-way. Until the first ``delta`` the
+    page shows its typing indicator, also while pacing holds the reply back."""
     with session or runtime.db.Session() as session:
         try:
             prepared = _prepare(session, runtime, user_message_id)
-            for event in runtime.llm.stream(prepared.request):
+            timing = prepared.timing()
+            # held back before the first token (chat.reply_pacing), then every token at the model's pace
+            for event in timing.stream(runtime.llm.stream(prepared.request)):
                 if "result" in event:
-                    reply = _store_reply(session, runtime, prepared, event["result"], repeat=repeat)
+                    reply = _store_reply(session, runtime, prepared, event["result"], timing, repeat=repeat)
                     yield {"reply": serialise_message(reply, participant_view=True)}
                 else:
                     yield event
@@ -526,6 +551,9 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
             provider=message.provider, model=message.model, params=message.params,
             prompt_tokens=message.prompt_tokens, completion_tokens=message.completion_tokens,
             latency_ms=message.latency_ms, attempts=message.attempts,
+            model_first_token_ms=message.model_first_token_ms, model_total_ms=message.model_total_ms,
+            pacing_delay_ms=message.pacing_delay_ms, visible_first_token_ms=message.visible_first_token_ms,
+            memory_exposure=message.memory_exposure,
             emotional_salience=message.emotional_salience, consolidation_g=message.consolidation_g,
             recall_count=message.recall_count, typing_ms=message.typing_ms, keystrokes=message.keystrokes,
             pasted_chars=message.pasted_chars, focus_losses=message.focus_losses,

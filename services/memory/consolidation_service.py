@@ -68,7 +68,6 @@ from services.memory.profile.extraction import extract_profile_delta
 from services.memory.profile.llm_merge import ProfileUpdateFailed, update_profile_with_llm
 from services.memory.profile.schema import (
     apply_delta,
-    detect_language,
     empty_profile,
     profile_diff,
     render_profile,
@@ -79,6 +78,7 @@ from services.platform.failure_log import failure_values
 from services.recall import recall_model
 from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
 from services.study.definition import Study
+from services.text.languages import detect
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +370,7 @@ class ConsolidationService:
     def _compute(self, task_session_id: int, plan: _Plan) -> dict[str, Any]:
         data = self._load(task_session_id)
         texts = [text for _, text in data["user_messages"]]
-        language = detect_language(texts, default=data["user_language"] or "zh")
+        language = detect(texts, default=data["user_language"] or "zh")
         plan.steps["input"] = {"user_messages": len(texts), "language": language, "memory_group": data["group"],
                                "previous_profile_version": data["previous_version"]}
         extraction = extract_profile_delta(data["user_messages"])

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from database.models import Message, ProfileVersion, TaskSession
 from services.text.languages import prompt_language
+from services.text.tokens import count_tokens
 
 SECTION_TITLES = {
     "profile": {"zh": "用户画像", "en": "User profile"},
@@ -174,3 +175,30 @@ def latest_version_within(session: Session, user_id: int, kind: str,
         return None
     finally:
         rows.close()
+
+
+def memory_exposure(context: dict[str, Any], task_id: str) -> dict[str, Any]:
+    """How much of the earlier tasks a stored context (``MemoryContext.to_dict()``) carried into a reply of
+    ``task_id``: the earlier-task messages it quotes by id (recent turns, recalled memories, fragments), whether
+    a profile or a summary (S1's summary, R1's memory) was in it, and the tokens of that earlier-task content
+    (``services.text.tokens.count_tokens``). A recalled memory is the participant's message (its id) with the
+    reply to it (its text counted). Nothing from the task in progress counts."""
+    ids: set[int] = set()
+    texts: list[str] = []
+    for turn in context.get("recent_turns") or []:
+        if turn.get("task_id") != task_id:
+            ids.update(i for i in (turn.get("user_message_id"), turn.get("assistant_message_id")) if i is not None)
+            texts += [turn.get("user") or "", turn.get("assistant") or ""]
+    for memory in context.get("recalled") or []:
+        if memory.get("task_id") != task_id:
+            ids.add(memory["message_id"])
+            texts += [memory.get("text") or "", memory.get("reply") or ""]
+    for fragment in context.get("fragments") or []:
+        if fragment.get("task_id") != task_id:
+            ids.add(fragment["message_id"])
+            texts.append(fragment.get("text") or "")
+    profile = context.get("profile")
+    summaries = [s for s in (context.get("summary"), context.get("r1_memory")) if s]
+    texts += [block.get("text") or "" for block in [profile, *summaries] if block]
+    return {"earlier_message_ids": sorted(int(i) for i in ids), "profile_present": bool(profile),
+            "summary_present": bool(summaries), "tokens": sum(count_tokens(t) for t in texts)}

@@ -63,6 +63,7 @@ from services.platform.clock import Clock
 from services.recall import recall_model as rm
 from services.recall.exchange_index import Exchange, ExchangeIndex
 from services.recall.retrieval import ScoredMemory
+from services.text.languages import detect
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ class ForgettingCurveSearch:
             turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
         ))
         scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
-                                     rm.text_language(query_message.content), fusion, spacing_days=spacing)
+                                     detect(query_message.content), fusion, spacing_days=spacing)
         return [
             RecallCandidate(
                 message_id=memory.id, task_id=memory.task_id, text=memory.content,

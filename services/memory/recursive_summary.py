@@ -36,8 +36,8 @@ from services.memory.context import MemoryContext, earlier_done_sessions, latest
 from services.platform.clock import Clock
 from services.study.definition import Study, thaw
 from services.text.clipping import PUNCTUATION, clip
-from services.text.keywords import detect_language, keyword_jaccard, keyword_set, shared_keywords, split_sentences
-from services.text.languages import prompt_language
+from services.text.keywords import keyword_jaccard, keyword_set, shared_keywords, split_sentences
+from services.text.languages import detect, prompt_language
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ def consolidate_task(session: Session, *, llm: vj.ModelChain, user: User, task_s
     # run) must still build on everything remembered since, or later memories would be lost.
     previous_row = versions[0] if versions else None
     previous = memory_part(previous_row.content if previous_row else None)
-    language = detect_language(" ".join(t["user"] for t in turns), default=user.language or "zh")
+    language = detect([t["user"] for t in turns], default=user.language or "zh")
     task_id = task_session.task_id
 
     answer = None

@@ -71,8 +71,8 @@ from services.recall.recall_model import RelevanceMapping
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
 from services.study.definition import Study, thaw
 from services.text.clipping import PUNCTUATION, clip
-from services.text.keywords import detect_language, extract_keywords, keyword_jaccard, keyword_set, split_sentences
-from services.text.languages import prompt_language
+from services.text.keywords import extract_keywords, keyword_jaccard, keyword_set, split_sentences
+from services.text.languages import detect, prompt_language
 
 log = logging.getLogger(__name__)
 
@@ -471,7 +471,7 @@ def update_after_turn(session: Session, *, llm: ModelChain, user: User, task_ses
                               Message.id <= upto_id).order_by(Message.id.desc()).limit(cfg["topic_turns"])
     ).all()
     topic_texts = [m.content for m in reversed(current)]
-    language = detect_language(" ".join(t["user"] for t in turns), default=user.language or "zh")
+    language = detect([t["user"] for t in turns], default=user.language or "zh")
 
     answer = None
     if not chain_is_offline(llm):
@@ -544,7 +544,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
     if not messages:
         return []
     query_keys = keyword_set(query.content)
-    language = detect_language(query.content)
+    language = detect(query.content, default="zh")
     cosines = np.full(len(messages), np.nan)
     semantic = np.zeros(len(messages))
     pool = range(len(messages))

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from database.models import ProfileVersion, ProviderFailure
 from services.llm.chain import LLMService
 from services.llm.types import AllProvidersFailed, ChatProvider, ChatRequest, ChatResult, ProviderError
-from services.text.keywords import detect_language
+from services.text.languages import detect
 from services.text.structured_output import StructuredOutputError, parse_json_object, validate
 
 OFFLINE_SOURCE = "offline-rules"
@@ -42,7 +42,7 @@ def language_matches(texts: Iterable[str], language: str) -> bool:
     joined = " ".join(t for t in texts if t)
     if not re.search(r"[A-Za-z\u3400-\u4dbf\u4e00-\u9fff]", joined):
         return True
-    return detect_language(joined, default=language) == language
+    return detect(joined, default=language) == language
 
 
 def chain_is_offline(llm: ModelChain) -> bool:

@@ -239,8 +239,8 @@ def create_admin(session: Session, username: str, password: str, clock: Clock) -
         raise Conflict(f"{username} is a participant account", code="username_taken")
     now = clock.now()
     if user is None:
-        user = User(username=username, password_hash=hash_password(password), role="admin", language="zh",
-                    created_at=now, status="active")
+        user = User(username=username, password_hash=hash_password(password), role="admin", staff_role="owner",
+                    language="zh", created_at=now, status="active")
         session.add(user)
         action = "admin_created"
     else:

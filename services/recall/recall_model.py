@@ -60,8 +60,6 @@ SPACING_UNIT = "days"
 # Any positive length works: t for a given number of study days does not depend on it.
 SECONDS_PER_DAY_FOR_ANCHOR = 86400.0
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 
 def _result(value: np.ndarray) -> float | np.ndarray:
@@ -168,15 +166,6 @@ def emotional_salience_array(intensity: ArrayLike, disclosure: ArrayLike, value:
 # ---------------------------------------------------------------------------
 # Translating the embedder and the clock into r and t
 # ---------------------------------------------------------------------------
-
-
-def text_language(text: str) -> str | None:
-    """'zh' when Chinese characters at least match Latin words in number, 'en' when only Latin words
-    dominate, None for neither (emoji, digits). Selects the relevance mapping."""
-    cjk, latin = len(_CJK.findall(text or "")), len(_LATIN_WORD.findall(text or ""))
-    if cjk and cjk >= latin:
-        return "zh"
-    return "en" if latin else None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import jsonschema
 
 from services.llm.types import ChatRequest
 from services.recall import recall_model
+from services.text.languages import detect
 from services.text.structured_output import parse_json_object
 
 jieba.setLogLevel(logging.WARNING)
@@ -164,7 +165,7 @@ def _phrase_hits(text: str, phrases: Mapping[str, float]) -> list[float]:
 
 def lexicon_scores(text: str, language: str | None = None) -> SalienceScores:
     """Offline salience scores of one message, each clamped to [0, 1]."""
-    lang = language or ("zh" if re.search(r"[\u4e00-\u9fff]", text) else "en")
+    lang = language or detect(text, default="zh")
     tokens = _tokens(text, lang)
     if lang == "zh":
         intensity = _word_hits(tokens, ZH_INTENSITY, ZH_NEGATIONS, ZH_INTENSIFIERS)

@@ -53,6 +53,7 @@ from services.recall import recall_model as rm
 from services.recall.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
 from services.recall.salience import lexicon_scores
 from services.text.keywords import keyword_jaccard, keyword_set, tokenize
+from services.text.languages import detect
 
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -602,7 +603,7 @@ def _score_embedded(scored: Scored, texts: Sequence[str], questions: Sequence[st
             retrieval = retrieval_scores(texts, neighbours, turn_vectors, questions, query_vectors, ctx.fusion)
     if "fused" in ctx.methods:
         scored.rankings["fused"] = (np.vstack([s.fused for s in retrieval]) if texts else cosines, None)
-    languages = [rm.text_language(q) for q in questions]
+    languages = [detect(q) for q in questions]
     if {"l4", "l4_t0"} & set(ctx.methods):
         with _timed(ctx, "l4"):
             _score_curve(scored, texts, ages_days, ctx, languages, retrieval)

@@ -34,13 +34,12 @@ from typing import Any
 
 from database.db_manager import Database
 from database.models import Assignment, Message, TaskSession, User
+from services.text.tokens import count_tokens
 
 EVIDENCE_PREFIX_CHARS = 60
 EVIDENCE_MIN_CHARS = 20
 SECONDS_BETWEEN_MESSAGES = 30.0
 PROBE_TASK = "TQ"  # the task in progress when the probe questions are asked
-_CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff"
-_TOKEN = re.compile(rf"[{_CJK_CHARS}]|[A-Za-z0-9]+(?:['’][A-Za-z]+)?|[^\sA-Za-z0-9{_CJK_CHARS}]")
 _SPACE = re.compile(r"\s+")
 
 
@@ -105,11 +104,6 @@ class ConditionOutcome:
         if self.candidates:
             out.update(candidate_evidence_share=self.candidate_share / n, candidates_per_question=self.candidates / n)
         return out
-
-
-def count_tokens(text: str) -> int:
-    """Approximate tokens: one per CJK character, word, number or other non-space symbol."""
-    return len(_TOKEN.findall(text or ""))
 
 
 def _normalised(text: str) -> str:

@@ -3,16 +3,17 @@
 ``calibrate`` replays the study's schedule over the calibration participants with a recall preset (or
 fits one on the development participants: ``fit=True``) and returns a ``CalibrationReport``;
 ``check_active_preset`` is the pre-flight's question: does the study's active preset, with the
-configured embedder, meet the pre-registered targets on the held-out and blind participants?
+configured embedder, meet the pre-registered targets on each language's held-out and blind participants pooled
+(the decision rule of ``recall_calibration_report``: met / within error / missed)?
 ``scripts/calibrate_recall.py`` is the command line over these functions. The sample and its replay
 live in ``services.research.recall_calibration_replay``, the fits in ``services.research.recall_calibration_fit``, the
-report in ``services.research.recall_calibration_report``.
+report and the decision rule in ``services.research.recall_calibration_report``.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
     SAMPLE,
     MemoEmbedder,
+    Outcomes,
     Trace,
     check_candidate_rule,
     labelled_pairs,
@@ -41,10 +43,13 @@ from services.research.recall_calibration_replay import (
     traces_for,
 )
 from services.research.recall_calibration_report import (
+    JUDGED_GROUP,
     CalibrationReport,
-    checked_failures,
+    judge_outcomes,
     outcome_figures,
     recall_ceilings,
+    rule_failures,
+    rule_within_error,
 )
 from services.research.recall_operating_curve import operating_curve, require_anchored
 from services.study.definition import Study, load_study
@@ -119,13 +124,20 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
 
 @dataclass(frozen=True)
 class PresetCheck:
-    """The calibration check of a study's active recall preset (the pre-flight's part (a))."""
+    """The calibration check of a study's active recall preset (the pre-flight's part (a)), under the decision
+    rule of ``recall_calibration_report`` (each language's held-out and blind participants pooled)."""
 
     preset: str  # active relevance preset name
     embedder_model: str | None  # model the preset was fitted for
     passed: bool
     figures: dict  # JSON-serialisable: {language: {split: {"T2": pct, "T3": pct, "T4": pct, "unrelated_max": pct}}}
-    failures: list[str]  # human-readable failed targets; empty when passed
+    failures: list[str]  # what fails the rule (missed targets, failed shapes), one line each; empty when passed
+    # the rule's verdicts, JSON-serialisable (evidence.Verdict.as_dict() with language, group, task, measure):
+    targets: list[dict] = field(default_factory=list)  # the pooled groups', which decide
+    shape: list[dict] = field(default_factory=list)  # each language's T2-above-T4 difference (pooled)
+    groups: list[dict] = field(default_factory=list)  # held-out (open) and blind alone: information only
+    within_error: list[str] = field(default_factory=list)  # the pooled targets within error (amber), one line each
+    rule: str = "pooled-wilson"  # which rule produced the verdict (older reports have none)
 
 
 class PresetEmbedderMismatch(Exception):
@@ -135,7 +147,8 @@ class PresetEmbedderMismatch(Exception):
 
 def check_active_preset(study: Study, embedder) -> PresetCheck:
     """Score the held-out and blind calibration participants with the study's active preset and the given
-    embedder against the pre-registered targets. Raises PresetEmbedderMismatch first if embedder.model differs
+    embedder, and judge the pre-registered targets on each language's pooled evaluation participants (the decision
+    rule; each group alone is reported for information). Raises PresetEmbedderMismatch first if embedder.model differs
     from the preset's embedder_model (presets without embedder_model, e.g. seed_literal, are not refused)."""
     params = study.memory.recall
     fitted_for = params.relevance.embedder_model
@@ -147,10 +160,24 @@ def check_active_preset(study: Study, embedder) -> PresetCheck:
             f"scripts/calibrate_recall.py --fit --write-preset NAME (and make NAME the study's memory.recall.preset).")
     checked = [p for p in SAMPLE if split_of(p) != "dev"]
     traces = traces_for(study, _memo(embedder), params, study.memory.retrieval, participants=checked)
-    outcomes = replay_all(traces, params, study, events=False)
-    failures = checked_failures(outcomes)
-    return PresetCheck(preset=params.preset, embedder_model=fitted_for, passed=not failures,
-                       figures=outcome_figures(outcomes), failures=failures)
+    return judged_check(params.preset, fitted_for, replay_all(traces, params, study, events=False))
+
+
+def judged_check(preset: str, embedder_model: str | None, outcomes: Outcomes) -> PresetCheck:
+    """The calibration check on replayed outcomes of the evaluation participants: the decision rule on each
+    language's pooled groups decides, the held-out (open) and blind groups are judged alone for information."""
+    judgements = judge_outcomes(outcomes)
+    failures = rule_failures(judgements)
+    judged = [by_group[JUDGED_GROUP] for by_group in judgements.values()]
+    return PresetCheck(preset=preset, embedder_model=embedder_model, passed=not failures,
+                       figures=outcome_figures(outcomes), failures=failures,
+                       targets=[t for j in judged for t in j.target_dicts()],
+                       shape=[j.shape_dict() for j in judged],
+                       groups=[{"language": j.language, "group": j.group, "passed": j.passed,
+                                "targets": j.target_dicts(), "shape": j.shape_dict()}
+                               for by_group in judgements.values() for j in by_group.values()
+                               if j.group != JUDGED_GROUP],
+                       within_error=rule_within_error(judgements))
 
 
 def _rounded(value: Any, digits: int = 4) -> Any:

@@ -30,6 +30,7 @@ from services.recall import recall_model as rm
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
 from services.recall.salience import lexicon_scores
 from services.study.definition import Study
+from services.text.languages import detect
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 SAMPLE_FILE = DATA_DIR / "recall_sample.json"
@@ -350,7 +351,7 @@ def trace_participant(participant: str, study: Study, embedder, params: rm.Recal
                 continue
             ranked = (retriever.rank(cues[i], vectors[i], params.top_k)
                       if retriever is not None and params.candidates.admits_query(text) else [])
-            queries.append(Query(task_id, sent_at[-1], text, topics, rm.text_language(text), _candidate_dicts(ranked),
+            queries.append(Query(task_id, sent_at[-1], text, topics, detect(text), _candidate_dicts(ranked),
                                  {j for j, m in enumerate(memories) if topics & m.topics}))
         exchanges = [exchange_text(text, sample_reply(text, language), task_id, int(schedule[task_id]))
                      for text, _, _ in messages]

@@ -4,9 +4,10 @@ An anchored preset's budget decides where ``r`` crosses the curve's bar: a large
 memories and more unrelated ones. ``operating_curve`` replays the calibration participants of each language
 under the preset with only the budget changed (the same model, tails and time unit) and reports, per split,
 the relevant memories recalled at each task, the most unrelated candidates recalled at any task, and whether
-the pre-registered targets hold. It answers "which budget would this language need for T2's target, and what
-would it cost in false recalls?": a description of this embedder on these participants, not a fit (the held-out
-and blind rows are looked at, so a budget read off them is no longer tested on them).
+the decision rule passes (``recall_calibration_report.judge_group``). It answers "which budget would this
+language need for T2's target, and what would it cost in false recalls?": a description of this embedder on these
+participants, not a fit (the held-out and blind rows are looked at, so a budget read off them is no longer tested
+on them).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from services.research.recall_calibration_replay import (
     Trace,
     group_outcomes,
     replay_all,
-    target_failures,
 )
 from services.study.definition import Study
 
@@ -43,12 +43,13 @@ CURVE_BUDGETS = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.10, 0.12, 0.
 @dataclass(frozen=True)
 class CurvePoint:
     """One language under one budget: per split, the relevant shares at each task and the worst unrelated rate
-    (fractions), and whether every pre-registered target holds there (checked splits only)."""
+    (fractions), and whether the decision rule passes there (checked splits only: "held-out", which holds the blind
+    participants too, is the rule's pooled group; "blind" alone is for information)."""
 
     budget: float
     shares: dict[str, dict[str, float]]  # split -> task -> relevant recalled / relevant
     unrelated_max: dict[str, float]  # split -> the most unrelated candidates recalled at any task
-    met: dict[str, bool]  # checked split -> every target met
+    met: dict[str, bool]  # checked split -> no target missed and the shape holds (the decision rule)
 
 
 def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, *,
@@ -56,6 +57,9 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
                     day_seconds: float = SECONDS_PER_DAY) -> dict[str, list[CurvePoint]]:
     """{language: one CurvePoint per budget, in the order given, leaving out budgets beyond the share the
     language's fitted tail covers}. Needs an anchored preset."""
+    # the report imports this module (CurvePoint, format_curve), so its decision rule is imported here
+    from services.research.recall_calibration_report import judge_group
+
     require_anchored(params)
     if not all(0.0 < b < 1.0 for b in budgets):
         raise ValueError("a false-recall budget is a share in (0, 1)")
@@ -74,8 +78,8 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
                     continue
                 shares[split] = {t: o.relevant_share() for t, o in tasks.items()}
                 unrelated[split] = max(o.unrelated_rate() for o in tasks.values())
-                if split in CHECKED_SPLITS:
-                    met[split] = not target_failures(tasks, f"{split} {language}")
+                if split in CHECKED_SPLITS:  # "held-out" holds the blind ones too: the rule's pooled group
+                    met[split] = judge_group(tasks, language, "pooled" if split == "held-out" else split).passed
             curve.setdefault(language, []).append(CurvePoint(budget, shares, unrelated, met))
     return curve
 
@@ -93,7 +97,7 @@ def format_curve(curve: dict[str, list[CurvePoint]], params: rm.RecallParams) ->
                "false-recall budget varied; preset's own: "
                + ", ".join(f"{lang} {params.relevance.budget(lang):.1%}" for lang in curve) + "): "
                "relevant recalled T2/T3/T4 % and the most unrelated candidates recalled at any task (u); "
-               "* = every target met"]
+               "* = no target missed and the shape holds (the decision rule)"]
     for language, points in curve.items():
         splits = [s for s in SPLITS if any(s in p.shares for p in points)]
         out.append(f"  {language}  budget  " + "".join(f"{s:>22s}" for s in splits))

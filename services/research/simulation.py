@@ -23,7 +23,9 @@ forgetting-curve recall). Expected: L1 none; L2 only what was in the last turns
 before the task; L3 the profile facts; L4 at least as many as L3, and - the check
 that can fail - per task and language a share of L4's probe replies holding a
 planted specific that L3's context for the same message lacks (minimum shares per
-task in L4's declaration); S1 and R1 the allergy at T2. Each condition declares
+task in L4's declaration, each share judged met / within error / missed by the
+pre-registered rule of services/study/evidence.py, per task and pooled per language:
+docs/recall_calibration.md); S1 and R1 the allergy at T2. Each condition declares
 these expectations (``manipulation_check`` in services/memory/); the script checks
 the declarations of the groups that ran, so a new condition is checked by declaring
 its own. Exit code 0 when every check passes, 1 when one fails, 2 on errors.
@@ -63,6 +65,7 @@ from services.research.bots.personas import (
     context_specifics,
     facts_in,
 )
+from services.study import evidence
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -377,12 +380,36 @@ def beyond_baseline(participants: Participants, group: str) -> list[dict[str, An
             cell["beyond"] += bool(extra)
             cell["specifics"].update(extra)
     rows = []
-    for (task, _language), cell in sorted(cells.items()):
+    for (task, language), cell in sorted(cells.items()):
         share = cell["beyond"] / cell["replies"] if cell["replies"] else 0.0
         minimum = beyond.share_needed(task)
         rows.append({**cell, "specifics": dict(cell["specifics"]), "share": round(share, 3), "min_share": minimum,
-                     "passed": bool(cell["replies"]) and share >= minimum})
+                     **_judged(f"{group} beyond {beyond.baseline} {task} {language}", cell["beyond"],
+                               cell["replies"], minimum)})
     return rows
+
+
+def _judged(name: str, successes: int, n: int, minimum: float) -> dict[str, Any]:
+    """A share judged against its declared minimum by the pre-registered rule (services.study.evidence): met,
+    within error (the one-sided 95 % interval still reaches the minimum) or missed; it passes unless missed."""
+    verdict = evidence.judge(name, successes, n, minimum, "at_least")
+    return {"verdict": verdict.verdict, "low": verdict.low, "high": verdict.high, "passed": verdict.ok}
+
+
+def pooled_beyond(rows: list[dict[str, Any]], group: str, baseline: str) -> list[dict[str, Any]]:
+    """Per language, the probe tasks pooled: every reply of the language against the minimum its tasks declare
+    together (the replies-weighted mean of the tasks' minimum shares), judged by the same rule. With one bot per
+    condition and language a task holds about eight replies, too few for a cell to miss on its own (0 of 8 is
+    within error of 15 %); pooled, a condition that hands over nothing its baseline lacks (0 of 24) is missed."""
+    pooled = []
+    for language in sorted({r["language"] for r in rows}):
+        mine = [r for r in rows if r["language"] == language]
+        replies, beyond = sum(r["replies"] for r in mine), sum(r["beyond"] for r in mine)
+        minimum = sum(r["replies"] * r["min_share"] for r in mine) / replies if replies else 0.0
+        pooled.append({"task": "all", "language": language, "replies": replies, "beyond": beyond,
+                       "share": round(beyond / replies, 3) if replies else 0.0, "min_share": round(minimum, 4),
+                       **_judged(f"{group} beyond {baseline} all probe tasks {language}", beyond, replies, minimum)})
+    return pooled
 
 
 def _check_beyond(participants: Participants, group: str, baseline: str) -> Check:
@@ -390,14 +417,15 @@ def _check_beyond(participants: Participants, group: str, baseline: str) -> Chec
     languages = sorted({p["language"] for p in participants if p["memory_group"] == group})
     missing = [f"{task} {lang}" for task in PROBE_TASKS for lang in languages
                if not any(r["task"] == task and r["language"] == lang for r in rows)]
+    pooled = pooled_beyond(rows, group, baseline)
     detail = "; ".join(f"{r['task']} {r['language']}: {r['beyond']}/{r['replies']} = {r['share']:.0%} "
-                       f"(need {r['min_share']:.0%})" for r in rows)
+                       f"(need {r['min_share']:.0%}; {r['verdict'].replace('_', ' ')})" for r in rows + pooled)
     if missing:
         detail += f"; no {group} replies at " + ", ".join(missing)
     return {"check": f"{group}'s context holds a planted specific that {baseline}'s context for the same message "
                      "lacks (share of probe replies, per task and language)",
-            "passed": bool(rows) and not missing and all(r["passed"] for r in rows), "detail": detail,
-            "rows": rows, "group": group, "baseline": baseline}
+            "passed": bool(rows) and not missing and all(r["passed"] for r in rows + pooled), "detail": detail,
+            "rows": rows, "pooled": pooled, "group": group, "baseline": baseline}
 
 
 def check_beyond_baseline(participants: Participants) -> list[Check]:
@@ -465,8 +493,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", f"  {group} beyond {baseline}: probe replies whose context holds a planted specific that "
                       f"{baseline}'s context for the same message lacks"]
         lines += [f"    {r['task']} {r['language']}: {r['beyond']:>2}/{r['replies']:<2} = {r['share']:4.0%}  "
-                  f"(need {r['min_share']:.0%})  "
-                  + (", ".join(f"{k} {n}" for k, n in sorted(r["specifics"].items())) or "-") for r in beyond]
+                  f"(need {r['min_share']:.0%}; {r['verdict'].replace('_', ' ')})  "
+                  + (", ".join(f"{k} {n}" for k, n in sorted(r.get("specifics", {}).items())) or "-")
+                  for r in beyond + check.get("pooled", [])]
     lines += ["", "Per language:"]
     for language, result in report["by_language"].items():
         beyond = "; ".join(f"{c['group']} beyond {c['baseline']} "
@@ -501,10 +530,12 @@ def by_language(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         checks = []
         for check in (c for c in report["checks"] if c.get("rows") is not None):
             rows = [r for r in check["rows"] if r["language"] == language]
+            pooled = [r for r in check.get("pooled", []) if r["language"] == language]
             present = {r["task"] for r in rows}
             checks.append({"group": check["group"], "baseline": check["baseline"],
                            "shares": {r["task"]: r["share"] for r in rows},
-                           "passed": present >= set(PROBE_TASKS) and all(r["passed"] for r in rows)})
+                           "verdicts": {r["task"]: r["verdict"] for r in rows + pooled},
+                           "passed": present >= set(PROBE_TASKS) and all(r["passed"] for r in rows + pooled)})
         bots = sum(1 for p in report["participants"] if p["language"] == language)
         result[language] = {"bots": bots, "beyond": checks, "passed": bool(bots) and all(c["passed"] for c in checks)}
     return result

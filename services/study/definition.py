@@ -18,7 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,70 @@ class Payments:
     pay_incomplete: bool = False  # whether a task below the minimum engagement is paid
 
 
+# --- chat: reply pacing (issue 27 part 4; docs/reply_timing.md) ------------------------------------------
+PACING_MODES = ("off", "floor", "match")
+
+
+@dataclass(frozen=True)
+class ReplyPacing:
+    """``chat.reply_pacing``: how long a reply is held back so its timing does not reveal the condition.
+
+    off: shown as soon as the model answers; floor: no reply visible before ``min_seconds`` (real seconds)
+    after the message was received; match: each reply's time to its first visible token is drawn from one
+    distribution shared by every condition, learned from the study's recent replies (services.chat.pacing),
+    never below ``min_seconds``."""
+    mode: str = "off"
+    min_seconds: float = 0.0
+    window: int = 200  # match: the recent replies per condition it learns from
+    min_samples: int = 20  # match: below this many in any enabled condition, only min_seconds applies
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    reply_pacing: ReplyPacing = ReplyPacing()
+
+
+OPTIONAL_SECTIONS = ("chat", "report")
+
+
+def _chat(raw: Any) -> ChatSettings:
+    data = _section("chat", raw, ["reply_pacing"], optional=("reply_pacing",))
+    return ChatSettings(reply_pacing=_reply_pacing(data.get("reply_pacing", {"mode": "off"})))
+
+
+def _reply_pacing(raw: Any) -> ReplyPacing:
+    path = "chat.reply_pacing"
+    data = _mapping(path, raw)
+    mode = _choice(f"{path}.mode", data.get("mode"), PACING_MODES)
+    allowed = {"off": ["mode"], "floor": ["mode", "min_seconds"],
+               "match": ["mode", "min_seconds", "window", "min_samples"]}[mode]
+    data = _section(path, data, allowed, optional=("min_seconds", "window", "min_samples") if mode == "match" else ())
+    pacing = ReplyPacing(mode=mode,
+                         min_seconds=float(_typed(f"{path}.min_seconds", data.get("min_seconds", 0.0), float)),
+                         window=_typed(f"{path}.window", data.get("window", 200), int),
+                         min_samples=_typed(f"{path}.min_samples", data.get("min_samples", 20), int))
+    if not 0 <= pacing.min_seconds <= 120:
+        raise StudyDefinitionError(f"{path}.min_seconds must be between 0 and 120 (real seconds), not "
+                                   f"{pacing.min_seconds:g}")
+    if mode == "floor" and pacing.min_seconds <= 0:
+        raise StudyDefinitionError(f"{path}.min_seconds must be above 0 in mode 'floor' (or use mode 'off')")
+    if pacing.min_samples < 2 or pacing.window < pacing.min_samples:
+        raise StudyDefinitionError(f"{path}: min_samples must be at least 2 and window at least min_samples")
+    return pacing
+# --- end of chat: reply pacing ---------------------------------------------------------------------------
+
+
+REPORT_EXCLUDE_FLAGS = ("attention_failures", "pasted_messages", "implausible_typing_messages")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """``flask --app app report``: the condition every contrast is taken against, and the participants.csv quality
+    flags (counts above 0) that exclude a participant from the outcome models."""
+    reference_condition: str
+    exclude_flags: tuple[str, ...] = ("attention_failures",)
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -176,7 +240,9 @@ class Study:
     instruments: Mapping[str, Instrument]
     debrief: Debrief
     typing_checks: TypingChecks
+    report: ReportSettings
     definition: Mapping[str, Any]  # the exact merged definition (read-only), stored with every export
+    chat: ChatSettings = field(default_factory=ChatSettings)  # optional in the file
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -255,7 +321,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def build_study(definition: Mapping[str, Any]) -> Study:
     """Validate a merged definition and build the frozen ``Study``; refuses anything that cannot run."""
-    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"])
+    raw = _section("", definition, [f.name for f in fields(Study) if f.name != "definition"],
+                   optional=OPTIONAL_SECTIONS)
     study = Study(
         name=_typed("name", raw["name"], str),
         default_language=_choice("default_language", raw["default_language"], LANGUAGES),
@@ -278,7 +345,9 @@ def build_study(definition: Mapping[str, Any]) -> Study:
                                                                                 raw["instruments"]).items()}),
         debrief=_debrief(raw["debrief"], list(_mapping("conditions", raw["conditions"]))),
         typing_checks=_typing_checks(raw["typing_checks"]),
+        report=_report(raw.get("report"), _str_list("enabled_conditions", raw["enabled_conditions"])),
         definition=freeze(definition),
+        chat=_chat(raw.get("chat", {})),
     )
     _check_consistency(study)
     return study
@@ -466,6 +535,23 @@ def _dataclass(path: str, raw: Any, cls: type) -> Any:
         if f.name in data:
             values[f.name] = _typed(f"{path}.{f.name}", data[f.name], _FIELD_KINDS[str(f.type)])
     return cls(**values)
+
+
+def _report(raw: Any, enabled: list[str]) -> ReportSettings:
+    """``report``: ``reference_condition`` (an enabled condition; null or absent: the first enabled one, L1 in the
+    default study) and ``exclude_flags`` (a subset of REPORT_EXCLUDE_FLAGS)."""
+    data = _section("report", raw if raw is not None else {}, ["reference_condition", "exclude_flags"],
+                    optional=("reference_condition", "exclude_flags"))
+    reference = data.get("reference_condition")
+    if reference is None:
+        reference = enabled[0] if enabled else ""
+    elif reference not in enabled:
+        raise StudyDefinitionError(f"report.reference_condition is {reference!r}; allowed: the enabled conditions "
+                                   f"{', '.join(enabled)}")
+    flags = _str_list("report.exclude_flags", data.get("exclude_flags", ["attention_failures"]))
+    for flag in flags:
+        _choice("report.exclude_flags[]", flag, REPORT_EXCLUDE_FLAGS)
+    return ReportSettings(reference_condition=reference, exclude_flags=tuple(flags))
 
 
 def _typing_checks(raw: Any) -> TypingChecks:

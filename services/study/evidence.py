@@ -134,3 +134,14 @@ def describe(v: Verdict, language: str = "en") -> str:
     words = _VERDICT_WORDS["zh" if language == "zh" else "en"]
     return (f"{v.name}: {v.estimate:.1%} ({v.successes}/{v.n}; 95% one-sided {v.low:.1%}–{v.high:.1%}; "
             f"target {side} {v.target:.0%}) — {words[v.verdict]}")
+
+
+def describe_difference(d: Difference | dict[str, Any]) -> str:
+    """One line for the decay shape: the difference, its counts, its one-sided lower bound, and whether it holds."""
+    d = d if isinstance(d, dict) else d.as_dict()
+    if d["estimate"] is None:
+        return f"{d['name']}: no data"
+    (s1, n1), (s2, n2) = d["first"], d["second"]
+    return (f"{d['name']}: {d['estimate']:+.1%} ({s1}/{n1} vs {s2}/{n2}; 95% one-sided lower bound "
+            f"{d['low']:+.1%}) — " + ("above zero by more than its error" if d["above"]
+                                      else "NOT above zero by more than its error"))

@@ -4,6 +4,6 @@
 May import: nothing of ``services`` (``pyproject.toml`` [tool.layers]: ``text = []``).
 
 Public names: ``languages`` (``LANGUAGES``, ``prompt_language``), ``keywords`` (``tokenize``, ``keyword_set``),
-``clipping``, ``structured_output`` (``parse_json_object``, ``parse_and_validate``), ``cells`` (``printable``,
-``number_text``, ``safe_cell``).
+``clipping``, ``tokens`` (``count_tokens``), ``structured_output`` (``parse_json_object``, ``parse_and_validate``),
+``cells`` (``printable``, ``number_text``, ``safe_cell``).
 """

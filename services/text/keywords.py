@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 import jieba
 
+from services.text.languages import CJK_CHAR
+
 jieba.setLogLevel(logging.WARNING)
 _jieba_lock = threading.Lock()
 _jieba_ready = False
@@ -51,8 +53,6 @@ remember remembered recall forget forgot help
 """.split())
 
 _TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+|[A-Za-z][A-Za-z'’\-]*|\d+(?:\.\d+)?")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-_LATIN = re.compile(r"[A-Za-z]")
 _PRONOUN_HEADS = "我你您他她它"
 
 
@@ -94,7 +94,7 @@ def tokenize(text: str) -> list[str]:
     """Content words of ``text`` in order, stop words and punctuation removed (may repeat)."""
     words: list[str] = []
     for run in _TOKEN.findall(text or ""):
-        if _CJK.match(run):
+        if CJK_CHAR.match(run):
             words.extend(w for w in _segment_chinese(run) if w not in ZH_STOP_WORDS and w.strip())
         elif run[0].isdigit():
             if len(run) > 1:  # a lone digit says nothing; "3000" or "2.5" might
@@ -119,7 +119,7 @@ def keyword_set(text: str) -> frozenset[str]:
 
 
 def _is_chinese(word: str) -> bool:
-    return bool(_CJK.match(word))
+    return bool(CJK_CHAR.match(word))
 
 
 def _related(a: str, b: str) -> bool:
@@ -149,16 +149,6 @@ def keyword_jaccard(a: Iterable[str], b: Iterable[str]) -> float:
         return 0.0
     m = shared_keywords(set_a, set_b)
     return m / (len(set_a) + len(set_b) - m)
-
-
-def detect_language(text: str, default: str = "zh") -> str:
-    """"zh" or "en" by script: a Chinese character carries about as much as an English word,
-    so Chinese wins unless Latin letters outnumber Chinese characters about three to one."""
-    cjk = len(_CJK.findall(text or ""))
-    latin = len(_LATIN.findall(text or ""))
-    if cjk == 0 and latin == 0:
-        return default
-    return "zh" if cjk * 3 >= latin else "en"
 
 
 def split_sentences(text: str) -> list[str]:

@@ -1058,6 +1058,8 @@ function showExport() {
         h("label.check", { for: "export-bom" }, bom, h("span", t("admin.export.bom"))),
         h("label.check", { for: "export-exclude-pii" }, noPii, h("span", t("admin.export.exclude_pii")))),
       link),
+    h("h2", t("admin.report.title")),
+    reportCard(),
     h("h2", t("admin.export.payments")),
     h("section.card#payments",
       h("p", t("admin.export.payments_intro")),
@@ -1068,42 +1070,166 @@ function showExport() {
           t("admin.export.payments_upload")))));
 }
 
+// The study report: built by the server from an export made now, downloaded as a zip (report.html, report.json).
+function reportCard() {
+  const status = h("p.status#report-status", { role: "status" });
+  const button = h("button.button#report-generate", { type: "button" }, t("admin.report.generate"));
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.textContent = t("admin.report.working");
+    try {
+      const { blob, filename } = await api.download("/api/admin/report", { language: language() });
+      const url = URL.createObjectURL(blob);
+      const link = h("a", { href: url, download: filename });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      window.setTimeout(() => URL.revokeObjectURL(url), 10000);
+      status.textContent = t("admin.report.done", { file: filename });
+    } catch (err) {
+      status.textContent = errorText(err);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h("section.card#report", h("p", t("admin.report.intro")), h("p.actions", button), status);
+}
+
 // -- pre-flight banner --------------------------------------------------------------------------
 
 const preflightBanner = document.getElementById("preflight-banner");
 
+// Each check of a stored report is listed by its name (admin.preflight.check.<name>, else the name itself), so a
+// check added to the pre-flight appears without more work. A check judged by the pre-registered rule carries
+// `targets` (figure, one-sided 95 % interval, n, verdict), `shape` and `next_step`; older reports carry
+// `failures` / `failed_checks` / `message` only, shown as they were stored.
+function checkName(name) {
+  const key = `admin.preflight.check.${name}`;
+  const text = t(key);
+  return text === key ? name.replace(/_/g, " ") : text;
+}
+
+function percent(x) {
+  return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)}%`;
+}
+
+function targetLabel(target) {
+  const key = `admin.preflight.measure.${target.measure}`;
+  if (!target.measure || !target.task || t(key) === key) return target.name;
+  const lang = target.language ? t(`admin.preflight.lang.${target.language}`) : "";
+  const task = target.task === "all" ? t("admin.preflight.all_tasks") : target.task;
+  const group = target.group && target.group !== "pooled" && target.measure !== "beyond"
+    ? t(`admin.preflight.group.${target.group}`) : "";
+  return t(key, { lang, task, group: group ? ` ${group}` : "", condition: target.group || "",
+    baseline: target.baseline || "" }).trim();
+}
+
+function targetLine(target) {
+  const verdict = t(`admin.preflight.verdict.${target.verdict}`);
+  if (target.estimate === null || target.estimate === undefined) return `${targetLabel(target)}: ${verdict}`;
+  return t("admin.preflight.target", {
+    label: targetLabel(target), figure: percent(target.estimate), successes: target.successes, n: target.n,
+    low: percent(target.low), high: percent(target.high), side: target.direction === "at_most" ? "≤" : "≥",
+    target: `${Math.round(100 * target.target)}%`, verdict });
+}
+
+function shapeLine(shape) {
+  const lang = shape.language ? t(`admin.preflight.lang.${shape.language}`) : "";
+  const [first, second] = shape.tasks || ["T2", "T4"];
+  const label = t("admin.preflight.shape_label", { lang, first, second }).trim();
+  if (shape.estimate === null || shape.estimate === undefined) {
+    return `${label}: ${t("admin.preflight.verdict.no_data")}`;
+  }
+  const signed = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(1)}%`;
+  return t("admin.preflight.shape", {
+    label, figure: signed(shape.estimate), s1: shape.first[0], n1: shape.first[1], s2: shape.second[0],
+    n2: shape.second[1], low: signed(shape.low),
+    verdict: t(shape.above ? "admin.preflight.shape_above" : "admin.preflight.shape_not_above") });
+}
+
+function nextStepLine(step) {
+  if (step.kind === "refit") return t("admin.preflight.next_refit", { command: step.command, preset: step.preset });
+  if (step.kind === "simulate") return t("admin.preflight.next_simulate", { command: step.command });
+  return t("admin.preflight.next_step", { text: step.text || step.command });
+}
+
+// [kind, text] lines of one check: its verdict, then what is not met (amber: within error; red: missed, no data,
+// a shape not above its error, an older report's failures) and the next step.
+function checkLines(name, check) {
+  const targets = check.targets || [];
+  const verdict = check.verdict === "refused" ? "refused" : check.verdict === "not_run" ? "not_run"
+    : check.passed ? (check.amber ? "amber" : "passed") : "failed";
+  const kind = { passed: "ok", amber: "warn" }[verdict] || "error";
+  const lines = [[kind, t(`admin.preflight.check_${verdict}`, { name: checkName(name) })]];
+  for (const target of targets) {
+    if (target.verdict === "within_error") lines.push(["warn", targetLine(target)]);
+    else if (target.verdict !== "met") lines.push(["error", targetLine(target)]);
+  }
+  for (const shape of check.shape || []) if (!shape.above) lines.push(["error", shapeLine(shape)]);
+  if (!check.passed) {
+    if (check.message) lines.push(["error", check.message]);
+    if (check.reason) lines.push(["error", check.reason]);
+    if (!targets.length) {
+      for (const failure of (check.failures || []).concat(check.failed_checks || [])) lines.push(["error", failure]);
+    } else {
+      for (const failure of check.failed_checks || []) lines.push(["error", failure]);
+    }
+    if (check.next_step) lines.push(["error", nextStepLine(check.next_step)]);
+  }
+  return lines;
+}
+
 function preflightLines(status) {
   const report = status.report || {};
   const date = formatDateTime(report.created_at);
-  const failed = (report.checks?.manipulation?.failed_checks || []).concat(
-    report.checks?.calibration?.passed === false ? [report.checks.calibration.message || "calibration"] : []);
+  const checks = Object.entries(report.checks || {});
+  const failed = checks.filter(([, check]) => !check.passed).map(([name]) => checkName(name));
   const lines = [];
   if (status.state === "verified") {
     lines.push(["ok", t("admin.preflight.verified",
       { date, embedder: report.embedder_model || "–", model: report.chat_model || "–" })]);
   } else if (status.state === "failed") {
-    lines.push(["error", t("admin.preflight.failed", { date, checks: failed.join("; ") || "–" })]);
+    lines.push(["error", t("admin.preflight.failed", { date, checks: failed.join(t("admin.preflight.and")) || "–" })]);
   } else if (status.state === "changed") {
     lines.push(["error", t("admin.preflight.changed", { date })]);
   } else {
     lines.push(["error", t("admin.preflight.not_verified")]);
+  }
+  if (status.state === "failed") {
+    for (const [name, check] of checks) lines.push(...checkLines(name, check));
+  } else if (status.state === "verified") {  // green stays one line; a check with a target within error says so
+    for (const [name, check] of checks) if (check.amber) lines.push(...checkLines(name, check));
   }
   if (status.required && status.state !== "verified") lines.push(["error", t("admin.preflight.closed")]);
   if (status.embedder_warning) lines.push(["error", t("admin.preflight.embedder", { message: status.embedder_warning })]);
   return lines;
 }
 
+// Every target of every check, met ones too (figure, interval, n, verdict), folded away under the banner.
+function preflightFigures(status) {
+  const checks = Object.entries(status.report?.checks || {}).filter(([, check]) => (check.targets || []).length);
+  if (!checks.length || !["verified", "failed"].includes(status.state)) return [];
+  return [h("details.preflight-figures",
+    h("summary", t("admin.preflight.figures")),
+    ...checks.map(([name, check]) => h("div",
+      h("h3", checkName(name)),
+      h("ul", ...check.targets.map((target) => h("li", { dataset: { verdict: target.verdict } }, targetLine(target))),
+        ...(check.shape || []).map((shape) => h("li", shapeLine(shape)))))))];
+}
+
 async function showPreflight() {
   let lines;
+  let figures = [];
   try {
     const status = (await load("/api/admin/preflight")).preflight;
     preflightBanner.dataset.state = status.state;
     lines = preflightLines(status);
+    figures = preflightFigures(status);
   } catch (err) {
     lines = [["error", t("admin.preflight.unknown", { message: err.message })]];
   }
-  mount(preflightBanner, lines.map(([kind, text]) =>
-    h(`p.notice.${kind}`, { role: kind === "error" ? "alert" : "status" }, text)));
+  mount(preflightBanner, ...lines.map(([kind, text]) =>
+    h(`p.notice.${kind}`, { role: kind === "error" ? "alert" : "status" }, text)), ...figures);
 }
 
 onLanguageChange(() => { if (state.user) showPreflight(); });

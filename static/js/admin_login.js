@@ -12,12 +12,24 @@ const username = document.getElementById("admin-login-username");
 const password = document.getElementById("admin-login-password");
 const error = document.getElementById("admin-login-error");
 const toggle = document.getElementById("language-toggle");
+const totpField = document.getElementById("admin-login-totp-field");
+const totp = document.getElementById("admin-login-totp");
+// staff sign-in beyond the password (services/participants/staff.py): a second factor, a disabled account
+const STAFF_TEXT = {
+  zh: { totp: "身份验证器 App 中的 6 位验证码", totp_required: "请输入身份验证器 App 中的 6 位验证码。",
+    totp_invalid: "验证码不对，请检查手机上的时间后重试。", staff_disabled: "这个团队账号已被停用，请联系研究负责人。" },
+  en: { totp: "6-digit code from your authenticator app", totp_required: "Enter the 6-digit code from your authenticator app.",
+    totp_invalid: "That code is not right; check the time on your phone and try again.",
+    staff_disabled: "This staff account is disabled; ask the study's owner." },
+};
+const staffText = (key) => (STAFF_TEXT[language()] || STAFF_TEXT.en)[key];
 
 function render() {
   applyDocumentLanguage();
   document.title = `${t("admin.login.title")} · AI Memory Lab`;
   toggle.textContent = t("app.switch_language");
   toggle.setAttribute("aria-label", t("app.switch_language_label"));
+  document.getElementById("admin-login-totp-label").textContent = staffText("totp");
 }
 
 function target() {
@@ -39,7 +51,9 @@ form.addEventListener("submit", async (event) => {
     return;
   }
   try {
-    const data = await api.post("/api/auth/login", { username: username.value.trim(), password: password.value });
+    const body = { username: username.value.trim(), password: password.value };
+    if (!totpField.hidden) body.totp = totp.value.trim();
+    const data = await api.post("/api/auth/login", body);
     if (data.user.role !== "admin") {
       await api.post("/api/auth/logout");
       forgetCsrfToken();
@@ -51,7 +65,14 @@ form.addEventListener("submit", async (event) => {
     }
     location.assign(target());
   } catch (err) {
-    if (err.status === 401 || err.status === 400) error.textContent = t("login.failed");
+    if (["totp_required", "totp_invalid", "staff_disabled"].includes(err.code)) {
+      error.textContent = staffText(err.code);
+      if (err.code !== "staff_disabled") {
+        totpField.hidden = false;
+        totp.focus();
+        return;
+      }
+    } else if (err.status === 401 || err.status === 400) error.textContent = t("login.failed");
     else if (err.code === "network") error.textContent = t("error.network");
     else if (err.status === 429) error.textContent = t("error.rate");
     else error.textContent = t("error.generic", { message: err.message });

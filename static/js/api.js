@@ -60,9 +60,26 @@ async function request(method, path, body, retried = false) {
   return data;
 }
 
+// A POST whose answer is a file (the admin's report): the CSRF token as on every POST, the body as a Blob with
+// the file name the server gave; an error answer is thrown as ApiError like any other.
+async function download(path, body, retried = false) {
+  const response = await send("POST", path, body, "application/zip, application/json");
+  if (!response.ok) {
+    const data = await response.json().catch(() => ({}));
+    if (data.error === "csrf_failed" && !retried) {
+      csrfToken = null;
+      return download(path, body, true);
+    }
+    throw new ApiError(response.status, data);
+  }
+  const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+  return { blob: await response.blob(), filename: match ? match[1] : "download" };
+}
+
 export const api = {
   get: (path) => request("GET", path),
   post: (path, body = {}) => request("POST", path, body),
+  download: (path, body = {}) => download(path, body),
 };
 
 function parseEvent(chunk) {

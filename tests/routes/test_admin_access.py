@@ -30,8 +30,23 @@ ADMIN_ROUTES = [
     ("GET", "/api/admin/payments.csv", None),
     ("GET", "/api/admin/payments.csv?upload=1", None),
     ("GET", "/api/admin/preflight", None),
+    ("POST", "/api/admin/report", {"language": "en"}),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _ in ADMIN_ROUTES]
+# Staff management (tests/routes/test_staff.py checks each role on these); {sid} is a staff member's id.
+STAFF_ROUTES = [
+    ("GET", "/api/admin/staff", None),
+    ("POST", "/api/admin/staff", {"username": "newmember", "role": "viewer"}),
+    ("GET", "/api/admin/staff/me", None),
+    ("POST", "/api/admin/staff/{sid}/disable", {}),
+    ("POST", "/api/admin/staff/{sid}/enable", {}),
+    ("POST", "/api/admin/staff/{sid}/role", {"role": "viewer"}),
+    ("POST", "/api/admin/staff/{sid}/reset-link", {}),
+    ("POST", "/api/admin/staff/totp/setup", {}),
+    ("POST", "/api/admin/staff/totp/confirm", {"code": "123456"}),
+]
+# reached without signing in: the one-time token in the body is the credential
+OPEN_ADMIN_ROUTES = {"/api/admin/staff/accept"}
 
 
 def _call(api, method, path, body):
@@ -70,7 +85,7 @@ def test_admin_is_served(people, admin_client, method, path, body, clock, study)
     if path.startswith("/api/admin/plots/"):
         assert response.mimetype == "image/png"
         assert response.data.startswith(b"\x89PNG\r\n\x1a\n")
-    elif path.startswith("/api/admin/export"):
+    elif path.startswith(("/api/admin/export", "/api/admin/report")):
         assert response.mimetype == "application/zip"
     elif path.startswith("/api/admin/payments"):
         assert response.mimetype == "text/csv"
@@ -138,4 +153,5 @@ def test_every_admin_route_is_in_the_openapi_document(app, client):
     tested = {re.sub(r"\?.*", "", p).replace("{pid}", "{user_id}").replace("/T1/", "/{task_id}/")
               for _, p, _ in ADMIN_ROUTES}
     tested = {re.sub(r"/plots/\w+\.png", "/plots/{name}.png", p) for p in tested}
+    tested |= {p.replace("{sid}", "{user_id}") for _, p, _ in STAFF_ROUTES} | OPEN_ADMIN_ROUTES
     assert {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", r.rule) for r in rules} <= tested

@@ -11,7 +11,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy import inspect, select, text
 
 from database.models import Assignment, AuditLog, User
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting.export_service import ExportOptions, export_runtime
 from services.study.definition import build_study
 from tests.conftest import ApiClient, walk_task
 

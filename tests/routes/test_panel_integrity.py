@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from database.models import AuditLog, PanelDevice, PanelEntry, ReturnLink, TaskSession, User
 from services.participants import panel_service
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting.export_service import ExportOptions, export_runtime
 from tests.conftest import ApiClient, answer_for, walk_task
 
 PID = "5f8a1c2e9b3d4a0012345678"

@@ -245,7 +245,7 @@ def test_the_export_says_who_withdrew_each_participant_and_when(app, make_partic
     import io
     import zipfile
 
-    from services.research.export_service import ExportOptions, export_runtime
+    from services.reporting.export_service import ExportOptions, export_runtime
 
     own, erasing = make_participant("leaves"), make_participant("leaveserased")
     make_participant("ledout")

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from database.models import PreflightReport
+from services.reporting.export_service import ExportOptions, build_export
 from services.research import preflight
-from services.research.export_service import ExportOptions, build_export
 
 OTHER_EMBEDDER = {"memory": {"recall": {"overrides": {"relevance": {"embedder_model": "text-embedding-v3"}}}}}
 

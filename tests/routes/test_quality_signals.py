@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting.export_service import ExportOptions, export_runtime
 from services.study.definition import build_study
 
 PASTED = "这是一段从别处复制过来的很长的回答，内容工整得不像随手打的字。"

@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from database.models import AuditLog
-from services.research.export_service import CSV_FILES
+from services.reporting.export_service import CSV_FILES
 from tests.conftest import walk_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -65,8 +65,8 @@ RECALLED = {**PROFILE, "recalled": [{"message_id": 1, "task_id": "T1",
                                      "text": "用户: 我对海鲜过敏，吃一点虾就会全身起疹子。"}]}
 
 
-def _run(l4_context):
-    messages = [f"probe {i}" for i in range(4)]
+def _run(l4_context, replies=4):
+    messages = [f"probe {i}" for i in range(replies)]
     by_task = {task: [(m, PROFILE) for m in messages] for task in personas.PROBE_TASKS}
     l4_by_task = {task: [(m, l4_context(task, i)) for i, m in enumerate(messages)] for task in personas.PROBE_TASKS}
     return sim.check_beyond_baseline([_participant("L3", "zh", by_task), _participant("L4", "zh", l4_by_task)])
@@ -75,18 +75,29 @@ def _run(l4_context):
 def test_manipulation_check_fails_when_l4_equals_l3():
     [check] = _run(lambda task, i: PROFILE)
     assert not check["passed"]
-    assert all(row["share"] == 0 and not row["passed"] for row in check["rows"])
-    assert "T2 zh: 0/4 = 0%" in check["detail"]
+    # 0 of 4 replies per task cannot miss 30 % or 15 % on its own (the one-sided interval reaches it) ...
+    assert all(row["share"] == 0 and row["verdict"] == "within_error" for row in check["rows"])
+    # ... but pooled over the tasks, 0 of 12 misses the 20 % the tasks need together
+    [pooled] = check["pooled"]
+    assert (pooled["beyond"], pooled["replies"], pooled["min_share"], pooled["verdict"]) == (0, 12, 0.2, "missed")
+    assert "T2 zh: 0/4 = 0% (need 30%; within error)" in check["detail"]
+    assert "all zh: 0/12 = 0% (need 20%; missed)" in check["detail"]
 
 
-def test_manipulation_check_needs_the_share_at_every_task():
-    # two of four replies at T2 (50 %), one of four at T3 and T4 (25 %): passes
+def test_manipulation_check_judges_each_share_by_the_pre_registered_rule():
+    # two of four replies at T2 (50 %), one of four at T3 and T4 (25 %): met everywhere, passes
     [check] = _run(lambda task, i: RECALLED if i < (2 if task == "T2" else 1) else PROFILE)
-    assert check["passed"], check["detail"]
-    # one of four at T2 (25 % < 30 %): fails, although T3 and T4 pass
-    [check] = _run(lambda task, i: RECALLED if i < 1 else PROFILE)
+    assert check["passed"] and {r["verdict"] for r in check["rows"] + check["pooled"]} == {"met"}, check["detail"]
+    # one of twenty at every task: T2 (5 % against 30 %) is missed, T3 and T4 (against 15 %) within error: fails
+    [check] = _run(lambda task, i: RECALLED if i < 1 else PROFILE, replies=20)
     rows = {row["task"]: row for row in check["rows"]}
-    assert not check["passed"] and not rows["T2"]["passed"] and rows["T3"]["passed"]
+    assert not check["passed"] and rows["T2"]["verdict"] == "missed" and not rows["T2"]["passed"]
+    assert rows["T3"]["verdict"] == "within_error" and rows["T3"]["passed"]
+    # a share decided by one reply: 5 of 20 at T2 (25 %, one short of 30 %) is within error, and the check passes
+    [check] = _run(lambda task, i: RECALLED if i < (5 if task == "T2" else 3) else PROFILE, replies=20)
+    rows = {row["task"]: row for row in check["rows"]}
+    assert rows["T2"]["verdict"] == "within_error" and check["passed"], check["detail"]
+    assert (rows["T2"]["beyond"], rows["T2"]["replies"]) == (5, 20) and rows["T2"]["low"] < 0.25 < rows["T2"]["high"]
     # a specific L3 holds too does not count
     l3_too = {"profile": {"text": "对海鲜过敏，吃虾起疹子"}}
     rows = sim.beyond_baseline([_participant("L3", "zh", {"T2": [("q", l3_too)]}),
@@ -215,13 +226,16 @@ def test_a_condition_registered_from_a_test_module_is_checked_by_its_declaration
     assert list(held) == ["X7's T3 context holds the planted cat"] and held[next(iter(held))]["passed"]
     [beyond] = sim.check_beyond_baseline([x7, l1, x8])
     assert beyond["check"].startswith("X7's context holds a planted specific that L1's context")
-    assert beyond["passed"] and "T2 en: 1/1 = 100% (need 50%)" in beyond["detail"]
+    assert beyond["passed"] and "T2 en: 1/1 = 100% (need 50%; met)" in beyond["detail"]
     pattern = {c["check"]: c for c in sim.check_pattern([x7, l1, x8], table=[])}
     assert pattern["L1 remembers none of the planted facts"]["passed"]
     assert not pattern["X8 remembers none of the planted facts"]["passed"]
     assert "C T2: ['allergy', 'cat']" in pattern["X8 remembers none of the planted facts"]["detail"]
-    # the same declaration fails when the condition holds nothing its baseline lacks
-    x7_like_l1 = _participant("X7", "en", {task: [("q", {})] for task in personas.PROBE_TASKS}, code="A")
+    # the same declaration fails when the condition holds nothing its baseline lacks (eight replies at T2: 0 of 8
+    # is missed against 50 %; with one reply the interval could not tell)
+    probes = {"T2": [(f"q{i}", {}) for i in range(8)], "T3": [("q", {})], "T4": [("q", {})]}
+    x7_like_l1 = _participant("X7", "en", probes, code="A")
+    l1 = _participant("L1", "en", probes, code="B")
     assert not any(c["passed"] for c in sim.check_held_facts([x7_like_l1, l1]) + sim.check_beyond_baseline(
         [x7_like_l1, l1]))
 

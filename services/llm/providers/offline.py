@@ -24,10 +24,9 @@ import numpy as np
 
 from services.llm.embedding_service import normalise
 from services.llm.types import ChatRequest, ChatResult
+from services.text.languages import detect
 
 ASKS_MEMORY = re.compile(r"记得|记住|还记|想起|说过|告诉过|remember|recall|know about me|told you", re.IGNORECASE)
-CJK_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 TEMPLATES = {
     "zh": {
@@ -153,7 +152,7 @@ class OfflineChatProvider:
 
     def _reply(self, request: ChatRequest) -> str:
         user_text = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
-        lang = message_language(user_text, request.language)
+        lang = detect(user_text, default="en" if request.language == "en" else "zh")
         t = TEMPLATES[lang]
         facts = memory_facts(request.memory_context, lang)
         said_here = [t["said_here"].format(turn) for turn in task_turns(request) if turn not in facts]
@@ -176,16 +175,6 @@ class OfflineChatProvider:
         if related and _overlap(user_text, related) >= 2:
             return f"{opening}{space}{t['related']} {related} {_pick(t['follow'], seed)}"
         return f"{opening}{space}{_pick(t['follow'], seed)}"
-
-
-def message_language(text: str, default: str) -> str:
-    """"zh" or "en" by the message's own script: a participant on the Chinese page who writes in English is
-    answered in English. Chinese characters are counted against English words at one word per two
-    characters; a message with neither keeps the page's language."""
-    chinese, english = len(CJK_CHAR.findall(text)), len(LATIN_WORD.findall(text))
-    if not chinese and not english:
-        return "en" if default == "en" else "zh"
-    return "zh" if chinese >= 2 * english else "en"
 
 
 def task_turns(request: ChatRequest) -> list[str]:

@@ -31,6 +31,7 @@ import jieba.posseg
 
 from services.memory.profile.schema import ProfileDelta, Removal
 from services.text.clipping import clip
+from services.text.languages import detect
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -685,12 +686,8 @@ def _en_worry(sentence: str) -> list[Fact]:
 # ---------------------------------------------------------------------------
 
 
-def message_language(text: str) -> str:
-    return "zh" if re.search(r"[\u4e00-\u9fff]", text) else "en"
-
-
 def extract_message(text: str) -> tuple[list[Fact], list[Fact], list[Fact]]:
-    return extract_zh(text) if message_language(text) == "zh" else extract_en(text)
+    return extract_zh(text) if detect(text, default="zh") == "zh" else extract_en(text)
 
 
 def extract_profile_delta(messages: Iterable[tuple[int, str]]) -> Extraction:

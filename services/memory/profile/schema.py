@@ -260,15 +260,3 @@ def _render_lines(chosen: dict[str, list[str]], lang: str) -> str:
         if items:
             lines.append(f"{DIMENSION_LABELS[dimension][lang]}{colon}{sep.join(items)}")
     return "\n".join(lines)
-
-
-def detect_language(texts: Iterable[str], default: str = "zh") -> str:
-    """``zh`` when Chinese characters make up a real share of the letters, else ``en``."""
-    cjk = latin = 0
-    for text in texts:
-        cjk += sum(1 for c in text if "\u4e00" <= c <= "\u9fff")
-        latin += sum(1 for c in text if c.isascii() and c.isalpha())
-    if cjk == 0 and latin == 0:
-        return default
-    # One Chinese character carries roughly a word, an English word ~4.5 letters.
-    return "zh" if cjk * 4 >= latin else "en"

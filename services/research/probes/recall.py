@@ -306,6 +306,9 @@ def probe_recall_check(settings: Settings, make_app: simulation.AppFactory, *, d
                        log=log)
     result = measure(run)
     lines = [describe(Verdict(**v), language="en") for vs in result["verdicts"].values() for v in vs]
+    # ``targets``: every judged target, as the stored report's other checks keep them (figure, interval, n, verdict)
     return {"verdict": "passed" if result["passed"] else "failed", "passed": result["passed"], "lines": lines,
+            "targets": [v for vs in result["verdicts"].values() for v in vs],
+            "amber": any(v["verdict"] == "within_error" for vs in result["verdicts"].values() for v in vs),
             "verdicts": result["verdicts"], "rows": result["rows"], "personas": len(personas),
             "splits": list(splits), "problems": run["problems"], "duration_seconds": run["duration_seconds"]}

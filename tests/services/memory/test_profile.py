@@ -12,7 +12,6 @@ from services.memory.profile.schema import (
     ProfileDelta,
     Removal,
     apply_delta,
-    detect_language,
     empty_profile,
     normalise_profile,
     profile_diff,
@@ -20,6 +19,7 @@ from services.memory.profile.schema import (
     split_tag,
     validation_errors,
 )
+from services.text.languages import detect
 
 
 def extract(messages, task_id="T1", old=None):
@@ -97,7 +97,7 @@ def test_chinese_conversation_gives_chinese_items():
     assert profile["preferences"] == ["喜欢爬山 [T1]", "不喜欢香菜 [T1]"]
     assert "最近在申请博士，压力很大，很焦虑 [T1]" in profile["significant_events"]
     assert any("搬家" in e for e in profile["significant_events"])
-    assert detect_language(profile["significant_events"]) == "zh"
+    assert detect(profile["significant_events"]) == "zh"
 
 
 def test_english_conversation_gives_english_items():
@@ -116,7 +116,7 @@ def test_english_conversation_gives_english_items():
     assert profile["core_values"] == ["values family [T1]"]
     assert "really anxious about my thesis defense [T1]" in profile["significant_events"]
     assert any(e.startswith("graduated") for e in profile["significant_events"])
-    assert detect_language(v for _, v in [("", i) for i in profile["constraints"]]) == "en"
+    assert detect([v for _, v in [("", i) for i in profile["constraints"]]]) == "en"
 
 
 @pytest.mark.parametrize("t1, t2, dimension, gone, replacement", [
@@ -268,13 +268,6 @@ def test_rendering_in_both_languages():
         "基本信息：姓名：李明 [T1]\n限制：对海鲜过敏 [T1]\n目标：申请博士 [T1]；学游泳 [T2]")
     assert render_profile(profile, language="en").splitlines()[0] == "Basic info: name: 李明 [T1]"
     assert render_profile(empty_profile()) == "" and render_profile(None) == ""
-
-
-def test_detect_language():
-    assert detect_language(["我叫李明"]) == "zh"
-    assert detect_language(["My name is Anna and I like tea"]) == "en"
-    assert detect_language(["我用 Python 写代码"]) == "zh"
-    assert detect_language(["🙂"], default="en") == "en"
 
 
 # -- parsing a model's answer ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from database.models import Reminder
 from services.operations import scheduler
 from services.operations.scheduler import ReminderConfig
 from services.platform.clock import parse_utc_iso
-from services.research.export_service import ExportOptions, export_runtime
+from services.reporting.export_service import ExportOptions, export_runtime
 from tests.conftest import ApiClient, walk_task
 from tests.services.operations.test_scheduler import SmtpSink
 

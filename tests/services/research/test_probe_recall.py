@@ -110,26 +110,29 @@ def test_the_script_exits_2_on_a_bad_probe_file(tmp_path, capsys):
 
 
 def test_the_preflight_carries_the_probe_check_as_its_third_and_describes_it(settings):
-    """(c) of the pre-flight: one call, one key; its verdict lines are logged and printed, and a missing probe set
-    fails the check by name instead of passing unseen."""
+    """(c) of the pre-flight: one call, one key ("probe"); its verdict lines are logged, the stored report's lines
+    give each target, and a missing probe set fails the check by name instead of passing unseen."""
     from services.research import preflight
+    from services.study.evidence import judge
 
     logged = []
     seen = {}
+    missed = judge("zh T2 hit", 6, 24, 0.5).as_dict()
 
     def check(settings_, make_app, *, day_seconds, log):
         seen.update(day_seconds=day_seconds, study=settings_.study)
-        return {"verdict": "failed", "passed": False, "lines": ["zh T2 hit: 25.0% (6/24; ...) — missed"]}
+        return {"verdict": "failed", "passed": False, "lines": ["zh T2 hit: 25.0% — missed"], "targets": [missed]}
 
     result = preflight._probe_recall(settings, None, 2.0, logged.append, check)
     assert result["verdict"] == "failed" and seen == {"day_seconds": 2.0, "study": settings.study}
-    assert logged == ["(c) probe recall check: failed", "      zh T2 hit: 25.0% (6/24; ...) — missed"]
+    assert logged == ["(c) probe recall check: failed", "      zh T2 hit: 25.0% — missed"]
     outcome = preflight.PreflightOutcome(False, {"passed": False, "study_hash": "ab" * 32, "created_at": "now",
                                                  "id": 1, "embedder_model": "e", "chat_model": "c",
-                                                 "checks": {"calibration": {"verdict": "passed"},
-                                                            "manipulation": {"verdict": "passed"},
-                                                            "probe_recall": result}})
+                                                 "checks": {"calibration": {"verdict": "passed", "passed": True},
+                                                            "manipulation": {"verdict": "passed", "passed": True},
+                                                            "probe": result}})
     described = preflight.describe(outcome)
-    assert "  (c) probe recall check: failed\n      zh T2 hit: 25.0% (6/24; ...) — missed" in described
+    assert "(c) probe recall check: failed" in described and "failed: probe recall check" in described
+    assert "zh T2 hit: 25.0% (6/24;" in described and "— missed" in described
     missing = pr.probe_recall_check(settings, None, files=["/nonexistent/probes.json"], log=logged.append)
     assert missing["verdict"] == "failed" and not missing["passed"] and "no such file" in missing["reason"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.research.codebook import codebook_markdown
+from services.reporting.codebook import codebook_markdown
 from services.study.definition import StudyDefinitionError, build_study
 from services.study.questionnaire_service import items_for_task
 

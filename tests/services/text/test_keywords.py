@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from services.text.keywords import (
-    detect_language,
     extract_keywords,
     keyword_jaccard,
     keyword_set,
@@ -65,14 +64,6 @@ def test_jaccard_counts_chinese_inclusion_but_not_english_substrings():
     assert keyword_jaccard({"cat"}, {"category"}) == 0.0
     # Matches are counted from both sides and the smaller count is used, so the result stays ≤ 1.
     assert keyword_jaccard({"猫"}, {"橘猫", "猫咪", "猫"}) == pytest.approx(1 / 3)
-
-
-def test_detect_language():
-    assert detect_language("我今天很开心") == "zh"
-    assert detect_language("I am happy today") == "en"
-    assert detect_language("我用 Python 写代码") == "zh"
-    assert detect_language("", default="en") == "en"
-    assert detect_language("123 !!!") == "zh"
 
 
 def test_split_sentences_keeps_end_punctuation():

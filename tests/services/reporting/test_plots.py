@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
 from services.platform.errors import BadInput, NotFound
-from services.research import plots
+from services.reporting import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

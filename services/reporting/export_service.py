@@ -1,6 +1,6 @@
 """The data export: one zip that R, SPSS, Excel or pandas can read as it is.
 
-Files (columns documented in ``services.research.codebook``):
+Files (columns documented in ``services.reporting.codebook``):
 participants.csv, task_sessions.csv, messages.csv (long, one row per message),
 questionnaires_long.csv (one row per item answer), questionnaires_wide.csv
 (one row per participant, ``T1_<item>`` ...), profiles.csv (every version),
@@ -53,7 +53,7 @@ from database.models import (
     User,
 )
 from services.participants.quality import attention_items, attention_passed, typing_flags, typing_rates
-from services.research import codebook, preflight
+from services.reporting import codebook, preflight_record
 from services.study.definition import Study
 from services.text.cells import json_text, safe_cell, time_text
 
@@ -172,6 +172,7 @@ def _participants(data: _Data, study: Study) -> list[dict[str, Any]]:
 
 def _task_sessions(data: _Data) -> list[dict[str, Any]]:
     counts = Counter((m.task_session_id, m.role) for m in data.messages)
+    exposures = exposure_by_session(data.messages)
     rows = []
     for s in data.sessions:
         rows.append({
@@ -185,9 +186,47 @@ def _task_sessions(data: _Data) -> list[dict[str, Any]]:
             "end_reason": s.end_reason, "reset_reason": s.reset_reason,
             "consolidation_status": s.consolidation_status,
             "user_messages": counts[(s.id, "user")], "assistant_replies": counts[(s.id, "assistant")],
-            "outcome": s.outcome,
+            "outcome": s.outcome, **exposures.get(s.id, NO_EXPOSURE),
         })
     return rows
+
+
+# --- memory exposure and reply timing (issue 27 parts 4-5; docs/reply_timing.md) -------------------------
+NO_EXPOSURE = {"exposure_replies": 0, "exposure_messages_mean": None, "exposure_profile_share": None,
+               "exposure_tokens_mean": None}
+
+
+def exposure_by_session(messages: list[Message]) -> dict[int, dict[str, Any]]:
+    """Per task session: its replies with a recorded ``memory_exposure`` and their means (task_sessions.csv)."""
+    recorded: dict[int, list[dict[str, Any]]] = {}
+    for m in messages:
+        if m.role == "assistant" and m.memory_exposure is not None:
+            recorded.setdefault(m.task_session_id, []).append(m.memory_exposure)
+    result = {}
+    for session_id, exposures in recorded.items():
+        n = len(exposures)
+        result[session_id] = {
+            "exposure_replies": n,
+            "exposure_messages_mean": sum(len(set(e.get("earlier_message_ids") or [])) for e in exposures) / n,
+            "exposure_profile_share": sum(1 for e in exposures
+                                          if e.get("profile_present") or e.get("summary_present")) / n,
+            "exposure_tokens_mean": sum(int(e.get("tokens") or 0) for e in exposures) / n,
+        }
+    return result
+
+
+def _reply_timing_columns(m: Message) -> dict[str, Any]:
+    if m.role != "assistant":
+        return {}
+    exposure = m.memory_exposure
+    return {"model_first_token_ms": m.model_first_token_ms, "model_total_ms": m.model_total_ms,
+            "pacing_delay_ms": m.pacing_delay_ms, "visible_first_token_ms": m.visible_first_token_ms,
+            "pacing_mode": ((m.params or {}).get("pacing") or {}).get("mode"),
+            "exposure_messages": None if exposure is None else len(set(exposure.get("earlier_message_ids") or [])),
+            "exposure_profile_or_summary": None if exposure is None else bool(
+                exposure.get("profile_present") or exposure.get("summary_present")),
+            "exposure_tokens": None if exposure is None else exposure.get("tokens")}
+# --- end of memory exposure and reply timing --------------------------------------------------------------
 
 
 def _panel_entries(data: _Data, study: Study) -> list[dict[str, Any]]:
@@ -228,7 +267,7 @@ def _messages(data: _Data, study: Study) -> list[dict[str, Any]]:
             "consolidation_g": m.consolidation_g, "recall_count": m.recall_count if m.role == "user" else None,
             "last_recall_at": m.last_recall_at, "consolidated_at": m.consolidated_at,
             "typing_ms": m.typing_ms, "keystrokes": m.keystrokes, "pasted_chars": m.pasted_chars,
-            "focus_losses": m.focus_losses, **_typing_columns(m, study),
+            "focus_losses": m.focus_losses, **_typing_columns(m, study), **_reply_timing_columns(m),
         })
     return rows
 
@@ -369,7 +408,7 @@ def build_export(session: Session, study: Study, *, options: ExportOptions, gene
             "options": {"bom": options.bom, "exclude_pii": options.exclude_pii,
                         "escape_formulas": options.escape_formulas},
             "files": dict(result.files), "deployment": deployment or {},
-            "preflight": preflight.manifest_entry(session, study),
+            "preflight": preflight_record.manifest_entry(session, study),
         }
         archive.writestr("manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2))
         result.files["manifest.json"] = 1

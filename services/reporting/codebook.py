@@ -310,7 +310,9 @@ def columns_for(file: str, study: Study) -> list[Column]:
         columns.append(_c("implausible_typing_messages", INTEGER,
                           f"Messages flagged implausible_typing in messages.csv ({_typing_rule(study)})."))
     elif file == "messages.csv":
-        columns += typing_columns(study)
+        columns += typing_columns(study) + REPLY_TIMING_COLUMNS
+    elif file == "task_sessions.csv":
+        columns += EXPOSURE_COLUMNS
     elif file == "panel_entries.csv":
         columns += [_c(f"param_{name}", STRING, f"The panel's {name} parameter on the entry link (study file: "
                                                 "panel.session_parameters); empty if the link had none.",
@@ -323,6 +325,40 @@ def columns_for(file: str, study: Study) -> list[Column]:
                     f"{task.id}_{item['id']}", instrument, item,
                     f"Answer to {item['id']} ({instrument}) after {task.id}; empty if not answered."))
     return columns
+
+
+# --- reply timing and memory exposure (issue 27 parts 4-5; docs/reply_timing.md) ------------------------
+REPLY_TIMING_COLUMNS = [
+    _c("model_first_token_ms", NUMBER, "Reply: the model's own latency, milliseconds from asking the provider "
+                                       "chain (retries and fallbacks included) to its first token; for a "
+                                       "non-streamed reply, to its whole answer. Empty for replies stored before "
+                                       "this was recorded."),
+    _c("model_total_ms", NUMBER, "Reply: milliseconds from asking the provider chain to its complete answer."),
+    _c("pacing_delay_ms", NUMBER, "Reply: milliseconds the reply was held back by the study file's "
+                                  "chat.reply_pacing before its first token was shown (0: not held back)."),
+    _c("visible_first_token_ms", NUMBER, "Reply: milliseconds from storing the participant's message to the "
+                                         "reply's first visible token (a non-streamed reply: the whole reply); "
+                                         "minus pacing_delay_ms it is the unpaced latency, context building "
+                                         "included."),
+    _c("pacing_mode", STRING, "Reply: chat.reply_pacing mode in force (off, floor or match)."),
+    _c("exposure_messages", INTEGER, "Reply (not in the study's first task): distinct messages of earlier tasks "
+                                     "its memory context quoted by id (recent turns, recalled memories, "
+                                     "fragments)."),
+    _c("exposure_profile_or_summary", BOOLEAN, "Reply (not in the first task): its context held a profile (L3, "
+                                               "L4) or a summary (S1's summary, R1's memory)."),
+    _c("exposure_tokens", INTEGER, "Reply (not in the first task): tokens of earlier-task content in its "
+                                   "context (one per CJK character, word, number or symbol)."),
+]
+EXPOSURE_COLUMNS = [
+    _c("exposure_replies", INTEGER, "Replies in this attempt with a recorded memory exposure (every reply "
+                                    "after the study's first task; 0 in the first task)."),
+    _c("exposure_messages_mean", NUMBER, "Mean per reply of exposure_messages (messages.csv): distinct "
+                                         "earlier-task messages its memory context quoted by id. 0 for L1."),
+    _c("exposure_profile_share", NUMBER, "Share of those replies whose context held a profile or a summary, 0-1."),
+    _c("exposure_tokens_mean", NUMBER, "Mean per reply of exposure_tokens: tokens of earlier-task content in the "
+                                       "context. 0 for L1."),
+]
+# --- end of reply timing and memory exposure ---------------------------------------------------------------
 
 
 def _typing_rule(study: Study) -> str:

@@ -27,7 +27,7 @@ from database.models import (
     User,
 )
 from services.platform.clock import ManualClock
-from services.research.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
+from services.reporting.export_service import CSV_FILES, ExportOptions, export_runtime, scrub_secrets
 from tests.conftest import ApiClient, _reset_schema
 
 TASK_OFFSETS = {"T1": 0, "T2": 2, "T3": 9, "T4": 16}
@@ -319,7 +319,7 @@ def test_numbers_are_written_at_the_stated_precision(exported):
     as the codebook states."""
     archive = exported["zips"][(False, False)]
     study = exported["study"]
-    from services.research import codebook
+    from services.reporting import codebook
 
     checked = 0
     for name in CSV_FILES:
@@ -353,3 +353,53 @@ def test_number_text_rounds_floats_to_six_decimals():
     assert number_text(-1e-9) == "0"
     assert number_text(900.0) == "900"
     assert number_text(2 / 3) == "0.666667"
+
+
+TIMING_COLUMNS = ["model_first_token_ms", "model_total_ms", "pacing_delay_ms", "visible_first_token_ms"]
+EXPOSURE_COLUMNS = ["exposure_replies", "exposure_messages_mean", "exposure_profile_share", "exposure_tokens_mean"]
+
+
+def test_replies_carry_their_timing(exported):
+    archive = exported["zips"][(False, False)]
+    replies = [r for r in _read(archive, "messages.csv") if r["role"] == "assistant"]
+    assert replies
+    for row in replies:
+        assert all(row[c] != "" for c in TIMING_COLUMNS), row
+        assert float(row["pacing_delay_ms"]) == 0.0 and row["pacing_mode"] == "off"  # the default study
+        assert float(row["visible_first_token_ms"]) >= float(row["model_first_token_ms"])
+    assert all(r[c] == "" for r in _read(archive, "messages.csv") if r["role"] == "user" for c in TIMING_COLUMNS)
+    codebook = {(r["file"], r["column"]) for r in _read(archive, "codebook.csv")}
+    assert {("messages.csv", c) for c in TIMING_COLUMNS} <= codebook
+    assert {("task_sessions.csv", c) for c in EXPOSURE_COLUMNS} <= codebook
+
+
+def test_task_sessions_aggregate_memory_exposure(exported):
+    """Per participant x task: the replies with a recorded exposure and its means, equal to the stored
+    per-reply exposures; none in T1; L1 exactly 0."""
+    runtime = exported["runtime"]
+    with runtime.db.Session() as session:
+        stored = {}
+        for m in session.scalars(select(Message).where(Message.role == "assistant")):
+            stored.setdefault(m.task_session_id, []).append(m.memory_exposure)
+    rows = _read(exported["zips"][(False, False)], "task_sessions.csv")
+    groups = set()
+    for row in rows:
+        exposures = stored.get(int(row["task_session_id"]), [])
+        if row["task_id"] == "T1":
+            assert row["exposure_replies"] == "0" and row["exposure_messages_mean"] == ""
+            assert all(e is None for e in exposures)
+            continue
+        assert int(row["exposure_replies"]) == len(exposures) == int(row["assistant_replies"]) > 0
+        assert float(row["exposure_messages_mean"]) == pytest.approx(
+            sum(len(e["earlier_message_ids"]) for e in exposures) / len(exposures))
+        assert float(row["exposure_tokens_mean"]) == pytest.approx(
+            sum(e["tokens"] for e in exposures) / len(exposures))
+        assert float(row["exposure_profile_share"]) == pytest.approx(
+            sum(e["profile_present"] or e["summary_present"] for e in exposures) / len(exposures))
+        groups.add(row["memory_group"])
+        if row["memory_group"] == "L1":
+            assert (row["exposure_messages_mean"], row["exposure_profile_share"], row["exposure_tokens_mean"]) == (
+                "0", "0", "0")
+        else:
+            assert float(row["exposure_tokens_mean"]) > 0
+    assert {"L1", "L2", "L3", "L4"} <= groups

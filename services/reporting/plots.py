@@ -143,6 +143,15 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
+def new_figure(width: float = 8.0, height: float = 4.5) -> Figure:
+    """A figure on the Agg canvas with the shipped CJK font registered (the report's charts draw on these)."""
+    return _figure(width, height)
+
+
+def png_bytes(figure: Figure) -> bytes:
+    return _png(figure)
+
+
 def empty_chart(title: str, message: str = NO_DATA) -> bytes:
     """A frame with ``title`` saying there is nothing to draw yet."""
     figure = _figure()

@@ -1,0 +1,52 @@
+// A staff invitation or password-reset link (/staff/accept/<token>, /staff/reset/<token>): set a password,
+// then sign in on the admin login page. The token is the link's last path segment.
+
+import { api } from "./api.js";
+import { h, mount } from "./dom.js";
+import { applyDocumentLanguage, browserLanguage, hasStoredLanguage, language, otherLanguage, setLanguage } from "./i18n.js";
+
+const TEXT = {
+  zh: { brand: "研究管理台", title: "设置你的密码", label: "新密码", submit: "保存",
+    intro: "你受邀加入本研究的团队。请设置一个不易猜到的密码（至少 8 个字符）。",
+    done: "密码已设置。", login: "前往管理员登录", missing: "请填写密码。", switch: "English" },
+  en: { brand: "Research console", title: "Set your password", label: "New password", submit: "Save",
+    intro: "You have been invited to this study's team. Choose a password that is hard to guess (8+ characters).",
+    done: "Your password is set.", login: "Go to the admin sign-in", missing: "Please enter a password.", switch: "中文" },
+};
+const tr = (key) => (TEXT[language()] || TEXT.en)[key];
+const token = location.pathname.split("/").filter(Boolean).pop();
+const form = document.getElementById("staff-accept-form");
+const password = document.getElementById("staff-accept-password");
+const error = document.getElementById("staff-accept-error");
+const done = document.getElementById("staff-accept-done");
+const toggle = document.getElementById("language-toggle");
+
+function render() {
+  applyDocumentLanguage();
+  document.title = `${tr("title")} · AI Memory Lab`;
+  for (const [id, key] of [["staff-accept-brand", "brand"], ["staff-accept-title", "title"],
+    ["staff-accept-intro", "intro"], ["staff-accept-password-label", "label"], ["staff-accept-submit", "submit"]]) {
+    document.getElementById(id).textContent = tr(key);
+  }
+  toggle.textContent = tr("switch");
+}
+
+toggle.addEventListener("click", () => { setLanguage(otherLanguage()); render(); });
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  error.textContent = "";
+  if (!password.value) { error.textContent = tr("missing"); password.focus(); return; }
+  try {
+    await api.post("/api/admin/staff/accept", { token, password: password.value });
+    form.hidden = true;
+    done.hidden = false;
+    mount(done, tr("done"), " ", h("a#staff-accept-login", { href: "/admin/login" }, tr("login")));
+  } catch (err) {
+    error.textContent = err.message;
+    password.focus();
+  }
+});
+
+if (!hasStoredLanguage()) setLanguage(browserLanguage());
+render();
+password.focus();
