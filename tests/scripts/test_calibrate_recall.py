@@ -22,7 +22,6 @@ from services.research import recall_calibration_fit as fit
 from services.research import recall_calibration_replay as rp
 from services.research import recall_calibration_report as rep
 from services.research import recall_operating_curve as curve_mod
-from services.study import evidence
 from services.study.definition import load_study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
@@ -94,24 +93,26 @@ def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spen
 def test_held_out_recall_is_reported_against_the_targets(default_report):
     """What the default preset (the eleventh round's registered fit) reaches on the round's evaluation personas,
     each language's held-out and blind ones pooled and judged by issue 27's rule, is recorded in
-    docs/recall_round11.md: Chinese meets every target but T2's unrelated bound, which is within error; English
-    misses its T4 unrelated bound (10 of 184 candidates: consolidation brings earlier false recalls back) and is
-    within error at T2. This pins that outcome, and what holds around it: T2 above T4 by more than its error in both
-    languages, no group near universal recall, the per-group judgements reported for information."""
+    docs/recall_round11.md: no target missed in either language; English T2 relevant (11/24) and English T4's
+    unrelated bound (6/124: consolidation brings earlier false recalls back) are within error. This pins that
+    outcome, and what holds around it: T2 above T4 by more than its error in both languages, no group near
+    universal recall, the per-group judgements reported for information."""
     expected = {"en": {"T2 relevant": "within_error", "T3 relevant": "met", "T4 relevant": "met",
-                       "T2 unrelated": "met", "T3 unrelated": "met", "T4 unrelated": "missed"},
+                       "T2 unrelated": "met", "T3 unrelated": "met", "T4 unrelated": "within_error"},
                 "zh": {"T2 relevant": "met", "T3 relevant": "met", "T4 relevant": "met",
-                       "T2 unrelated": "within_error", "T3 unrelated": "met", "T4 unrelated": "met"}}
+                       "T2 unrelated": "met", "T3 unrelated": "met", "T4 unrelated": "met"}}
     judgements = default_report.judgements()
     for language in ("zh", "en"):
         pooled = judgements[language]["pooled"]
         seen = {v.name.removeprefix(f"{language} ").removesuffix(" recalled"): v.verdict for v in pooled.targets}
         assert seen == expected[language], language
-        assert pooled.shape.above, language
+        assert pooled.shape.above and pooled.passed, language
         assert {"open", "blind"} <= set(judgements[language])  # each group on its own, for information
-    assert default_report.target_failures() == [
-        "en T4 unrelated recalled: 5.4% (10/184; 95% one-sided 3.3%–8.9%; target ≤ 3%) — missed"]
-    assert rep.checked_failures(default_report.outcomes) == default_report.target_failures()
+    assert default_report.target_failures() == []
+    assert default_report.within_error() == [
+        "en T2 relevant recalled: 45.8% (11/24; 95% one-sided 30.4%–62.1%; target ≥ 50%) — within error",
+        "en T4 unrelated recalled: 4.8% (6/124; 95% one-sided 2.5%–9.1%; target ≤ 3%) — within error"]
+    assert rep.checked_failures(default_report.outcomes) == []
     for split in ("held-out", "blind"):
         for language in ("zh", "en"):
             assert all(o.relevant_share() < 0.9 for o in default_report.group(split, language).values())
@@ -220,14 +221,14 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "(held-out + blind): FAILED" in printed.out and "each group on its own" in printed.out
-    # the default preset misses English T4's unrelated bound under the rule (docs/recall_round11.md): --strict exits 2
-    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 2
-    assert "target missed: en T4 unrelated recalled: 5.4% (10/184;" in capsys.readouterr().err
+    assert "(held-out + blind): PASSED" in printed.out and "each group on its own" in printed.out
+    # the default preset misses no target under the rule (docs/recall_round11.md): --strict exits 0
+    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 0
+    assert "target missed" not in capsys.readouterr().err
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     err = capsys.readouterr().err
     assert "IMPOSSIBLE" in err
-    assert "target missed: zh T2 relevant recalled: 0.0% (0/36; 95% one-sided 0.0%–7.0%; target ≥ 50%) — missed" in err
+    assert "target missed: zh T2 relevant recalled: 0.0% (0/24; 95% one-sided 0.0%–10.1%; target ≥ 50%) — missed" in err
 
 
 def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
