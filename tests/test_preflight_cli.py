@@ -57,7 +57,10 @@ def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(setti
         assert manipulation["verdict"] in ("passed", "failed")
         assert {lang: r["bots"] for lang, r in manipulation["by_language"].items()} == {
             "zh": len(settings.study.enabled_conditions), "en": len(settings.study.enabled_conditions)}
-        assert report.passed == (calibration["passed"] and manipulation["passed"])
+        probes = report.checks["probe"]  # (c): the held-out and blind probe personas in L4
+        assert probes["verdict"] in ("passed", "failed") and probes["lines"] and len(probes["targets"]) == 8
+        assert "(c) probe recall check" in result.output
+        assert report.passed == (calibration["passed"] and manipulation["passed"] and probes["passed"])
         for name in manipulation["failed_checks"]:
             assert f"FAILED: {name}" in result.output
         with app.extensions["memory_lab"].db.Session() as session:

@@ -94,6 +94,7 @@ class RecallCandidate:
     recalled: bool
     rank: int
     at: datetime | None = None  # when the recall was computed
+    spacing_days: float | None = None  # the spacing gain's t: study days since the last recall (or consolidation)
     reply: str | None = None  # the assistant's reply: the memory is the exchange
     fused: float | None = None  # the hybrid retriever's scores (services.recall.retrieval)
     lexical_z: float | None = None
@@ -236,17 +237,19 @@ class ForgettingCurveSearch:
             else rm.initial_g(e, self.params.g0_base, self.params.g0_salience)
             for m, e in zip(memories, salience, strict=True)
         ], dtype=np.float64)
+        elapsed = np.array([(now - ref).total_seconds() for ref in references])
+        spacing = np.atleast_1d(rm.study_days(elapsed, self.day_seconds))
         t = np.atleast_1d(rm.elapsed_time(
-            np.array([(now - ref).total_seconds() for ref in references]),
+            elapsed,
             unit=self.params.time_unit, time_scale=self.params.time_scale, day_seconds=self.day_seconds,
             turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
         ))
         scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
-                                     detect(query_message.content), fusion)
+                                     detect(query_message.content), fusion, spacing_days=spacing)
         return [
             RecallCandidate(
                 message_id=memory.id, task_id=memory.task_id, text=memory.content,
-                cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]),
+                cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]), spacing_days=float(spacing[i]),
                 g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
                 p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
                 rank=i + 1, at=now, reply=replies[i], fused=float(fusion["fused"][i]),
@@ -411,7 +414,7 @@ class RecallWrite:
 
 def _recall_params_audit(params: rm.RecallParams, retrieval: rm.RetrievalSettings) -> dict[str, Any]:
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
-            "time_unit": params.time_unit, "time_scale": params.time_scale,
+            "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
             "retrieval": retrieval.to_dict()}
 

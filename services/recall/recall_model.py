@@ -53,6 +53,10 @@ DEFAULT_SALIENCE_WEIGHTS = {"intensity": 0.4, "disclosure": 0.4, "value": 0.2}
 # A score the consolidation step could not produce counts as 0: missing evidence
 # must never make a memory easier to recall than a neutral one.
 MISSING_SCORE_DEFAULT = 0.0
+# The spacing gain S(t) of the consolidation update takes days since the last recall (the seed's unit),
+# independent of the decay's time unit and fitted scale (issue 27). Recorded with every reply's recall
+# parameters (``RecallParams.spacing_unit``) so an audit can tell this update from the earlier one.
+SPACING_UNIT = "days"
 # Any positive length works: t for a given number of study days does not depend on it.
 SECONDS_PER_DAY_FOR_ANCHOR = 86400.0
 
@@ -97,7 +101,10 @@ def spacing_gain(t: ArrayLike) -> float | np.ndarray:
 
 
 def updated_g(g: ArrayLike, t: ArrayLike, salience: ArrayLike, g_update_salience: float = 0.5) -> float | np.ndarray:
-    """g after a recall: g + S(t)·(1 + g_update_salience·e). Never smaller than g."""
+    """g after a recall: g + S(t)·(1 + g_update_salience·e). Never smaller than g.
+
+    ``t`` is in the seed's unit, ``SPACING_UNIT``: days since the last recall (not the decay's scaled
+    time; ``score_candidates``' ``spacing_days``)."""
     gain = np.asarray(spacing_gain(t)) * (1.0 + g_update_salience * np.asarray(salience, dtype=np.float64))
     return _result(np.asarray(g, dtype=np.float64) + np.maximum(gain, 0.0))
 
@@ -497,6 +504,7 @@ class RecallParams:
     time_scale: float
     relevance: RelevanceMapping
     candidates: CandidateRule = field(default_factory=CandidateRule)
+    spacing_unit: str = SPACING_UNIT  # the spacing gain's t: study days since the last recall, never scaled
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -711,16 +719,24 @@ class RecallScores:
 
 def score_candidates(cosine: ArrayLike, t: ArrayLike, g: ArrayLike, salience: ArrayLike,
                      params: RecallParams, language: str | None = None,
-                     scores: Mapping[str, ArrayLike] | None = None) -> RecallScores:
+                     scores: Mapping[str, ArrayLike] | None = None, *,
+                     spacing_days: ArrayLike) -> RecallScores:
     """r, p, p_final, the recall decision and the updated g for each candidate. ``scores``: the
-    retriever's per-candidate scores, which a ``logistic`` relevance model reads."""
+    retriever's per-candidate scores, which a ``logistic`` relevance model reads.
+
+    ``t`` is the curve's elapsed time (the configured unit times ``time_scale``); ``spacing_days`` the
+    study days since each memory's last recall (or consolidation), the spacing gain's own argument
+    (``SPACING_UNIT``): S(t) is the seed's, in days, whatever scale the decay was fitted on (issue 27).
+    Passing the scaled ``t`` there instead turned consolidation off (a recall at T2 raised g by 0.02, not
+    0.76), so the argument is required."""
     cos = np.atleast_1d(np.asarray(cosine, dtype=np.float64))
     t_ = np.broadcast_to(np.asarray(t, dtype=np.float64), cos.shape)
+    spacing = np.broadcast_to(np.asarray(spacing_days, dtype=np.float64), cos.shape)
     g_ = np.broadcast_to(np.asarray(g, dtype=np.float64), cos.shape)
     e = np.broadcast_to(np.asarray(salience, dtype=np.float64), cos.shape)
     r = np.atleast_1d(np.asarray(params.relevance.to_r(cos, language, scores), dtype=np.float64))
     p = np.atleast_1d(np.asarray(recall_probability(r, t_, g_)))
     p_final = np.atleast_1d(np.asarray(final_probability(p, e, params.salience_bonus)))
     recalled = p_final >= params.threshold
-    g_after = np.where(recalled, np.asarray(updated_g(g_, t_, e, params.g_update_salience)), g_)
+    g_after = np.where(recalled, np.asarray(updated_g(g_, spacing, e, params.g_update_salience)), g_)
     return RecallScores(r=r, p=p, p_final=p_final, recalled=recalled, g_after=np.asarray(g_after, dtype=np.float64))

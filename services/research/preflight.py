@@ -132,7 +132,8 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
                   clock: Clock | None = None, embedder: EmbeddingProvider | None = None,
                   check_preset: PresetChecker = check_active_preset, per_group: int = 1,
                   day_seconds: float = 5.0, log_line: Callable[[str], None] = print,
-                  simulate: Callable[..., dict[str, Any]] = simulation.run_simulation) -> PreflightOutcome:
+                  simulate: Callable[..., dict[str, Any]] = simulation.run_simulation,
+                  check_probes: ProbeChecker | None = None) -> PreflightOutcome:
     """Run (a) and (b) (module docstring) and store the report through ``db_session`` (the study's database).
     The bots run on a temporary database built by ``make_app`` (app.create_app) with ``settings``' providers
     (``simulate``: ``simulation.run_simulation``); a refused calibration skips them. The report passes when
@@ -157,6 +158,7 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         providers.update(report["config"]["providers"] or {})
         checks["manipulation"] = _manipulation(report)
         log_line(f"(b) {check_label('manipulation')}: {checks['manipulation']['verdict']}")
+    checks["probe"] = _probe_recall(settings, make_app, day_seconds, log_line, check_probes)
     passed = all(check["passed"] for check in checks.values())
     stored = PreflightReport(created_at=clock.now(), study_hash=study_hash(settings.study), passed=passed,
                              embedder_model=embedder.model, chat_model=_first_model(providers.get("reply")),
@@ -167,6 +169,23 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         view = report_view(stored)
     refused = checks["calibration"].get("message") if checks["calibration"]["verdict"] == "refused" else None
     return PreflightOutcome(passed=passed, report=view, refused=refused)
+
+
+# -- (c) probe recall (issue 27, part 3; services.research.probes.recall) --------------------------------------
+
+ProbeChecker = Callable[..., dict[str, Any]]
+
+
+def _probe_recall(settings: Settings, make_app: simulation.AppFactory, day_seconds: float,
+                  log_line: Callable[[str], None], check: ProbeChecker | None) -> dict[str, Any]:
+    """(c) the held-out and blind probe personas through the chat path in L4, judged by part 1's rule."""
+    from services.research.probes.recall import probe_recall_check
+
+    result = (check or probe_recall_check)(settings, make_app, day_seconds=day_seconds, log=log_line)
+    log_line(f"(c) {check_label('probe')}: {result['verdict']}")
+    for line in result.get("lines") or []:
+        log_line(f"      {line}")
+    return result
 
 
 def _first_model(chain: list[str] | None) -> str | None:

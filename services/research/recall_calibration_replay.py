@@ -44,9 +44,14 @@ EIGHTH_FILES = (DATA_DIR / "recall_eighth_open.json", DATA_DIR / "recall_eighth_
 # The ninth round's: held out in it, written before any score was measured on them; development participants since
 # its final run.
 NINTH_FILES = (DATA_DIR / "recall_ninth_open.json", DATA_DIR / "recall_ninth_blind.json")
-# The tenth round's: held out in it, written before any score was measured on them.
+# The tenth round's: held out in it, written before any score was measured on them; development participants since
+# its final run.
 TENTH_FILES = (DATA_DIR / "recall_tenth_open.json", DATA_DIR / "recall_tenth_blind.json")
 SAMPLE_FILES = (SAMPLE_FILE, PROBES_FILE, *SEVENTH_FILES, *EIGHTH_FILES, *NINTH_FILES, *TENTH_FILES)
+# The eleventh round's (issue 27): the probe personas, written blind (services/research/probes/personas.py gives
+# their format: later turns carry a kind, which the calibration does not use). Their dev personas join the
+# development participants; their held-out and blind ones are the round's evaluation (docs/recall_round11.md).
+PROBE_PERSONA_FILES = tuple(DATA_DIR.parent / "probes" / f"probe_personas_{lang}.json" for lang in ("zh", "en"))
 RULE_CHECK_FILE = DATA_DIR / "candidate_rule_check.json"
 
 # The pre-registered targets (issue 17, written into docs/recall_calibration.md before the final run): on the
@@ -76,14 +81,18 @@ def _messages(rows: list[list[Any]]) -> list[Message]:
 def _load_sample() -> tuple[dict[str, dict[str, list[Message]]], dict[str, str]]:
     sample: dict[str, dict[str, list[Message]]] = {}
     splits: dict[str, str] = {}
-    for path in SAMPLE_FILES:
-        for name, person in json.loads(path.read_text(encoding="utf-8"))["participants"].items():
-            if name in sample:
-                raise ValueError(f"calibration participant {name} is in two files")
-            if person["split"] not in ("dev", "held-out", "blind"):
-                raise ValueError(f"calibration participant {name}: unknown split {person['split']!r}")
-            sample[name] = {task: _messages(person[task]) for task in ("T1", "T2", "T3", "T4") if task in person}
-            splits[name] = person["split"]
+    people = [(name, person) for path in SAMPLE_FILES
+              for name, person in json.loads(path.read_text(encoding="utf-8"))["participants"].items()]
+    for path in PROBE_PERSONA_FILES:  # [text, fact ids, kind]: the fact ids are the topics, the kind is dropped
+        people += [(name, {**persona, **{task: [row[:2] for row in persona[task]] for task in ("T2", "T3", "T4")}})
+                   for name, persona in json.loads(path.read_text(encoding="utf-8"))["personas"].items()]
+    for name, person in people:
+        if name in sample:
+            raise ValueError(f"calibration participant {name} is in two files")
+        if person["split"] not in ("dev", "held-out", "blind"):
+            raise ValueError(f"calibration participant {name}: unknown split {person['split']!r}")
+        sample[name] = {task: _messages(person[task]) for task in ("T1", "T2", "T3", "T4") if task in person}
+        splits[name] = person["split"]
     return sample, splits
 
 
@@ -413,11 +422,12 @@ def _recall_once(trace: Trace, query: Query, params: rm.RecallParams, state: _Re
                  day_seconds: float, reinforcement: bool, events: bool) -> None:
     chosen = [i for i, _ in query.candidates]
     refs = [(state.last[i] if reinforcement else None) or trace.memories[i].created_at for i in chosen]
-    t = np.atleast_1d(rm.elapsed_time(np.array([(query.at - ref).total_seconds() for ref in refs]),
-                                      unit=params.time_unit, time_scale=params.time_scale,
+    elapsed = np.array([(query.at - ref).total_seconds() for ref in refs])
+    t = np.atleast_1d(rm.elapsed_time(elapsed, unit=params.time_unit, time_scale=params.time_scale,
                                       day_seconds=day_seconds, turns=np.zeros(len(chosen))))
     cosine, scores = _candidate_scores(query)
-    result = rm.score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores)
+    result = rm.score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores,
+                                 spacing_days=rm.study_days(elapsed, day_seconds))
     for rank, index in enumerate(chosen):
         memory = trace.memories[index]
         relevant = index in query.relevant

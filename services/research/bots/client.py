@@ -128,6 +128,8 @@ class Bot:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     tasks_done: list[str] = field(default_factory=list)
+    # the bot's own script ({task: turns with .kind and .text}); None: SCRIPTS of its language
+    script: dict[str, Any] | None = None
 
     def register(self, password: str) -> None:
         payload = self.client.expect("POST", "/api/auth/register", {
@@ -188,7 +190,7 @@ class Bot:
 
     def _do_task(self, task_id: str) -> None:
         self.client.expect("POST", f"/api/tasks/{task_id}/start")
-        for turn in SCRIPTS[self.language][task_id]:
+        for turn in (self.script if self.script is not None else SCRIPTS[self.language])[task_id]:
             sent = SentTurn(task_id=task_id, kind=turn.kind, text=turn.text)
             status, payload = self._send(task_id, turn.text)
             if status == 409 and payload.get("error") == "time_up":

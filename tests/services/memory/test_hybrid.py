@@ -153,9 +153,11 @@ def test_only_recalled_memories_are_updated(db_session, study, clock):
     candidates = make_store(db_session, study, clock, raw_params(study)).recall(
         user_id=world.user.id, query_message=query, query_vector=QUERY, task_id="T2")
     recalled = next(c for c in candidates if c.message_id == strong.id)
-    t = 2 / 30
-    expected_g = 1.2 + (1 - math.exp(-t)) / (1 + math.exp(-t)) * (1 + 0.5 * 0.4)
+    # the spacing gain takes the 2 study days since consolidation, not the decay's scaled t (issue 27)
+    days = 2.0
+    expected_g = 1.2 + (1 - math.exp(-days)) / (1 + math.exp(-days)) * (1 + 0.5 * 0.4)
     assert recalled.recalled and recalled.g_before == pytest.approx(1.2)
+    assert recalled.spacing_days == pytest.approx(days) and recalled.t == pytest.approx(days * 1 / 30, rel=1e-6)
     assert recalled.g_after == pytest.approx(expected_g)
     db_session.expire_all()
     strong_row, weak_row = db_session.get(Message, strong.id), db_session.get(Message, weak.id)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -171,13 +172,13 @@ def test_the_anchor_score_lands_on_the_bar_of_a_neutral_memory_at_t2s_age(langua
     t = rm.elapsed_time(t2_days * 86400, unit=params.time_unit, time_scale=params.time_scale, day_seconds=86400)
     cosine, scores = _scores_at(params, language, anchor)
     result = rm.score_candidates(cosine, t, rm.initial_g(0.0, params.g0_base, params.g0_salience), 0.0, params,
-                                 language, scores)
+                                 language, scores, spacing_days=t2_days)
     assert result.p_final[0] == pytest.approx(0.86, abs=1e-9)
     assert result.r[0] == pytest.approx(params.relevance.anchor_r, abs=1e-12)
     # a hair above the anchor is recalled at T2's age, a hair below is not, and r does not jump between them
     for delta, recalled in ((1e-6, True), (-1e-6, False)):
         near = rm.score_candidates(*_scores_at(params, language, anchor + delta)[:1], t, 1.0, 0.0, params, language,
-                                   _scores_at(params, language, anchor + delta)[1])
+                                   _scores_at(params, language, anchor + delta)[1], spacing_days=t2_days)
         assert bool(near.recalled[0]) is recalled
         assert abs(near.r[0] - result.r[0]) < 1e-5
 
@@ -310,12 +311,46 @@ def test_score_candidates_applies_threshold_bonus_and_g_update_only_to_recalled(
     params = rm.resolve_recall_params(load_study().memory.recall_config,
                                       overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
     # r = 0.99 at t = 0.1, g = 1: p = 0.9329; r = 0.7: p = 0.7463 (+0.05 bonus for e = 1 -> 0.7963)
-    scores = rm.score_candidates([0.99, 0.7], [0.1, 0.1], [1.0, 1.0], [0.0, 1.0], params)
+    scores = rm.score_candidates([0.99, 0.7], [0.1, 0.1], [1.0, 1.0], [0.0, 1.0], params, spacing_days=0.1)
     assert scores.recalled.tolist() == [True, False]
     assert scores.p[0] == pytest.approx((1 - math.exp(-0.99 * math.exp(-0.1))) / (1 - math.exp(-1)))
     assert scores.p_final[1] == pytest.approx(scores.p[1] + 0.05)
     assert scores.g_after[0] == pytest.approx(1.0 + math.tanh(0.05))
     assert scores.g_after[1] == 1.0
+
+
+def _seed_s(days):
+    return (1 - math.exp(-days)) / (1 + math.exp(-days))
+
+
+def test_a_recall_two_days_after_consolidation_raises_g_by_the_seeds_spacing_gain_under_the_default_preset():
+    """Issue 27: S(t) takes days since the last recall, whatever the decay's fitted time scale (1/45 by
+    default); the scaled t raised g by about 0.02 where the seed's update gives about 0.76."""
+    params = load_study().memory.recall
+    assert params.time_scale < 1.0 and params.spacing_unit == "days"
+    alpha = params.g_update_salience
+    raw = replace(params, relevance=rm.RelevanceMapping("raw"))
+    t = rm.elapsed_time(2 * 86400, unit=params.time_unit, time_scale=params.time_scale, day_seconds=86400)
+    for e in (0.0, 0.6):
+        scores = rm.score_candidates([1.0], t, 1.0, e, raw, spacing_days=2.0)
+        assert bool(scores.recalled[0])
+        assert scores.g_after[0] == pytest.approx(1.0 + _seed_s(2.0) * (1 + alpha * e), abs=1e-6)
+    assert 1.0 + _seed_s(2.0) == pytest.approx(1.7616, abs=1e-4)
+    assert params.to_dict()["spacing_unit"] == "days"
+
+
+def test_the_salience_term_of_the_update_visibly_changes_g():
+    params = replace(load_study().memory.recall, relevance=rm.RelevanceMapping("raw"))
+    neutral, salient = rm.score_candidates([1.0, 1.0], 0.0, 1.0, [0.0, 1.0], params, spacing_days=2.0).g_after
+    assert salient - neutral == pytest.approx(_seed_s(2.0) * params.g_update_salience, abs=1e-9)
+    assert salient - neutral > 0.3  # 0.38 with the default α = 0.5: visible, not a rounding error
+    assert rm.updated_g(1.0, 2.0, 1.0, 0.0) == pytest.approx(rm.updated_g(1.0, 2.0, 0.0, 0.5))  # α = 0: no effect
+
+
+def test_score_candidates_requires_the_spacing_days():
+    params = replace(load_study().memory.recall, relevance=rm.RelevanceMapping("raw"))
+    with pytest.raises(TypeError):
+        rm.score_candidates([1.0], 0.01, 1.0, 0.0, params)  # the scaled t must never stand in for it
 
 
 # -- properties ----------------------------------------------------------------
