@@ -4,7 +4,7 @@ An anchored preset's budget decides where ``r`` crosses the curve's bar: a large
 memories and more unrelated ones. ``operating_curve`` replays the calibration participants of each language
 under the preset with only the budget changed (the same model, tails and time unit) and reports, per split,
 the relevant memories recalled at each task, the most unrelated candidates recalled at any task, and whether
-the decision rule passes (``recall_calibration_report.judge_group``). It answers "which budget would this
+the decision rule passes (``recall_calibration_rule.judge_group``). It answers "which budget would this
 language need for T2's target, and what would it cost in false recalls?": a description of this embedder on these
 participants, not a fit (the held-out and blind rows are looked at, so a budget read off them is no longer tested
 on them).
@@ -23,6 +23,7 @@ from services.research.recall_calibration_replay import (
     group_outcomes,
     replay_all,
 )
+from services.research.recall_calibration_rule import judge_group
 from services.study.definition import Study
 
 
@@ -57,8 +58,6 @@ def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, 
                     day_seconds: float = SECONDS_PER_DAY) -> dict[str, list[CurvePoint]]:
     """{language: one CurvePoint per budget, in the order given, leaving out budgets beyond the share the
     language's fitted tail covers}. Needs an anchored preset."""
-    # the report imports this module (CurvePoint, format_curve), so its decision rule is imported here
-    from services.research.recall_calibration_report import judge_group
 
     require_anchored(params)
     if not all(0.0 < b < 1.0 for b in budgets):
