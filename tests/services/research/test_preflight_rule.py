@@ -65,11 +65,20 @@ PASSING_BOTS = _bots(lambda task, i: RECALLED if i < 3 else PROFILE)  # 3 of 8 a
 EMPTY_BOTS = _bots(lambda task, i: PROFILE)  # L4 hands over nothing L3 lacks
 
 
+def _probes_met(*_args, **_kwargs) -> dict:
+    """A probe recall check (c) whose targets are all met, so these tests decide on (a) and (b) alone."""
+    from services.study import evidence
+
+    targets = [evidence.judge(f"{language} T2 asked fact brought back", 20, 30, 0.5).as_dict()
+               | {"language": language, "task": "T2", "measure": "probe_hit"} for language in ("zh", "en")]
+    return preflight.evidence_check(targets)
+
+
 def _run(app, outcomes, bots):
     runtime = app.extensions["memory_lab"]
     outcome = preflight.run_preflight(runtime.settings, runtime.db.session, make_app=None, clock=runtime.clock,
                                       embedder=EMBEDDER, check_preset=_checker(outcomes), simulate=bots,
-                                      log_line=lambda line: None)
+                                      check_probes=_probes_met, log_line=lambda line: None)
     with runtime.db.session() as session:
         status = preflight_gate.preflight_status(session, runtime.settings, EMBEDDER.model)
         manifest = preflight_record.manifest_entry(session, runtime.study)
