@@ -11,16 +11,16 @@ import yaml
 from config import Settings
 from services.study.definition import StudyDefinitionError, load_study
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+PANELS_DOC = Path(__file__).resolve().parents[3] / "docs" / "panels.md"
 PROLIFIC = "https://app.prolific.com/submissions/complete?cc={completion_code}"
 
 
 def _readme_prolific_example() -> dict:
-    section = README.read_text(encoding="utf-8").split("## Panels (Prolific, Credamo, wjx)", 1)[1]
+    section = PANELS_DOC.read_text(encoding="utf-8").split("## Panels (Prolific, Credamo, wjx)", 1)[1]
     return yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
 
 
-def test_the_readme_prolific_example_is_a_study_that_starts():
+def test_the_documented_prolific_example_is_a_study_that_starts():
     study = load_study(overrides=_readme_prolific_example())
     paid = [t for t, amount in study.payments.per_task.items() if amount > 0]
     assert paid and all(study.panel.tasks[t].completion_code for t in paid)
