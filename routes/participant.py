@@ -142,7 +142,10 @@ def retry_reply(task_id: str, message_id: int):
     task_service(session, rt).running_session(user, task_id, phase="chat")
     message = chat_service.unanswered_message(session, user, task_id, message_id)
     # claim the reply before the model is called: simultaneous retries answer 409 at once instead of each
-    # asking the model for a reply only one of them can store; the claim ends with this response
+    # asking the model for a reply only one of them can store; the claim ends with this response. The claim
+    # takes a connection of its own, so the request's transaction ends first and gives its connection back
+    # (a one-connection pool would otherwise wait on itself); the rows read stay loaded.
+    session.commit()
     release = chat_service.claim_reply(rt, message.id)
     streaming = False
     try:
