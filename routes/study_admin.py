@@ -211,7 +211,7 @@ def open_preview(token: str):
     session = db_session()
     rt = runtime()
     try:
-        user = panel_service.redeem(session, token, rt.clock.now())
+        user, _link = panel_service.redeem(session, token, rt.clock.now())
     except NotFound:
         return _gone()
     if user.role != "preview":
