@@ -53,13 +53,13 @@ def test_the_banner_names_the_failed_check_with_its_figures_and_next_step_in_bot
     # A stored report under issue 27's rule: the recall calibration has one target within error (pooled English T3,
     # 7 of 213 unrelated candidates) and one missed (pooled Chinese T2, 23 of 64); the bot check passed.
     from tests.services.research.test_calibration_rule import tasks
-    from tests.services.research.test_preflight_rule import EMBEDDER, PASSING_BOTS, _checker, _outcomes
+    from tests.services.research.test_preflight_rule import EMBEDDER, PASSING_BOTS, _checker, _outcomes, _probes_met
 
     runtime = live_server.runtime
     missed = _outcomes({("blind", "zh"): tasks(t2=(2, 32), t3=(9, 64), t4=(6, 68), who="blind-zh")})
     outcome = preflight.run_preflight(runtime.settings, runtime.db.session, make_app=None, clock=runtime.clock,
                                       embedder=EMBEDDER, check_preset=_checker(missed), simulate=PASSING_BOTS,
-                                      log_line=lambda line: None)
+                                      check_probes=_probes_met, log_line=lambda line: None)
     assert not outcome.passed
     page = new_page()
     page.goto("/#/login")
