@@ -183,6 +183,20 @@ def admin_account(live_server) -> tuple[str, str]:
     return ADMIN_USERNAME, ADMIN_PASSWORD
 
 
+@pytest.fixture
+def admin_back_in_chinese(live_server, admin_account):
+    """The session's admin is shared: signing in with an English browser or switching to English changes the
+    account's language, which later tests read. It goes back to Chinese afterwards."""
+    yield
+    from sqlalchemy import update
+
+    from database.models import User as Account
+
+    with live_server.runtime.db.Session() as session:
+        session.execute(update(Account).where(Account.username == admin_account[0]).values(language="zh"))
+        session.commit()
+
+
 class HttpParticipant:
     """A bot participant talking to the live server over real HTTP, like a second browser would."""
 

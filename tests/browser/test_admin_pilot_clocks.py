@@ -10,21 +10,8 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import TIME_SCALE
 
-pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(autouse=True)
-def admin_back_in_chinese(live_server, admin_account):
-    """The session's admin is shared: signing in with an English browser or switching to English changes the
-    account's language, which later tests read. It goes back to Chinese afterwards."""
-    yield
-    from sqlalchemy import update
-
-    from database.models import User as Account
-
-    with live_server.runtime.db.Session() as session:
-        session.execute(update(Account).where(Account.username == admin_account[0]).values(language="zh"))
-        session.commit()
+# the shared admin signs in with an English browser here: its language goes back to Chinese after each test
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("admin_back_in_chinese")]
 
 
 def test_the_monitor_shows_real_chat_time_with_the_study_time_labelled(new_page, admin_account, bot):

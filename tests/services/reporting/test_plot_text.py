@@ -6,18 +6,9 @@ from datetime import timedelta
 import matplotlib.text
 import pytest
 
-from database.models import Assignment, Message, RecallEvent, TaskSession, User
+from database.models import Message, RecallEvent, TaskSession
 from services.reporting import plots
-
-
-def _participant(session, n: int, group: str, at) -> User:
-    user = User(username=f"p{n}", password_hash="x", role="participant", participant_code=f"P{n:04d}",
-                language="zh", created_at=at, consent_at=at, status="active")
-    session.add(user)
-    session.flush()
-    session.add(Assignment(user_id=user.id, memory_group=group, block_index=0, slot_index=n, block_sequence=[],
-                           created_at=at))
-    return user
+from tests.services.reporting.test_plots import _participant
 
 
 @pytest.fixture
