@@ -23,17 +23,4 @@ if ! command -v Rscript >/dev/null 2>&1 || ! Rscript -e 'library(lmerTest); libr
   need+=(r-base-core r-cran-lme4 r-cran-lmertest r-cran-jsonlite)
 fi
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)  # `haproxy -c` checks deploy/haproxy.cfg (small package)
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
-    echo "install_test_deps: not root and no sudo; cannot install ${need[*]} (those tests will say why they skip)" >&2
-    exit 0
-  fi
-fi
-echo "install_test_deps: installing ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+bash scripts/apt_install.sh install_test_deps 0 "${need[@]}"

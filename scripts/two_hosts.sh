@@ -8,21 +8,7 @@ need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || need+=(pgbouncer)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
-if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
-      echo "two_hosts: not root and no sudo; install ${need[*]} first" >&2
-      exit 2
-    fi
-  fi
-  echo "two_hosts: installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # the packages' own services are not wanted: this script runs its own, on its own ports
-  for service in pgbouncer haproxy; do $SUDO systemctl disable --now "$service" >/dev/null 2>&1 || true; done
-fi
+bash scripts/apt_install.sh two_hosts 2 "${need[@]}"
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 # the Python driver stops everything it started on exit, Ctrl-C or SIGTERM; the timeout bounds it in any case
