@@ -8,6 +8,62 @@ import { chatClosedBy, idempotencyKey, messageProblem, refusalText, waitOutRefus
 import { textOf } from "./transcript.js";
 import { watchTyping } from "./typing_signals.js";
 
+// Reads the reply stream of a post to `path` into a pending bubble of `transcript`; `onStored(message)` runs
+// when the server has stored the participant's message. Resolves to true when a reply was stored.
+async function streamReply(transcript, path, body, onStored) {
+  let replyEl = null;
+  let storedId = null;
+  let gotReply = false;
+  const ensureReply = () => { replyEl = replyEl || transcript.pendingReply(); return replyEl; };
+  const { log } = transcript;
+  // Screen readers announce the finished reply once instead of every streamed fragment.
+  log.setAttribute("aria-busy", "true");
+  try {
+    await postStream(path, body, (name, data) => {
+      if (name === "message") {
+        storedId = data.id;
+        onStored(data);
+        ensureReply();
+      } else if (name === "delta") {
+        const el = ensureReply();
+        transcript.grow(() => {
+          if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
+          textOf(el).append(data.text);
+        });
+      } else if (name === "reset") {
+        const el = ensureReply();
+        textOf(el).textContent = "";
+      } else if (name === "reply") {
+        const el = ensureReply();
+        transcript.grow(() => {
+          el.classList.remove("pending");
+          textOf(el).textContent = data.content;
+        });
+        transcript.settleReply(el, data.id, data.reply_to_id);
+        gotReply = true;
+      } else if (name === "error") {
+        replyEl?.remove();
+        replyEl = null;
+        transcript.markFailed(data.message_id ?? storedId, true, data.retryable ? data.retry_after_seconds : null);
+      }
+    });
+  } catch (err) {
+    replyEl?.remove();
+    if (storedId !== null) {  // the stream was cut after the message was stored: ask again shortly
+      transcript.markFailed(storedId, true, err.status === 503 ? err.details?.retry_after_seconds : 2);
+      return false;
+    }
+    throw err;
+  } finally {
+    log.removeAttribute("aria-busy");
+  }
+  if (!gotReply && storedId !== null && replyEl) {
+    replyEl.remove();
+    transcript.markFailed(storedId);
+  }
+  return gotReply;
+}
+
 /**
  * chat: the chat's shared flags {ended, sending}; transcript: chat/transcript.js; limit: the longest message;
  * draftKey: where the unsent text is kept (sessionStorage); noticeBox, errorText: the page's;
@@ -34,61 +90,6 @@ export function createSender({ chat, taskPath, transcript, limit, draftKey, noti
   function updateCounter() {
     counter.textContent = t("task.chars", { count: input.value.length, limit });
     counter.classList.toggle("over", input.value.length > limit);
-  }
-
-  // Reads the reply stream into a pending bubble. Resolves to true when a reply was stored.
-  async function streamReply(path, body, onStored) {
-    let replyEl = null;
-    let storedId = null;
-    let gotReply = false;
-    const ensureReply = () => { replyEl = replyEl || transcript.pendingReply(); return replyEl; };
-    const { log } = transcript;
-    // Screen readers announce the finished reply once instead of every streamed fragment.
-    log.setAttribute("aria-busy", "true");
-    try {
-      await postStream(path, body, (name, data) => {
-        if (name === "message") {
-          storedId = data.id;
-          onStored(data);
-          ensureReply();
-        } else if (name === "delta") {
-          const el = ensureReply();
-          transcript.grow(() => {
-            if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
-            textOf(el).append(data.text);
-          });
-        } else if (name === "reset") {
-          const el = ensureReply();
-          textOf(el).textContent = "";
-        } else if (name === "reply") {
-          const el = ensureReply();
-          transcript.grow(() => {
-            el.classList.remove("pending");
-            textOf(el).textContent = data.content;
-          });
-          transcript.settleReply(el, data.id, data.reply_to_id);
-          gotReply = true;
-        } else if (name === "error") {
-          replyEl?.remove();
-          replyEl = null;
-          transcript.markFailed(data.message_id ?? storedId, true, data.retryable ? data.retry_after_seconds : null);
-        }
-      });
-    } catch (err) {
-      replyEl?.remove();
-      if (storedId !== null) {  // the stream was cut after the message was stored: ask again shortly
-        transcript.markFailed(storedId, true, err.status === 503 ? err.details?.retry_after_seconds : 2);
-        return false;
-      }
-      throw err;
-    } finally {
-      log.removeAttribute("aria-busy");
-    }
-    if (!gotReply && storedId !== null && replyEl) {
-      replyEl.remove();
-      transcript.markFailed(storedId);
-    }
-    return gotReply;
   }
 
   // A busy or read-only database answers 503 "database_busy": nothing was stored, so the same
@@ -119,7 +120,9 @@ export function createSender({ chat, taskPath, transcript, limit, draftKey, noti
     if (!pendingSend || pendingSend.content !== content) pendingSend = { content, key: idempotencyKey() };
     const idempotency_key = pendingSend.key;
     try {
-      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content, idempotency_key, ...typing.signals.signals() }, (stored) => {
+      // the signals as of each attempt (a busy database's retry sends them again, later)
+      const body = () => ({ content, idempotency_key, ...typing.signals.signals() });
+      await postWhileBusy(() => streamReply(transcript, `${taskPath}/messages`, body(), (stored) => {
         // Only now is the text safe on the server: clear the box and the saved draft.
         pendingSend = null;
         typing.signals.reset();
@@ -164,7 +167,7 @@ export function createSender({ chat, taskPath, transcript, limit, draftKey, noti
     sendButton.disabled = true;
     transcript.clearFailed(el);
     try {
-      await streamReply(`${taskPath}/messages/${messageId}/reply`, {}, () => {});
+      await streamReply(transcript, `${taskPath}/messages/${messageId}/reply`, {}, () => {});
     } catch (err) {
       if (chatClosedBy(err)) {
         onClosed();
