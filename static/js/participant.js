@@ -548,6 +548,7 @@ function draftKey(taskId) {
   return `memorylab.draft.${state.user.id}.${taskId}`;
 }
 
+// The timed chat lives in chat/; it borrows the page's pieces, and the page keeps the routing and the flash.
 function showChat(task) {
   state.cleanup = startChat(task, {
     limit: state.study?.limits?.max_message_chars || 4000,
