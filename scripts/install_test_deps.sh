@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the tests need beyond the Python packages: Debian's chromium (browser tests), PostgreSQL (database
 # tests), R with lme4, lmerTest and jsonlite (the pre-registration bundle's R script, tests/services/reporting),
-# HAProxy (its configuration check), and axe-core from npm (the accessibility scan,
+# HAProxy (its configuration check), node (the JavaScript unit tests, tests/js), and axe-core from npm (the accessibility scan,
 # tests/browser/test_accessibility.py) in the project-local, untracked .cache/axe. Installs only what is missing; needs root (or passwordless sudo) for
 # apt-get. Nothing is downloaded when the tests run.
 set -euo pipefail
@@ -23,4 +23,5 @@ if ! command -v Rscript >/dev/null 2>&1 || ! Rscript -e 'library(lmerTest); libr
   need+=(r-base-core r-cran-lme4 r-cran-lmertest r-cran-jsonlite)
 fi
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)  # `haproxy -c` checks deploy/haproxy.cfg (small package)
+command -v node >/dev/null 2>&1 || need+=(nodejs)  # node --test runs the pages' JavaScript unit tests (tests/js)
 bash scripts/apt_install.sh install_test_deps 0 "${need[@]}"

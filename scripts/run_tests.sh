@@ -14,6 +14,22 @@ status=0
 # the documentation site builds without a warning (broken links, missing pages), as `make docs` does
 if .venv/bin/mkdocs build --strict --quiet; then echo "== docs: mkdocs build --strict passed"; else
   echo "== docs: mkdocs build --strict FAILED" >&2; status=1; fi
+# the pages' pure JavaScript (static/js/core/) under node's own test runner, with its line coverage; node is part
+# of the machine (Debian's nodejs, 20 or newer), so a missing node fails the run rather than skipping the tests
+if command -v node >/dev/null 2>&1; then
+  lcov=$(mktemp)
+  if node --test --experimental-test-coverage --test-reporter=spec --test-reporter-destination=stdout \
+      --test-reporter=lcov --test-reporter-destination="$lcov" tests/js/; then
+    echo "== js: node --test passed; line coverage of static/js/core: $(awk -F: '/^SF:/ {app = ($2 ~ /^static\/js\/core\//)}
+      app && /^LF:/ {found += $2} app && /^LH:/ {hit += $2}
+      END {if (found) printf "%.1f%% of %d lines", 100 * hit / found, found; else print "no lines"}' "$lcov")"
+  else
+    echo "== js: node --test FAILED" >&2; status=1
+  fi
+  rm -f "$lcov"
+else
+  echo "== js: node not found: the JavaScript unit tests (tests/js/) cannot run (apt-get install nodejs)" >&2; status=1
+fi
 $PY -m pytest -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
 if out=$(bash scripts/pg_test_server.sh start); then
   export $out

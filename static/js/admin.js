@@ -6,16 +6,13 @@ import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
 import { showStudyEditor } from "./study_editor.js";
 import {
-  applyDocumentLanguage, formatClock, formatDateTime, formatDuration, formatShort, language, onLanguageChange,
-  otherLanguage, setLanguage, t,
+  applyDocumentLanguage, formatDateTime, language, onLanguageChange, otherLanguage, setLanguage, t,
 } from "./i18n.js";
+import { fmt } from "./core/format.js";
+import { qualityCell, sessionTime, statusBadge, taskCell } from "./admin/cells.js";
+import { errorText, noticeBox, retell, tell, term } from "./admin/common.js";
+import { showMonitor } from "./admin/monitor.js";
 
-const POLL_MS = 3000;
-const TASK_ORDER = { withdrawn: -1, erased: -1, locked: 0, available: 1, in_progress: 2, done: 3 };
-// Shown unless the admin hides them; the rest start hidden so the monitor fits 1280 px (chosen in "Columns").
-const OPTIONAL_COLUMNS = { username: false, enrolled_at: false, last_active_at: false, questionnaires_done: false,
-  provider_failures: true, reminders: true, messages: true };
-const HIDDEN_KEY = "memorylab.admin.columns";
 const PLOTS = ["funnel", "group_sizes", "questionnaire_means", "recall_events"];
 
 const main = document.getElementById("main");
@@ -24,10 +21,6 @@ const state = {
   study: null,
   user: null,
   cleanup: null,
-  sort: { key: "id", dir: 1 },
-  filters: { group: "", status: "", overdue: false, pasted: false, failedChecks: false, implausible: false, search: "" },
-  shownColumns: loadShownColumns(),
-  lastRows: [],
 };
 
 // -- helpers ------------------------------------------------------------------------------------
@@ -35,20 +28,6 @@ const state = {
 function announce(text) {
   announcer.textContent = "";
   window.setTimeout(() => { announcer.textContent = text; }, 50);
-}
-
-function errorText(err) {
-  if (err.code === "network") return t("error.network");
-  return t("error.generic", { message: err.message });
-}
-
-/** The word for a server value (a status, a phase, an error code) in the admin's language; the value itself
- *  when there is none. */
-function term(prefix, value) {
-  if (value === null || value === undefined || value === "") return "–";
-  const key = `${prefix}.${value}`;
-  const text = t(key);
-  return text === key ? String(value) : text;
 }
 
 // The memory conditions' notes (services/memory/*) are stored in English with each reply's context; these
@@ -94,46 +73,11 @@ function consolidateReason(data) {
     until: formatDateTime(r.lease_until, { seconds: true }) })).join("; ");
 }
 
-// A note an action leaves (a toast) is kept as a function of the language, not as text: after the admin switches
-// language the page is drawn again and the note comes back in the new language (tell, then retell on the new
-// element with the same id on the same page).
-let told = null;
-
-function tell(el, render) {
-  el.textContent = render();
-  told = { hash: location.hash, id: el.id, render };
-}
-
-function retell(el) {
-  if (told && told.hash === location.hash && told.id === el.id) el.textContent = told.render();
-  return el;
-}
-
 /** Why an action failed, in the admin's language when the server's code is known. */
 function actionError(err) {
   const key = `admin.error.${err.code}`;
   const text = t(key);
   return text === key ? errorText(err) : text;
-}
-
-function loadShownColumns() {
-  try {
-    const stored = JSON.parse(localStorage.getItem(HIDDEN_KEY) || "null");
-    if (stored && typeof stored === "object") return { ...OPTIONAL_COLUMNS, ...stored };
-  } catch {
-    // a broken stored choice falls back to the defaults
-  }
-  return { ...OPTIONAL_COLUMNS };
-}
-
-function noticeBox(kind = "error") {
-  return h(`div.notice.${kind}`, { role: kind === "error" ? "alert" : "status" });
-}
-
-function fmt(value, digits = 3) {
-  if (value === null || value === undefined || value === "") return "–";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
-  return String(value);
 }
 
 function taskIds() {
@@ -225,7 +169,11 @@ async function route() {
     else if (name === "plots") await showPlots();
     else if (name === "export") showExport();
     else if (name === "study") await showStudyEditor(main);
-    else await showMonitor();
+    else {
+      await showMonitor(main, {
+        taskIds, load, explainConsolidation: consolidateReason, stopWith: (stop) => { state.cleanup = stop; },
+      });
+    }
   } catch (err) {
     if (err.status !== 401) mount(main, h("p.notice.error", { role: "alert" }, errorText(err)));
   }
@@ -267,390 +215,6 @@ function showLogin(message) {
   });
   mount(main, form);
   username.focus();
-}
-
-// -- monitor ------------------------------------------------------------------------------------
-
-function columns() {
-  const base = [
-    // codes are opaque: sorted character by character, so "P51…" comes before "P5D…" (no numeric runs)
-    { key: "participant_code", label: t("admin.col.code"), plain: true,
-      cell: (r) => h("a", { href: `#/participant/${r.id}` }, r.participant_code || `#${r.id}`) },
-    { key: "username", label: t("admin.col.username"), cell: (r) => r.username },
-    { key: "memory_group", label: t("admin.col.group"), cell: (r) => h("span.badge.group", r.memory_group || "–") },
-    { key: "status", label: t("admin.col.status"), cell: (r) => statusCell(r) },
-    { key: "enrolled_at", label: t("admin.col.enrolled"), cell: (r) => formatShort(r.enrolled_at) },
-  ];
-  const tasks = taskIds().map((id) => ({
-    key: `task:${id}`, label: id, taskId: id,
-    sortValue: (r) => TASK_ORDER[r.tasks?.[id]] ?? -1,
-    cell: (r) => taskCell(r, id),
-  }));
-  const rest = [
-    { key: "last_active_at", label: t("admin.col.last_active"), cell: (r) => formatShort(r.last_active_at) },
-    { key: "messages", label: t("admin.col.messages"), num: true, cell: (r) => fmt(r.messages) },
-    { key: "questionnaires_done", label: t("admin.col.questionnaires"), num: true, cell: (r) => fmt(r.questionnaires_done) },
-    { key: "consolidation_pending", label: t("admin.col.consolidation"), cell: consolidationCell },
-    { key: "provider_failures", label: t("admin.col.failures"), num: true, cell: (r) => fmt(r.provider_failures) },
-    { key: "quality", label: t("admin.col.quality"), cell: qualityCell,
-      sortValue: (r) => (r.pasted_messages || 0) + (r.attention_failures || 0) },
-    { key: "reminders", label: t("admin.col.reminders"), cell: remindersCell,
-      sortValue: (r) => (r.reminders || []).length },
-  ];
-  return [...base, ...tasks, ...rest].filter((column) => state.shownColumns[column.key] !== false);
-}
-
-function optionalColumnLabels() {
-  return {
-    username: t("admin.col.username"), enrolled_at: t("admin.col.enrolled"), last_active_at: t("admin.col.last_active"),
-    messages: t("admin.col.messages"), questionnaires_done: t("admin.col.questionnaires"),
-    provider_failures: t("admin.col.failures"), reminders: t("admin.col.reminders"),
-  };
-}
-
-function qualityCell(row) {
-  const parts = [];
-  if (row.pasted_messages) parts.push(h("span.badge.flag.pasted", t("admin.quality.pasted", { n: row.pasted_messages })));
-  if (row.attention_failures) {
-    parts.push(h("span.badge.flag.attention",
-      t("admin.quality.failed", { n: row.attention_failures, checks: row.attention_checks })));
-  }
-  if (row.implausible_typing_messages) {
-    parts.push(h("span.badge.flag.implausible", t("admin.quality.implausible", { n: row.implausible_typing_messages })));
-  }
-  if (row.focus_losses) parts.push(h("span.sub", t("admin.quality.focus", { n: row.focus_losses })));
-  return parts.length ? h("div.quality-cell", parts) : "–";
-}
-
-function remindersCell(row) {
-  const reminders = row.reminders || [];
-  if (!reminders.length) return "–";
-  const sent = reminders.filter((r) => r.status === "sent").length;
-  const failed = reminders.filter((r) => r.status === "failed").length;
-  return h("div.reminder-cell",
-    h("span.sub", t("admin.reminders.sent", { n: sent })),
-    failed ? h("span.badge.flag.failed", t("admin.reminders.failed", { n: failed })) : null);
-}
-
-function statusBadge(status) {
-  return h(`span.badge.${status}`, { dataset: { status } }, t(`admin.status.${status}`));
-}
-
-// who withdrew (the participant on their page, or an admin) and when; erasure time too
-function statusCell(row) {
-  const parts = [statusBadge(row.status)];
-  if (row.withdrawn_by) {
-    parts.push(h("span.sub.withdrawn-by", t("admin.withdrawn_by", {
-      by: t(`admin.withdrawn_by.${row.withdrawn_by}`), time: formatShort(row.withdrawn_at) })));
-  }
-  if (row.erased_at) parts.push(h("span.sub", t("admin.erased_when", { time: formatShort(row.erased_at) })));
-  return h("div.status-cell", parts);
-}
-
-/** A task attempt's active chat time in real seconds; in pilot mode with its study seconds, labelled. */
-function sessionTime(session, scale = 1) {
-  const real = fmt(session.active_real_seconds ?? session.active_seconds, 1);
-  if (Math.abs((scale ?? 1) - 1) < 1e-9) return real;
-  return t("admin.session_time_pilot", { real, study: fmt(session.active_seconds, 1) });
-}
-
-/** Chat time so far in real (wall-clock) time, as credited at the last action (it never drops back); in pilot
- * mode the study time beside it, labelled. */
-function activeTime(timer) {
-  const study = timer?.credited_active_seconds ?? timer?.active_seconds ?? 0;
-  const scale = timer?.timer_scale ?? 1;
-  const real = timer?.credited_active_real_seconds ?? study * scale;
-  if (Math.abs(scale - 1) < 1e-9) return t("admin.task.active", { time: formatDuration(real) });
-  return t("admin.task.active_pilot", { time: formatDuration(real), study: formatDuration(study) });
-}
-
-function taskCell(row, taskId) {
-  const detail = (row.task_details || []).find((d) => d.id === taskId) || { status: row.tasks?.[taskId] || "locked" };
-  const status = detail.status || "locked";
-  const ended = status === "withdrawn" || status === "erased";
-  const parts = [h(`span.badge.${status}`, { dataset: { status } },
-    ended ? t(`admin.task.${status}`) : t(`tasks.status.${status}`))];
-  if (ended) {
-    parts.push(h("span.sub", t(`admin.progress.${detail.progress || "not_started"}`,
-      { phase: term("admin.phase", detail.phase) })));
-  } else if (status === "done") {
-    parts.push(h("span.sub", formatShort(detail.completed_at)));
-  } else if (status === "in_progress") {
-    parts.push(h("span.sub", detail.phase === "questionnaire"
-      ? t("admin.task.phase_questionnaire")
-      : activeTime(detail.timer)));
-  } else if (status === "available") {
-    parts.push(h("span.sub", t("admin.task.since", { time: formatShort(detail.available_at) })));
-  } else if (detail.available_at && new Date(detail.available_at) > new Date()) {
-    parts.push(h("span.sub", t("tasks.unlocks_at", { time: formatShort(detail.available_at) })));
-  }
-  if (detail.overdue) parts.push(" ", h("span.badge.overdue", t("admin.task.overdue")));
-  return h("div.task-cell", { dataset: { task: taskId, status } }, parts);
-}
-
-function consolidationCell(row) {
-  const entries = Object.entries(row.consolidation || {});
-  return h("div",
-    entries.map(([task, status]) => h("span.sub", `${task}: ${term("admin.consolidation", status)}`)),
-    row.consolidation_pending ? h("span.badge.in_progress", t("admin.pending", { n: row.consolidation_pending })) : null);
-}
-
-function sortValue(column, row) {
-  if (column.sortValue) return column.sortValue(row);
-  return row[column.key];
-}
-
-function compare(a, b, plain = false) {
-  if (a === b) return 0;
-  if (a === null || a === undefined) return 1;
-  if (b === null || b === undefined) return -1;
-  if (typeof a === "number" && typeof b === "number") return a - b;
-  if (plain) return String(a) < String(b) ? -1 : 1;
-  return String(a).localeCompare(String(b), undefined, { numeric: true });
-}
-
-function visibleRows(rows) {
-  const { group, status, overdue, pasted, failedChecks, implausible, search } = state.filters;
-  const needle = search.trim().toLowerCase();
-  // The server filters too; doing it here as well keeps the table right while a poll is in flight.
-  return rows.filter((r) => (!group || r.memory_group === group)
-    && (!status || r.status === status)
-    && (!overdue || r.overdue)
-    && (!pasted || r.pasted_messages > 0)
-    && (!failedChecks || r.attention_failures > 0)
-    && (!implausible || r.implausible_typing_messages > 0)
-    && (!needle || `${r.participant_code} ${r.username}`.toLowerCase().includes(needle)));
-}
-
-function sortedRows(rows) {
-  const column = columns().find((c) => c.key === state.sort.key);
-  const sorted = [...rows];
-  sorted.sort((x, y) => {
-    const primary = column ? compare(sortValue(column, x), sortValue(column, y), column.plain) : compare(x.id, y.id);
-    return primary * state.sort.dir || compare(x.id, y.id);
-  });
-  return sorted;
-}
-
-function summaryFrom(rows, summary) {
-  // Older servers sent no summary: count from the rows instead.
-  if (summary?.groups && summary?.funnel) return summary;
-  const groups = {};
-  const funnel = { registered: rows.length };
-  taskIds().forEach((id) => { funnel[id] = 0; });
-  for (const row of rows) {
-    groups[row.memory_group || "–"] = (groups[row.memory_group || "–"] || 0) + 1;
-    taskIds().forEach((id) => { if (row.tasks?.[id] === "done") funnel[id] += 1; });
-  }
-  return { groups, funnel };
-}
-
-function bars(entries, { className = "", total }) {
-  const max = Math.max(1, total ?? Math.max(0, ...entries.map(([, n]) => n)));
-  return h(`ul.bars${className ? `.${className}` : ""}`, entries.map(([label, n, key]) =>
-    h("li", { dataset: { [className === "funnel" ? "funnel" : "group"]: key ?? label } },
-      h("span.label", label),
-      h("span.bar", { "aria-hidden": "true" }, h("span", { style: { width: `${(100 * n) / max}%` } })),
-      h("span.count", String(n)))));
-}
-
-// Who gets in: panel entries by outcome, consented-but-never-started accounts, repeated failed logins.
-function integrityCard(integrity) {
-  if (!integrity) return null;
-  const entries = integrity.panel_entries || {};
-  const failures = integrity.login_failures || [];
-  return h("section.card#integrity", h("h2", t("admin.integrity.title")),
-    h("p#integrity-entries", t("admin.integrity.entries", entries)),
-    h("p#integrity-never-started", t("admin.integrity.never_started", { count: integrity.consented_never_started ?? 0 })),
-    failures.length ? h("div#integrity-login-failures", h("p", t("admin.integrity.login_failures")),
-      h("ul", failures.map((f) => h("li", t("admin.integrity.login_failure_row", {
-        username: f.username || "–", failures: f.failures, addresses: f.addresses, last: formatDateTime(f.last_at) }))))) : null);
-}
-
-async function showMonitor() {
-  const updated = h("span.updated#updated", { "aria-live": "off" });
-  const refreshError = noticeBox();
-  const summaryArea = h("div.summary-grid#summary");
-  const consolidateAll = h("button.secondary.small#consolidate-all", { type: "button" }, t("admin.action.consolidate_all"));
-  const actionNote = retell(h("div.notice.info#action-note", { role: "status" }));
-  const groupSelect = h("select#filter-group");
-  const statusSelect = h("select#filter-status");
-  const overdueBox = h("input#filter-overdue", { type: "checkbox", checked: state.filters.overdue });
-  const pastedBox = h("input#filter-pasted", { type: "checkbox", checked: state.filters.pasted });
-  const failedBox = h("input#filter-failed-checks", { type: "checkbox", checked: state.filters.failedChecks });
-  const implausibleBox = h("input#filter-implausible", { type: "checkbox", checked: state.filters.implausible });
-  const search = h("input#filter-search", { type: "search", value: state.filters.search, placeholder: t("admin.filter.search") });
-  const heading = h("h2#participants-heading");
-  const headRow = h("tr");
-  const body = h("tbody");
-  const tableEl = h("table.data#participants", { "aria-labelledby": "participants-heading" }, h("thead", headRow), body);
-
-  let timer = null;
-  let stopped = false;
-  let inFlight = false;
-  let again = false;
-  let lastSummary = null;
-
-  function fillSelect(select, values, current, labelOf = (v) => v) {
-    const options = [h("option", { value: "" }, t("admin.filter.all")),
-      ...values.map((v) => h("option", { value: v }, labelOf(v)))];
-    mount(select, options);
-    select.value = current;
-  }
-
-  function renderHead() {
-    mount(headRow, columns().map((column) => {
-      const sorted = state.sort.key === column.key;
-      return h("th", {
-        scope: "col", class: column.num ? "num" : "",
-        "aria-sort": sorted ? (state.sort.dir > 0 ? "ascending" : "descending") : "none",
-        dataset: { col: column.key },
-      }, h("button.sort", {
-        type: "button", title: t("admin.sort_by", { column: column.label }),
-        onclick: () => {
-          state.sort = { key: column.key, dir: sorted ? -state.sort.dir : 1 };
-          renderHead();
-          renderBody();
-        },
-      }, column.label));
-    }));
-  }
-
-  function renderBody() {
-    const rows = sortedRows(visibleRows(state.lastRows));
-    const total = lastSummary?.funnel?.registered ?? state.lastRows.length;
-    heading.textContent = t("admin.participants", { shown: rows.length, total });
-    const cols = columns();
-    if (!rows.length) {
-      mount(body, h("tr.empty-row", h("td", { colspan: cols.length },
-        state.lastRows.length || total ? t("admin.no_match") : t("admin.no_participants"))));
-      return;
-    }
-    mount(body, rows.map((row) => h("tr", { dataset: { id: String(row.id), group: row.memory_group || "" }, class: row.status },
-      cols.map((column) => h("td", { class: column.num ? "num" : "", dataset: { col: column.key } }, column.cell(row))))));
-  }
-
-  function renderSummary(summary, integrity) {
-    const groupEntries = Object.entries(summary.groups || {});
-    const funnel = summary.funnel || {};
-    const funnelEntries = [[t("admin.funnel.registered"), funnel.registered ?? 0, "registered"],
-      ...taskIds().map((id) => [id, funnel[id] ?? 0, id])];
-    mount(summaryArea,
-      h("section.card", h("h2", t("admin.groups")), bars(groupEntries, {})),
-      h("section.card", h("h2", t("admin.funnel")),
-        bars(funnelEntries, { className: "funnel", total: funnel.registered || 1 })),
-      integrityCard(integrity));
-    const groups = [...new Set([...groupEntries.map(([g]) => g), ...state.lastRows.map((r) => r.memory_group)])]
-      .filter((g) => g && g !== "–" && g !== "unassigned").sort();
-    const statuses = [...new Set(["active", "completed", "withdrawn", "erased", ...Object.keys(summary.statuses || {})])];
-    if (document.activeElement !== groupSelect) fillSelect(groupSelect, groups, state.filters.group);
-    if (document.activeElement !== statusSelect) {
-      fillSelect(statusSelect, statuses, state.filters.status, (v) => term("admin.status", v));
-    }
-  }
-
-  async function refresh() {
-    if (stopped) return;
-    if (inFlight) {
-      again = true;  // the filters changed mid-poll: fetch once more as soon as this one lands
-      return;
-    }
-    inFlight = true;
-    again = false;
-    window.clearTimeout(timer);
-    const params = new URLSearchParams();
-    if (state.filters.group) params.set("group", state.filters.group);
-    if (state.filters.status) params.set("status", state.filters.status);
-    if (state.filters.overdue) params.set("overdue", "1");
-    if (state.filters.pasted) params.set("pasted", "1");
-    if (state.filters.failedChecks) params.set("failed_checks", "1");
-    if (state.filters.implausible) params.set("implausible_typing", "1");
-    try {
-      const query = params.toString();
-      const data = await load(`/api/admin/participants${query ? `?${query}` : ""}`);
-      if (stopped) return;
-      state.lastRows = data.participants || [];
-      lastSummary = summaryFrom(state.lastRows, data.summary);
-      renderSummary(lastSummary, data.integrity);
-      renderBody();
-      refreshError.textContent = "";
-      updated.classList.remove("stale");
-      updated.textContent = t("admin.updated", { time: formatClock() });
-    } catch (err) {
-      if (err.status === 401) { stopped = true; return; }
-      updated.classList.add("stale");
-      refreshError.textContent = t("admin.refresh_failed", { message: errorText(err) });
-    } finally {
-      inFlight = false;
-      if (!stopped) timer = window.setTimeout(refresh, again ? 0 : POLL_MS);
-    }
-  }
-
-  const filtersChanged = () => {
-    renderBody();
-    refresh();
-  };
-  groupSelect.addEventListener("change", () => { state.filters.group = groupSelect.value; filtersChanged(); });
-  statusSelect.addEventListener("change", () => { state.filters.status = statusSelect.value; filtersChanged(); });
-  overdueBox.addEventListener("change", () => { state.filters.overdue = overdueBox.checked; filtersChanged(); });
-  pastedBox.addEventListener("change", () => { state.filters.pasted = pastedBox.checked; filtersChanged(); });
-  failedBox.addEventListener("change", () => { state.filters.failedChecks = failedBox.checked; filtersChanged(); });
-  implausibleBox.addEventListener("change", () => { state.filters.implausible = implausibleBox.checked; filtersChanged(); });
-  const columnChooser = h("details.column-chooser#column-chooser",
-    h("summary", t("admin.columns")),
-    h("p.muted", t("admin.columns.hint")),
-    h("div.column-options", Object.entries(optionalColumnLabels()).map(([key, text]) => {
-      const box = h(`input#column-${key}`, { type: "checkbox", checked: state.shownColumns[key] !== false,
-        dataset: { column: key } });
-      box.addEventListener("change", () => {
-        state.shownColumns[key] = box.checked;
-        localStorage.setItem(HIDDEN_KEY, JSON.stringify(state.shownColumns));
-        renderHead();
-        renderBody();
-      });
-      return h("label.check", { for: `column-${key}` }, box, h("span", text));
-    })));
-  search.addEventListener("input", () => { state.filters.search = search.value; renderBody(); });
-  consolidateAll.addEventListener("click", async () => {
-    consolidateAll.disabled = true;
-    tell(actionNote, () => "");
-    try {
-      const data = await api.post("/api/admin/consolidate-pending");
-      tell(actionNote, () => {
-        const why = consolidateReason(data);
-        return t("admin.action.done", { what: `${t("admin.action.consolidate_all")} (${(data.runs || []).length})` })
-          + (why ? ` (${why})` : "");
-      });
-      refresh();
-    } catch (err) {
-      tell(actionNote, () => t("admin.action.unavailable", { message: errorText(err) }));
-    } finally {
-      consolidateAll.disabled = false;
-    }
-  });
-
-  state.cleanup = () => { stopped = true; window.clearTimeout(timer); };
-  fillSelect(groupSelect, [], state.filters.group);
-  fillSelect(statusSelect, ["active", "withdrawn", "erased"], state.filters.status, (v) => term("admin.status", v));
-  renderHead();
-  mount(main,
-    h("h1", t("admin.nav.monitor"), updated),
-    refreshError,
-    summaryArea,
-    h("section.filters", { "aria-label": t("admin.filters") },
-      h("div.field", h("label", { for: "filter-group" }, t("admin.filter.group")), groupSelect),
-      h("div.field", h("label", { for: "filter-status" }, t("admin.filter.status")), statusSelect),
-      h("label.check", { for: "filter-overdue" }, overdueBox, h("span", t("admin.filter.overdue"))),
-      h("label.check", { for: "filter-pasted" }, pastedBox, h("span", t("admin.filter.pasted"))),
-      h("label.check", { for: "filter-failed-checks" }, failedBox, h("span", t("admin.filter.failed_checks"))),
-      h("label.check", { for: "filter-implausible" }, implausibleBox, h("span", t("admin.filter.implausible"))),
-      h("div.field.search", h("label", { for: "filter-search" }, t("admin.filter.search")), search),
-      h("div.field", consolidateAll)),
-    columnChooser,
-    actionNote,
-    heading,
-    h("div.table-wrap", tableEl));
-  await refresh();
 }
 
 // -- participant detail -------------------------------------------------------------------------

@@ -2,23 +2,18 @@
 // Everything goes through the JSON API; the server decides what is allowed and keeps the timer.
 // Nothing here knows or shows the memory condition (the API never sends it to a participant).
 
-import { api, forgetCsrfToken, postStream } from "./api.js";
+import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
 import {
-  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, formatDuration, language, onLanguageChange,
+  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, language, onLanguageChange,
   otherLanguage, setLanguage, settleLanguage, t,
 } from "./i18n.js";
 import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
-
-const HEARTBEAT_MS = 10_000;
-const TICK_MS = 250;
-const TASK_LIST_POLL_MS = 60_000;
-// a page re-reading the task list around an unlock time: first wait, and the longest wait between checks
-const UNLOCK_RECHECK_MS = 500;
-const UNLOCK_RECHECK_MAX_MS = 8_000;
-// how near the end of the page counts as "at the newest message" (the chat follows only then)
-const FOLLOW_SLACK_PX = 48;
+import { startChat } from "./chat/chat.js";
+import { accountLanguage, localised as inLanguage } from "./core/language.js";
+import { waitOutRefusals } from "./core/sending.js";
+import { TASK_LIST_POLL_MS, UNLOCK_RECHECK_MS, nextTaskListCheck, opensSoon } from "./core/timing.js";
 
 const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
@@ -71,8 +66,7 @@ function focusMain() {
 }
 
 function localised(value) {
-  if (value && typeof value === "object") return value[language()] || value.zh || Object.values(value)[0] || "";
-  return value || "";
+  return inLanguage(value, language());
 }
 
 function paragraphs(text) {
@@ -175,17 +169,15 @@ function signedIn(user) {
   go("#/tasks");
 }
 
-// The account keeps the participant's last explicit choice of language: the page follows it, unless the
-// participant chose one on this very page (the link's lang, or the button before logging in), which is
-// then the newer choice and is stored on the account instead.
+// The page's own choice of language goes to the account, else the page follows the account's (core/language.js).
 function followAccount(user) {
-  const chosen = chosenOnThisPage();
-  if (chosen && user.role === "participant" && chosen !== user.language) {
-    api.post("/api/auth/language", { language: chosen })
+  const choice = accountLanguage(chosenOnThisPage(), user);
+  if (choice.store) {
+    api.post("/api/auth/language", { language: choice.store })
       .then((data) => { if (state.user) state.user = data.user; })
       .catch(() => {});  // the page stays in the chosen language; the account learns it at the next switch
-  } else if (user.language) {
-    adoptLanguage(user.language);
+  } else if (choice.adopt) {
+    adoptLanguage(choice.adopt);
   }
 }
 
@@ -413,22 +405,6 @@ function taskMeta(task) {
   }
 }
 
-// within the hour: say the second too, so "opens at 14:05:07" is exact when the page re-checks
-function opensSoon(task) {
-  return new Date(task.available_at) - new Date() < 3_600_000;
-}
-
-// When to read the task list again: just after the next unlock by the server's clock (available_at is cut to
-// whole seconds, so it may say a moment before the real unlock), then with a short growing wait until the
-// server says the task is open; otherwise now and then.
-function nextTaskListCheck(tasks, serverNow, failedChecks) {
-  const waiting = tasks.filter((task) => task.status === "locked" && task.locked_reason === "opens_at" && task.available_at);
-  if (!waiting.length) return TASK_LIST_POLL_MS;
-  const untilUnlock = Math.min(...waiting.map((task) => new Date(task.available_at) - serverNow));
-  if (untilUnlock > 0) return Math.min(untilUnlock + UNLOCK_RECHECK_MS, TASK_LIST_POLL_MS);
-  return Math.min(UNLOCK_RECHECK_MS * 2 ** failedChecks, UNLOCK_RECHECK_MAX_MS);
-}
-
 function taskCard(task, onStart) {
   let action = null;
   if (task.status === "available") {
@@ -572,567 +548,22 @@ function draftKey(taskId) {
   return `memorylab.draft.${state.user.id}.${taskId}`;
 }
 
+// The timed chat lives in chat/; it borrows the page's pieces, and the page keeps the routing and the flash.
 function showChat(task) {
-  const taskPath = `/api/tasks/${encodeURIComponent(task.id)}`;
-  const limit = state.study?.limits?.max_message_chars || 4000;
-  let sync = { at: performance.now(), timer: task.timer };
-  let sending = false;
-  let ended = false;
-  let checking = false;
-
-  const timeValue = h("strong#time-left", { "aria-hidden": "true" });
-  const timeLabel = h("span.visually-hidden#time-left-label");
-  const finishButton = h("button#finish", { type: "button", disabled: true }, t("task.finish"));
-  const finishHint = h("p.hint.finish-hint");
-  const belowMinimum = h("p.notice.info#finish-below-minimum", { hidden: true });
-  const confirmBox = h("div.confirm-finish", { hidden: true },
-    h("p", t("task.finish_confirm")),
-    belowMinimum,
-    h("div.actions",
-      h("button#finish-confirm", { type: "button", onclick: () => finish() }, t("task.finish_yes")),
-      h("button.secondary", { type: "button", onclick: () => { confirmBox.hidden = true; finishButton.focus(); } },
-        t("task.cancel"))));
-  const statusError = noticeBox();
-  const log = h("div.chat-log#chat-log", { role: "log", "aria-live": "polite", "aria-label": t("task.chat_label") });
-  const newMessages = h("button.small.new-messages#new-messages", { type: "button", hidden: true }, t("task.new_messages"));
-  const input = h("textarea#message-input", {
-    rows: 3, placeholder: t("task.input_placeholder"), "aria-describedby": "message-counter",
+  state.cleanup = startChat(task, {
+    limit: state.study?.limits?.max_message_chars || 4000,
+    draftKey: draftKey(task.id),
+    render,
+    header: [backLink(), h("h1", `${task.id} · ${task.title}`), takeFlash(), instructionsBlock(task, !(task.messages || []).length)],
+    noticeBox,
+    errorText,
+    onEnded: (timeUp) => {
+      if (timeUp) state.flash = { kind: "info", text: t("task.time_up") };
+      showTask(task.id).then(focusMain);
+    },
+    reopen: () => showTask(task.id),
+    signedOut,
   });
-  const counter = h("span.counter#message-counter", { "aria-live": "off" });
-  const sendButton = h("button#send", { type: "submit" }, t("task.send"));
-  const composerError = noticeBox();
-  const composer = h("form.composer", { novalidate: true },
-    newMessages,
-    h("label.visually-hidden", { for: "message-input" }, t("task.input_label")),
-    input,
-    composerError,
-    h("div.composer-row", counter, sendButton));
-
-  const byId = new Map();
-  const answered = new Set();
-
-  // Data-quality signals sent with each message (codebook: messages.csv), counted since the last send.
-  // Text reaches the box by key presses, an input method's compositions (pinyin), a paste, or with no key at
-  // all (dictation, autocomplete): each is counted, and the source of most characters is the input kind.
-  const quality = {
-    firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
-    keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
-  };
-  const capped = (value, cap) => Math.max(0, Math.min(Math.round(value), cap));
-  const began = () => { if (quality.firstKeyAt === null) quality.firstKeyAt = performance.now(); };
-  function inputKind() {
-    const entries = Object.entries(quality.chars).filter(([, count]) => count > 0);
-    if (!entries.length) return "unknown";  // no input seen: a restored draft, or text set by other means
-    return entries.reduce((best, entry) => (entry[1] > best[1] ? entry : best))[0];
-  }
-  function qualitySignals() {
-    return {
-      typing_ms: capped(quality.firstKeyAt === null ? 0 : performance.now() - quality.firstKeyAt, 86_400_000),
-      keystrokes: capped(quality.keystrokes, 200_000),
-      pasted_chars: capped(quality.pasted, 1_000_000),
-      focus_losses: capped(quality.focusLosses, 10_000),
-      input_events: capped(quality.inputEvents, 200_000),
-      composition_events: capped(quality.compositions, 200_000),
-      input_kind: inputKind(),
-    };
-  }
-  function resetQuality() {
-    Object.assign(quality, {
-      firstKeyAt: null, keystrokes: 0, pasted: 0, focusLosses: 0, inputEvents: 0, compositions: 0,
-      keyPending: false, chars: { typed: 0, composed: 0, pasted: 0, dictated: 0 },
-    });
-  }
-  input.addEventListener("keydown", (event) => {
-    began();
-    quality.keystrokes += 1;
-    // a key an input method takes (keyCode 229) composes; the characters come at compositionend
-    quality.keyPending = !event.isComposing && event.keyCode !== 229 && event.key?.length === 1;
-  });
-  input.addEventListener("compositionstart", began);
-  input.addEventListener("compositionend", (event) => {
-    began();
-    quality.compositions += 1;
-    quality.chars.composed += [...(event.data || "")].length;
-  });
-  input.addEventListener("input", (event) => {
-    began();
-    quality.inputEvents += 1;
-    const type = event.inputType || "";
-    const inserted = [...(event.data || "")].length;
-    if (event.isComposing || type === "insertCompositionText" || type.startsWith("insertFromPaste")) {
-      // counted at compositionend, or by the paste handler
-    } else if (type === "insertFromDrop") {
-      quality.chars.pasted += inserted;
-    } else if (type.startsWith("insert") && inserted) {
-      // characters after a key press were typed; characters with no key press before them were dictated,
-      // autocompleted or chosen from a suggestion
-      quality.chars[quality.keyPending ? "typed" : "dictated"] += inserted;
-    }
-    quality.keyPending = false;
-  });
-  input.addEventListener("paste", (event) => {
-    began();
-    const pasted = (event.clipboardData?.getData("text") || "").length;
-    quality.pasted += pasted;
-    quality.chars.pasted += pasted;
-  });
-  const onBlur = () => { quality.focusLosses += 1; };
-  window.addEventListener("blur", onBlur);
-
-  function bubble(message) {
-    const mine = message.role === "user";
-    return h(`div.msg.${mine ? "user" : "assistant"}`, { dataset: { id: String(message.id ?? "") } },
-      h("span.msg-who", mine ? t("task.you") : t("task.assistant")),
-      h("div.msg-text", message.content));
-  }
-
-  const textOf = (el) => el.querySelector(".msg-text");
-
-  // The page scrolls (one scroller, phone-friendly); the newest message is kept in view above the sticky
-  // composer only while the participant is at the end. Reading back, nothing moves: a button says more came.
-  function atEnd() {
-    const page = document.scrollingElement;
-    return page.scrollTop + window.innerHeight >= page.scrollHeight - FOLLOW_SLACK_PX;
-  }
-
-  function revealNewest() {
-    const page = document.scrollingElement;
-    page.scrollTop = page.scrollHeight;
-    newMessages.hidden = true;
-  }
-
-  // Change the log, then follow it if the participant was at the end before the change.
-  function grow(change) {
-    const following = atEnd();
-    const result = change();
-    if (following) revealNewest();
-    else newMessages.hidden = false;
-    return result;
-  }
-
-  newMessages.addEventListener("click", () => { revealNewest(); input.focus({ preventScroll: true }); });
-  const onScroll = () => { if (!newMessages.hidden && atEnd()) newMessages.hidden = true; };
-  window.addEventListener("scroll", onScroll, { passive: true });
-
-  function addMessage(message) {
-    log.querySelector(".chat-empty")?.remove();
-    const el = bubble(message);
-    log.append(el);
-    if (message.id) byId.set(message.id, el);
-    if (message.reply_to_id) answered.add(message.reply_to_id);
-    return el;
-  }
-
-  function pendingReply() {
-    const el = bubble({ role: "assistant", content: "" });
-    el.classList.add("pending");
-    textOf(el).append(h("span.typing", t("task.thinking")));
-    grow(() => log.append(el));
-    return el;
-  }
-
-  // The conversation as the server holds it (what the model sees), replacing what this page shows.
-  function renderTranscript(messages) {
-    byId.clear();
-    answered.clear();
-    log.replaceChildren();
-    if (!messages.length) log.append(h("p.chat-empty.muted", t("task.empty_chat")));
-    messages.forEach(addMessage);
-    messages.filter((m) => m.role === "user" && !answered.has(m.id)).forEach((m) => markFailed(m.id, false));
-  }
-
-  const shownIds = () => [...byId.keys()].sort((a, b) => a - b).join(",");
-
-  // A stored message whose reply failed. When the server said when to ask again (back-pressure: a 503's
-  // Retry-After, an error event's retry_after_seconds), the page asks by itself, AUTO_RETRIES times;
-  // the retry button stays for the participant, and the server answers a message left unanswered a
-  // minute later on its own (the heartbeat then shows the reply).
-  const AUTO_RETRIES = 3;
-  const autoRetried = new Map();  // message id -> automatic retries so far
-
-  function markFailed(messageId, follow = true, retryAfter = null) {
-    const el = byId.get(messageId);
-    if (!el || el.querySelector(".msg-failed")) return;
-    el.classList.add("failed");
-    const retry = h("button.small.secondary.retry", { type: "button", onclick: () => retryReply(messageId, el) }, t("task.retry"));
-    const seconds = Number(retryAfter);
-    const auto = seconds > 0 && (autoRetried.get(messageId) ?? 0) < AUTO_RETRIES;
-    const text = auto ? t("task.reply_retrying", { seconds: Math.ceil(seconds) }) : t("task.reply_failed");
-    const notice = h("div.msg-failed", { role: "alert" }, h("span", text), " ", retry);
-    if (follow) grow(() => el.append(notice));
-    else el.append(notice);
-    if (auto) {
-      autoRetried.set(messageId, (autoRetried.get(messageId) ?? 0) + 1);
-      setTimeout(() => autoRetry(messageId, el), seconds * 1000);
-    }
-  }
-
-  function autoRetry(messageId, el) {
-    if (ended || answered.has(messageId) || !el.isConnected || !el.querySelector(".msg-failed")) return;
-    if (sending) { setTimeout(() => autoRetry(messageId, el), 1000); return; }  // after the message being sent
-    retryReply(messageId, el);
-  }
-
-  function clearFailed(el) {
-    el.classList.remove("failed");
-    el.querySelector(".msg-failed")?.remove();
-  }
-
-  // Reads the reply stream into a pending bubble. Resolves to true when a reply was stored.
-  async function streamReply(path, body, onStored) {
-    let replyEl = null;
-    let storedId = null;
-    let gotReply = false;
-    const ensureReply = () => { replyEl = replyEl || pendingReply(); return replyEl; };
-    // Screen readers announce the finished reply once instead of every streamed fragment.
-    log.setAttribute("aria-busy", "true");
-    try {
-      await postStream(path, body, (name, data) => {
-        if (name === "message") {
-          storedId = data.id;
-          onStored(data);
-          ensureReply();
-        } else if (name === "delta") {
-          const el = ensureReply();
-          grow(() => {
-            if (el.classList.contains("pending")) { el.classList.remove("pending"); textOf(el).textContent = ""; }
-            textOf(el).append(data.text);
-          });
-        } else if (name === "reset") {
-          const el = ensureReply();
-          textOf(el).textContent = "";
-        } else if (name === "reply") {
-          const el = ensureReply();
-          grow(() => {
-            el.classList.remove("pending");
-            textOf(el).textContent = data.content;
-          });
-          el.dataset.id = String(data.id);
-          byId.set(data.id, el);
-          answered.add(data.reply_to_id);
-          gotReply = true;
-        } else if (name === "error") {
-          replyEl?.remove();
-          replyEl = null;
-          markFailed(data.message_id ?? storedId, true, data.retryable ? data.retry_after_seconds : null);
-        }
-      });
-    } catch (err) {
-      replyEl?.remove();
-      if (storedId !== null) {  // the stream was cut after the message was stored: ask again shortly
-        markFailed(storedId, true, err.status === 503 ? err.details?.retry_after_seconds : 2);
-        return false;
-      }
-      throw err;
-    } finally {
-      log.removeAttribute("aria-busy");
-    }
-    if (!gotReply && storedId !== null && replyEl) {
-      replyEl.remove();
-      markFailed(storedId);
-    }
-    return gotReply;
-  }
-
-  let pendingSend = null;
-
-  function idempotencyKey() {
-    if (window.crypto?.randomUUID) return window.crypto.randomUUID();
-    const bytes = window.crypto.getRandomValues(new Uint8Array(16));
-    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-  }
-
-  async function send() {
-    if (sending || ended) return;
-    composerError.textContent = "";
-    const content = input.value;
-    if (!content.trim()) {
-      composerError.textContent = t("task.empty_message");
-      input.focus();
-      return;
-    }
-    if (content.length > limit) {
-      composerError.textContent = t("task.too_long", { limit });
-      input.focus();
-      return;
-    }
-    sending = true;
-    sendButton.disabled = true;
-    sendButton.textContent = t("task.sending");
-    // One idempotency key per message, reused when the same text is sent again (a retry after a
-    // lost answer), so the server stores it once.
-    if (!pendingSend || pendingSend.content !== content) pendingSend = { content, key: idempotencyKey() };
-    const idempotency_key = pendingSend.key;
-    try {
-      await postWhileBusy(() => streamReply(`${taskPath}/messages`, { content, idempotency_key, ...qualitySignals() }, (stored) => {
-        // Only now is the text safe on the server: clear the box and the saved draft.
-        pendingSend = null;
-        resetQuality();
-        if (input.value === content) input.value = "";
-        sessionStorage.removeItem(draftKey(task.id));
-        composerError.textContent = "";
-        updateCounter();
-        addMessage(stored);
-        revealNewest();  // the participant's own message: always in view
-      }));
-    } catch (err) {
-      if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
-        chatEnded();
-        return;
-      }
-      if (err.status === 503 && err.details?.message_id) {
-        resetQuality();
-        // The message is stored even though no reply came: show it, offer a retry.
-        input.value = "";
-        sessionStorage.removeItem(draftKey(task.id));
-        addMessage({ id: err.details.message_id, role: "user", content: content.trim() });
-        markFailed(err.details.message_id, true, err.details.retry_after_seconds);
-        revealNewest();
-      } else if (err.code === "database_busy") {
-        composerError.textContent = t("task.db_busy_gave_up");
-      } else if (err.code === "message_too_long") {
-        composerError.textContent = t("task.too_long", { limit: err.details?.limit ?? limit });
-      } else if (err.code === "empty_message") {
-        composerError.textContent = t("task.empty_message");
-      } else {
-        composerError.textContent = errorText(err);
-      }
-    } finally {
-      sending = false;
-      sendButton.disabled = ended;
-      sendButton.textContent = t("task.send");
-      if (!ended) {
-        input.focus();
-        refreshTimer();
-      }
-    }
-  }
-
-  // A busy or read-only database answers 503 "database_busy": nothing was stored, so the same
-  // request is sent again after the server's Retry-After, a few times, with the text left in the box.
-  function postWhileBusy(post, attempts = 4) {
-    return waitOutRefusals(post, {
-      attempts,
-      refusedForNow: (err) => err.code === "database_busy" && !ended,
-      onWait: (attempt) => { composerError.textContent = t("task.db_busy_retrying", { attempt }); },
-    });
-  }
-
-  async function retryReply(messageId, el) {
-    if (sending || ended) return;
-    sending = true;
-    sendButton.disabled = true;
-    clearFailed(el);
-    try {
-      await streamReply(`${taskPath}/messages/${messageId}/reply`, {}, () => {});
-    } catch (err) {
-      if (err.code === "time_up" || err.code === "task_phase_questionnaire") {
-        chatEnded();
-        return;
-      }
-      if (err.code === "already_answered") {
-        showTask(task.id);
-        return;
-      }
-      markFailed(messageId, true, err.status === 503 ? err.details?.retry_after_seconds : null);
-      composerError.textContent = errorText(err);
-    } finally {
-      sending = false;
-      sendButton.disabled = ended;
-    }
-  }
-
-  function estimate() {
-    const timer = sync.timer || {};
-    const elapsed = (performance.now() - sync.at) / 1000;
-    const remaining = Math.max(0, (timer.remaining_real_seconds ?? 0) - elapsed);
-    // real seconds per study second: the server's (pilot mode compresses time)
-    const scale = timer.timer_scale
-      ?? (timer.remaining_seconds > 0 ? timer.remaining_real_seconds / timer.remaining_seconds : 1);
-    const active = (timer.active_seconds ?? 0) + (scale > 0 ? elapsed / scale : 0);
-    const canFinish = Boolean(timer.can_finish) || active >= (timer.min_active_seconds ?? 0);
-    return { remaining, canFinish, scale, active };
-  }
-
-  // what is left of the minimum chat time, on the wall clock, counting down (the same number in both languages:
-  // the server's timer scale, not a ratio of rounded figures)
-  function minimumHint() {
-    const timer = sync.timer || {};
-    const { scale, active } = estimate();
-    const left = Math.max(0, ((timer.min_active_seconds ?? 0) - active) * scale);
-    return left >= 120
-      ? t("task.min_hint", { minutes: Math.ceil(left / 60) })
-      : t("task.min_hint_seconds", { seconds: Math.ceil(left) });
-  }
-
-  function tick() {
-    if (ended) return;
-    const { remaining, canFinish } = estimate();
-    timeValue.textContent = formatDuration(remaining);
-    timeLabel.textContent = t("task.remaining_label", { time: formatDuration(remaining) });
-    finishButton.disabled = !canFinish;
-    finishHint.hidden = canFinish;
-    if (!canFinish) finishHint.textContent = minimumHint();
-    if (remaining <= 0 && !checking) heartbeat();
-  }
-
-  function applyTask(status) {
-    if (status.status === "in_progress" && status.phase === "chat" && status.timer) {
-      sync = { at: performance.now(), timer: status.timer };
-      tick();
-    } else {
-      chatEnded();
-    }
-  }
-
-  async function heartbeat() {
-    if (ended || checking) return;
-    checking = true;
-    let missed = false;
-    try {
-      const data = await api.post(`${taskPath}/heartbeat`);
-      applyTask(data.task);
-      missed = data.last_message_id != null && !byId.has(data.last_message_id);
-    } catch (err) {
-      if (err.status === 409) chatEnded();
-      else if (err.status === 401) signedOut();
-    } finally {
-      checking = false;
-    }
-    if (missed) resync();
-  }
-
-  // Another tab (or a reply this page lost) changed the conversation: show the one the server holds.
-  let resyncing = false;
-  async function resync() {
-    if (ended || sending || resyncing) return;
-    resyncing = true;
-    try {
-      const fresh = (await api.get(taskPath)).task;
-      if (ended || sending) return;
-      if (fresh.status !== "in_progress" || fresh.phase !== "chat") {
-        chatEnded(Boolean(fresh.timer?.time_up));
-        return;
-      }
-      applyTask(fresh);
-      const messages = fresh.messages || [];
-      if (messages.map((m) => m.id).join(",") !== shownIds()) grow(() => renderTranscript(messages));
-    } catch (err) {
-      if (err.status === 401) signedOut();
-    } finally {
-      resyncing = false;
-    }
-  }
-
-  async function refreshTimer() {
-    try {
-      const data = await api.get("/api/tasks");
-      const status = (data.tasks || []).find((entry) => entry.id === task.id);
-      if (status && !ended) applyTask(status);
-    } catch {
-      // the next heartbeat resynchronises
-    }
-  }
-
-  async function finish() {
-    finishButton.disabled = true;
-    statusError.textContent = "";
-    try {
-      const data = await api.post(`${taskPath}/finish`);
-      if (data.task.status === "in_progress" && data.task.phase === "chat") applyTask(data.task);
-      else chatEnded(false);
-    } catch (err) {
-      confirmBox.hidden = true;
-      if (err.code === "too_early") {
-        statusError.textContent = t("task.too_early");
-        if (err.details?.timer) applyTask({ status: "in_progress", phase: "chat", timer: err.details.timer });
-      } else if (err.status === 409) {
-        chatEnded();
-      } else {
-        statusError.textContent = errorText(err);
-        tick();
-      }
-    }
-  }
-
-  function chatEnded(timeUp = true) {
-    if (ended) return;
-    ended = true;
-    stop();
-    if (timeUp) state.flash = { kind: "info", text: t("task.time_up") };
-    showTask(task.id).then(focusMain);
-  }
-
-  function updateCounter() {
-    counter.textContent = t("task.chars", { count: input.value.length, limit });
-    counter.classList.toggle("over", input.value.length > limit);
-  }
-
-  finishButton.addEventListener("click", () => {
-    // below the study's minimum of messages the task ends incomplete: say so before it happens
-    const sent = log.querySelectorAll(".msg.user").length;
-    belowMinimum.hidden = sent >= (task.min_messages ?? 0);
-    // the default study has no completion codes: say what happens without promising one
-    belowMinimum.textContent = t(task.completion_code_offered ? "task.finish_below_minimum" : "task.finish_below_minimum_no_code",
-      { count: sent, min: task.min_messages });
-    confirmBox.hidden = false;
-    confirmBox.querySelector("#finish-confirm").focus();
-  });
-  composer.addEventListener("submit", (event) => {
-    event.preventDefault();
-    send();
-  });
-  input.addEventListener("keydown", (event) => {
-    // Enter sends; Shift+Enter breaks the line; Enter that confirms an IME candidate does neither.
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing && event.keyCode !== 229) {
-      event.preventDefault();
-      send();
-    }
-  });
-  input.addEventListener("input", () => {
-    sessionStorage.setItem(draftKey(task.id), input.value);
-    updateCounter();
-  });
-
-  const onVisibility = () => { if (document.visibilityState === "visible") { heartbeat(); resync(); } };
-  document.addEventListener("visibilitychange", onVisibility);
-  const onFocus = () => resync();
-  window.addEventListener("focus", onFocus);
-  const ticker = window.setInterval(tick, TICK_MS);
-  const beat = window.setInterval(() => { if (document.visibilityState === "visible") heartbeat(); }, HEARTBEAT_MS);
-  function stop() {
-    window.clearInterval(ticker);
-    window.clearInterval(beat);
-    document.removeEventListener("visibilitychange", onVisibility);
-    window.removeEventListener("blur", onBlur);
-    window.removeEventListener("focus", onFocus);
-    window.removeEventListener("scroll", onScroll);
-  }
-  state.cleanup = () => { ended = true; stop(); };
-
-  render(task.title,
-    backLink(),
-    h("h1", `${task.id} · ${task.title}`),
-    takeFlash(),
-    instructionsBlock(task, !(task.messages || []).length),
-    h("div.chat-status.card",
-      h("p.timer", { role: "timer" }, h("span", { "aria-hidden": "true" }, `${t("task.remaining")} `), timeValue, timeLabel),
-      h("div.finish-area", finishButton, finishHint),
-      confirmBox),
-    statusError,
-    log,
-    composer);
-
-  const messages = task.messages || [];
-  renderTranscript(messages);
-  input.value = sessionStorage.getItem(draftKey(task.id)) || "";
-  updateCounter();
-  finishHint.textContent = minimumHint();
-  tick();
-  window.setTimeout(() => {
-    if (messages.length) revealNewest();  // a resumed chat opens at its newest message
-    input.focus({ preventScroll: true });
-  }, 0);
 }
 
 async function showQuestionnaire(task) {
@@ -1282,23 +713,6 @@ function taskStateText(task) {
 
 function startErrorText(err) {
   return err.code === "withdrawn" ? t("task.withdrawn") : errorText(err);
-}
-
-// Back-pressure: `post` is sent again after the server's Retry-After (`retry_after_seconds`, else 2 s)
-// while `refusedForNow(err)` holds, `attempts` times in all; `onWait(attempt, seconds)` runs before each
-// wait and `afterWait()` after it. The last refusal is thrown to the caller.
-async function waitOutRefusals(post, { attempts, refusedForNow, onWait, afterWait = () => {} }) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await post();
-    } catch (err) {
-      if (!refusedForNow(err) || attempt >= attempts) throw err;
-      const seconds = Number(err.details?.retry_after_seconds) || 2;
-      onWait(attempt, seconds);
-      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-      afterWait();
-    }
-  }
 }
 
 // Opening a task is safe to repeat (it resumes the open attempt). When the server is too busy to open it
