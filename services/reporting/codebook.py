@@ -279,7 +279,8 @@ REPLY_CONTEXT_KEYS: list[Column] = [
     CODE, GROUP,
     _c("task_id", STRING, "Task of the reply."),
     _c("memory_context", "JSON object", "Structured memory the reply was built from: profile, recent_turns, "
-                                        "recalled (with r, t, p, g), recall_candidates, summary, notes.", pii=True),
+                                        "recalled (with r, t, p, g), recall_candidates, summary, notes (each {code, "
+                                        "params}: the catalogs' admin.note.<code>).", pii=True),
     _c("prompt", "JSON array", "The exact messages sent to the model (system prompt with memory, history).",
        pii=True),
     _c("params", "JSON object", "Generation parameters and provider details."),
