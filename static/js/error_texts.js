@@ -31,23 +31,10 @@ export function apiErrorText(err) {
   return [text, ...feedback].join(language() === "zh" ? "" : " ");
 }
 
-// What the server says is wrong with one questionnaire answer (details.items), in the reader's language.
-const ITEM_PROBLEMS = [
-  [/^required$/, { zh: "这道题需要回答。", en: "This question needs an answer." }],
-  [/^must be a whole number$/, { zh: "请选择一个刻度上的数字。", en: "Please choose a number on the scale." }],
-  [/^must be between (-?\d+) and (-?\d+)$/, { zh: "请选择 $1 到 $2 之间的数字。", en: "Please choose a number from $1 to $2." }],
-  [/^must be one of the options$/, { zh: "请选择一个选项。", en: "Please choose one of the options." }],
-  [/^must be text$/, { zh: "请填写文字。", en: "Please write your answer as text." }],
-  [/^too long$/, { zh: "回答太长了。", en: "This answer is too long." }],
-  [/^unknown item$/, { zh: "这道题不属于这份问卷。", en: "This question is not part of the questionnaire." }],
-  [/^not shown$/, { zh: "根据你之前的回答，这道题不需要回答。", en: "Given your earlier answer, this question is not asked." }],
-];
-
-/** One item's problem from the server (e.g. "must be between 1 and 7") in the reader's language. */
-export function itemProblemText(reason) {
-  const lang = language() === "en" ? "en" : "zh";
-  for (const [pattern, texts] of ITEM_PROBLEMS) {
-    if (pattern.test(reason)) return String(reason).replace(pattern, texts[lang]);
-  }
-  return t("error_code.invalid_answers");
+/** One item's problem from the server (details.items: a code such as "out_of_range") in the reader's language;
+ * ``item`` gives the scale's ends the text may name. */
+export function itemProblemText(code, item = {}) {
+  const key = `item_problem.${code}`;
+  const text = t(key, { min: item.min, max: item.max });
+  return text === key ? t("error_code.invalid_answers") : text;
 }

@@ -118,3 +118,27 @@ def test_a_weak_password_is_refused_with_zxcvbns_warning_in_the_details(client):
     assert response.status_code == 400 and body["error"] == "weak_password"
     assert body["details"]["warning"] in zxcvbn_sentences()
     assert set(body["details"]["suggestions"]) <= zxcvbn_sentences()
+
+
+def questionnaire_problem_codes() -> set[str]:
+    """The codes services/study/questionnaire_service.py puts in details.items: what validate_answers stores in
+    ``problems[...]`` and what _check returns."""
+    tree = ast.parse((ROOT / "services" / "study" / "questionnaire_service.py").read_text(encoding="utf-8"))
+    codes = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+                and ast.unparse(node.targets[0].value) == "problems" and isinstance(node.value, ast.Constant)):
+            codes.add(node.value.value)
+        if isinstance(node, ast.FunctionDef) and node.name == "_check":
+            codes.update(r.value.value for r in ast.walk(node)
+                         if isinstance(r, ast.Return) and isinstance(r.value, ast.Constant) and r.value.value)
+    return codes
+
+
+def test_every_questionnaire_problem_code_has_a_text_in_every_catalog():
+    codes = questionnaire_problem_codes()
+    assert {"required", "out_of_range", "not_shown", "unknown_item", "too_long"} <= codes
+    for lang in CATALOGS.languages():
+        texts = CATALOGS.catalog(lang).texts
+        assert not sorted(c for c in codes if f"item_problem.{c}" not in texts), lang
+    assert CATALOGS.text("zh", "item_problem.out_of_range", min=1, max=7) == "请选择 1 到 7 之间的数字。"
