@@ -210,7 +210,6 @@ class Settings(settings.Settings):
             task_start_consolidation_wait_seconds=_env_float("TASK_START_CONSOLIDATION_WAIT_SECONDS", 5.0),
             require_preflight=_env_bool("REQUIRE_PREFLIGHT", False),
             study_refresh_seconds=_env_float("STUDY_REFRESH_SECONDS", 2.0),
-            translations_dir=os.environ.get("TRANSLATIONS_DIR") or None,
             scheduler_intervals=scheduler_intervals_from_env(),
             reminders=reminders_from_env(),
             serving=serving_from_env(),
