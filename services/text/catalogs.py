@@ -31,14 +31,20 @@ from babel.support import Translations
 TRANSLATIONS_DIR = Path(__file__).resolve().parents[2] / "translations"
 FALLBACK_LANGUAGE = "en"
 DOMAIN = "messages"
-PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# {name}, or {name:spec} with a Python format spec ({e:.2f}: the server's chart labels only; the browser fills {name})
+PLACEHOLDER = re.compile(r"\{(\w+)(?::[^{}]*)?\}")
 
 
 def fill(text: str, params: Mapping[str, Any] | None = None) -> str:
     """``text`` with each ``{name}`` that ``params`` holds replaced (others are left as written, like the browser)."""
     if not params:
         return text
-    return PLACEHOLDER.sub(lambda m: str(params[m.group(1)]) if m.group(1) in params else m.group(0), text)
+
+    def value(match: re.Match[str]) -> str:
+        name, _, spec = match.group(0)[1:-1].partition(":")
+        return format(params[name], spec) if name in params else match.group(0)
+
+    return PLACEHOLDER.sub(value, text)
 
 
 @dataclass(frozen=True)
