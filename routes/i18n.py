@@ -95,16 +95,30 @@ def install(app: Flask, source: Catalogs) -> None:
     app.register_blueprint(bp)
 
 
+_LAST_BODY: list[Any] = [(), b"", ""]  # (the compiled catalogs it was made from, body, ETag)
+
+
+def _browser_body(source: Catalogs) -> tuple[bytes, str]:
+    """The JSON of every catalog and its ETag, made again only when a catalog was (services.text.catalogs
+    compiles a file again when it changes, so the compiled objects themselves say whether anything did)."""
+    languages = source.languages()
+    compiled = tuple(source.catalog(lang) for lang in languages)
+    made_from, body, etag = _LAST_BODY
+    if len(made_from) != len(compiled) or any(a is not b for a, b in zip(made_from, compiled, strict=False)):
+        payload = {"languages": languages, "fallback": FALLBACK_LANGUAGE,
+                   "messages": {lang: source.messages(lang) for lang in languages}}
+        body = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        etag = hashlib.sha256(body).hexdigest()[:32]
+        _LAST_BODY[:] = [compiled, body, etag]
+    return body, etag
+
+
 @bp.get("/i18n/messages.json")
 def browser_messages():
     """Every catalog for the browser: ``{"languages": [...], "fallback": "en", "messages": {lang: {key: text}}}``.
     Revalidated by ETag, so an edited catalog reaches the next page load."""
-    source = catalogs()
-    languages = source.languages()
-    payload = {"languages": languages, "fallback": FALLBACK_LANGUAGE,
-               "messages": {lang: source.messages(lang) for lang in languages}}
-    body = json.dumps(payload, ensure_ascii=False, sort_keys=True)
+    body, etag = _browser_body(catalogs())
     response = current_app.response_class(body, mimetype="application/json")
-    response.set_etag(hashlib.sha256(body.encode("utf-8")).hexdigest()[:32])
+    response.set_etag(etag)
     response.headers["Cache-Control"] = "no-cache"
     return response.make_conditional(request)

@@ -48,3 +48,17 @@ def test_without_the_catalog_the_same_request_is_answered_in_a_language_that_has
     finally:
         app.extensions["memory_lab"].background.shutdown()
         app.extensions["memory_lab"].db.dispose()
+
+
+def test_an_edited_catalog_is_read_again_and_the_browser_told_by_its_etag(client, settings):
+    import os
+    from pathlib import Path
+
+    first = client.get("/i18n/messages.json")
+    assert client.get("/i18n/messages.json", headers={"If-None-Match": first.headers["ETag"]}).status_code == 304
+    po = Path(settings.translations_dir) / PSEUDO / "LC_MESSAGES" / "messages.po"
+    po.write_text(po.read_text(encoding="utf-8").replace("⟦Page not found⟧", "⟦Page gone⟧"), encoding="utf-8")
+    os.utime(po, (po.stat().st_atime, po.stat().st_mtime + 5))
+    again = client.get("/i18n/messages.json", headers={"If-None-Match": first.headers["ETag"]})
+    assert again.status_code == 200 and again.get_json()["messages"][PSEUDO]["error_page.404.title"] == "⟦Page gone⟧"
+    assert "<h1>⟦Page gone⟧</h1>" in client.get("/nowhere", query_string={"lang": PSEUDO}).get_data(as_text=True)
