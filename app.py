@@ -24,7 +24,7 @@ from werkzeug.exceptions import HTTPException
 from config import Settings
 from database.db_manager import is_unavailable
 from database.participant_lock import ParticipantErased
-from routes import error_pages, http_safety
+from routes import error_pages, http_safety, i18n
 from routes.access import (
     DbIdConverter,
     close_db_session,
@@ -42,6 +42,7 @@ from services.platform.clock import Clock
 from services.platform.errors import StudyError, Unavailable
 from services.research import preflight
 from services.study.definition import StudyDefinitionError
+from services.text.catalogs import catalogs_at
 
 log = logging.getLogger("memory_lab")
 csrf = CSRFProtect()
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
     _warn_about_allowlist(runtime)
 
     csrf.init_app(app)
+    i18n.install(app, catalogs_at(settings.translations_dir))
     app.config.update(_limiter_storage(settings, runtime))
     limiter.init_app(app)
     # after_request hooks run newest first: the request's connection goes back to the pool before the

@@ -16,46 +16,40 @@ from routes.access import (
     runtime,
 )
 from routes.auth import user_view
+from routes.i18n import html_lang, page_language, text
 from services.chat.chat_service import task_service
 from services.participants import account_service, contacts, panel_service
 from services.platform.clock import parse_utc_iso, utc_iso
 from services.platform.errors import BadInput, NotFound
 from services.study import preflight_gate
-from services.text.languages import LANGUAGES
+from services.text.catalogs import FALLBACK_LANGUAGE
 
 bp = Blueprint("panel", __name__)
 
 
-def _message_page(status: int, title: str, zh: str, en: str) -> Response:
-    """A page in both languages saying why a link cannot be used (templates/panel_message.html)."""
-    html = render_template("panel_message.html", title=title, zh=zh, en=en)
+def _message_page(status: int, which: str) -> Response:
+    """A page saying why a link cannot be used, before anyone is known: in the page's language and, below it,
+    in English when that is another (the catalogs' panel_page.<which>.*)."""
+    languages = list(dict.fromkeys((page_language(), FALLBACK_LANGUAGE)))
+    return _render_message(status, [(lang, text(f"panel_page.{which}.title", lang),
+                                     text(f"panel_page.{which}.text", lang), text("panel_page.log_in", lang))
+                                    for lang in languages])
+
+
+def _render_message(status: int, texts: list[tuple[str, str, str, str]]) -> Response:
+    """templates/panel_message.html with (language, title, text, log-in link) in each language."""
+    html = render_template("panel_message.html", texts=[(html_lang(lang), *rest) for lang, *rest in texts])
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
-
-
-CLOSED_TEXT = {
-    "zh": ("无法再参加", "这个参与者编号不能再参加本研究。", "请回到招募平台，提交这个代码：", "返回招募平台"),
-    "en": ("You cannot take part again", "This participant id can no longer take part in this study.",
-           "Please return to your panel and submit this code:", "Back to your panel"),
-}
-
-
-def page_language() -> str:
-    """The participant's language for a page shown before any account: an explicit ``lang`` in the link,
-    then the browser's languages, then the study's default."""
-    wanted = request.args.get("lang")
-    if wanted in LANGUAGES:
-        return wanted
-    return request.accept_languages.best_match(LANGUAGES) or runtime().study.default_language
 
 
 def _closed_page() -> Response:
     """A withdrawn or erased panel id's link: a page in the participant's language with the panel's
     "no places" code and its way back (issue 28 item 2)."""
     lang = page_language()
-    title, text, code_note, back = CLOSED_TEXT[lang]
     details = panel_service.full_details(runtime().study)
-    html = render_template("panel_closed.html", lang="zh-CN" if lang == "zh" else "en", title=title, text=text,
-                           code_note=code_note, code=details["completion_code"], back=back,
+    html = render_template("panel_closed.html", lang=html_lang(lang), title=text("panel_page.closed.title"),
+                           text=text("panel_page.closed.text"), code_note=text("panel_page.closed.code_note"),
+                           code=details["completion_code"], back=text("panel_page.closed.back"),
                            back_url=details["redirect_url"])
     return Response(html, status=403, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
@@ -77,10 +71,7 @@ def enter():
             raise BadInput("the link carries two different participant ids", code="invalid_panel_id")
         external_id = panel_service.check_external_id(study, values[0] if values else None)
     except BadInput:
-        return _message_page(400, "链接无效 · Invalid link",
-                             "这个研究链接没有带有效的参与者编号。请使用招募平台给你的链接重新进入。",
-                             "This study link carries no valid participant id. "
-                             "Please use the link your panel gave you.")
+        return _message_page(400, "invalid_link")
     if panel_service.id_closed(db_session(), study, external_id, runtime().settings.secret_key):
         return _closed_page()
     return send_from_directory(current_app.static_folder, "index.html")
@@ -126,30 +117,19 @@ def panel_login():
     return _set_device_cookie(response, entered.device_token), status
 
 
-SWITCH_TEXT = {
-    "zh": ("切换参与者？", "你现在以另一位参与者的身份登录（{code}）。这个个人链接属于另一位参与者。"
-           "继续会让你退出当前身份，并以链接的参与者身份登录。", "以链接的参与者身份继续", "留在当前身份"),
-    "en": ("Switch participant?", "You are signed in as another participant ({code}). This personal link belongs "
-           "to someone else; continuing signs you out and signs you in as the link's participant.",
-           "Continue as the link's participant", "Stay as I am"),
-}
-
-
 def _switch_page(token: str) -> Response:
-    """Someone else is signed in here: ask before the link switches the login and the device binding."""
-    lang = current_user.language if current_user.language in LANGUAGES else page_language()
-    title, text, go, stay = SWITCH_TEXT[lang]
-    html = render_template("panel_switch.html", lang="zh-CN" if lang == "zh" else "en", title=title,
-                           text=text.format(code=current_user.participant_code or "admin"), token=token,
-                           csrf_token=generate_csrf(), go=go, stay=stay)
+    """Someone else is signed in here: ask before the link switches the login and the device binding (in the
+    signed-in account's language: routes.i18n.page_language)."""
+    html = render_template("panel_switch.html", lang=html_lang(page_language()),
+                           title=text("panel_page.switch.title"),
+                           text=text("panel_page.switch.text", code=current_user.participant_code or "admin"),
+                           token=token, csrf_token=generate_csrf(), go=text("panel_page.switch.go"),
+                           stay=text("panel_page.switch.stay"))
     return Response(html, status=200, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
 
 def _link_gone() -> Response:
-    return _message_page(404, "链接已失效 · Link no longer valid",
-                         "这个个人链接无效、已过期或已被撤销。请用用户名和密码登录，或联系研究团队。",
-                         "This personal link is not valid, has expired or was revoked. Log in with your "
-                         "username and password, or contact the research team.")
+    return _message_page(404, "link_gone")
 
 
 @bp.get("/r/<token>")

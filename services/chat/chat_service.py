@@ -32,7 +32,7 @@ from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
-from services.memory.context import MemoryContext, memory_exposure
+from services.memory.context import MemoryContext, memory_exposure, with_coded_notes
 from services.memory.engine import MemoryEngine
 from services.participants.quality import clamp_pasted, content_flags, parse_signals
 from services.platform.backpressure import retry_after
@@ -586,7 +586,8 @@ def serialise_message(message: Message, *, participant_view: bool) -> dict[str, 
     }
     if not participant_view:
         data.update(
-            memory_group=message.memory_group, memory_context=message.memory_context, prompt=message.prompt,
+            memory_group=message.memory_group, memory_context=with_coded_notes(message.memory_context),
+            prompt=message.prompt,
             provider=message.provider, model=message.model, params=message.params,
             prompt_tokens=message.prompt_tokens, completion_tokens=message.completion_tokens,
             latency_ms=message.latency_ms, attempts=message.attempts,

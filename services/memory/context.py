@@ -8,10 +8,15 @@ A ``MemoryContext`` knows nothing of conditions: each condition adds the
 sections it contributes (``add_section``: stored data + the block rendered into
 the system prompt), notes, and writes to run with the reply (``defer``). It is
 stored, as a dict, with the reply it produced (the audit trail).
+
+A note is a code with parameters (``note("excluded", n=3)``), shown to the admin in their language from the
+catalogs' ``admin.note.<code>``; notes stored before were English sentences, read back as codes by
+``coded_notes``.
 """
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +44,63 @@ STORED_SECTIONS: dict[str, Any] = {
 }
 STORED_AUDIT: dict[str, Any] = {"recall_candidates": [], "recall_params": None}
 ROLE_LABELS = {"user": {"zh": "用户", "en": "User"}, "assistant": {"zh": "助手", "en": "Assistant"}}
+# The English sentences notes were stored as before they were codes, and the code each is now: a context stored
+# then is read back in the same shape as a new one (coded_notes). Frozen: new notes are written as codes.
+LEGACY_NOTES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"no consolidated profile yet"), "no_profile"),
+    (re.compile(r"R1: no memory from earlier tasks yet"), "r1_empty"),
+    (re.compile(r"S1: no structured summary from earlier tasks yet"), "s1_empty"),
+    (re.compile(r"no query message: forgetting-curve recall skipped"), "no_query"),
+    (re.compile(r"no embedder configured: forgetting-curve recall skipped"), "no_embedder"),
+    (re.compile(r"the message has no content words: it recalls nothing \(recall candidate rule\)"), "no_content_words"),
+    (re.compile(r"(?P<n>\d+) earlier message\(s\) without content are not recall candidates \(recall candidate rule\)"),
+     "excluded"),
+    (re.compile(r"S1 recall without an embedder: semantic similarity counted as 0, every message scored"),
+     "s1_no_embedder"),
+    (re.compile(r"S1 recall: embedding failed \((?P<error>.*)\); semantic similarity counted as 0", re.S),
+     "s1_embedding_failed"),
+    (re.compile(r"S1 fuzzy recall: (?P<scored>\d+) candidates of (?P<total>\d+) earlier messages, (?P<chosen>\d+) at "
+                r"or above (?P<threshold>[\d.]+)"), "s1_fuzzy"),
+]
+
+
+def note(code: str, **params: Any) -> dict[str, Any]:
+    """A note for the admin: its code (catalog key ``admin.note.<code>``) and the parameters its text names."""
+    return {"code": code, "params": params}
+
+
+def coded_notes(notes: Sequence[Any] | None) -> list[dict[str, Any]]:
+    """Stored notes as codes: a coded note as it is, an English one from before as its code (``text`` with the
+    sentence itself when it is none of them)."""
+    coded = []
+    for stored in notes or []:
+        if isinstance(stored, dict):
+            coded.append(stored)
+            continue
+        for pattern, code in LEGACY_NOTES:
+            match = pattern.fullmatch(str(stored))
+            if match:
+                coded.append(note(code, **{k: _number(v) for k, v in match.groupdict().items()}))
+                break
+        else:
+            coded.append(note("text", text=str(stored)))
+    return coded
+
+
+def with_coded_notes(stored_context: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored memory context with its notes as codes (what the admin console reads)."""
+    if not stored_context or "notes" not in stored_context:
+        return stored_context
+    return {**stored_context, "notes": coded_notes(stored_context["notes"])}
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 class DeferredWrite(Protocol):
@@ -60,7 +122,7 @@ class MemoryContext:
     group: str
     language: str = "zh"
     sections: dict[str, Section] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)  # note(...)
     deferred: list[DeferredWrite] = field(default_factory=list)
 
     def add_section(self, key: str, data: Any, block: str | None = None,

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from database.models import ProfileVersion
 from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition
-from services.memory.context import MemoryContext, recent_turns, render_turns
+from services.memory.context import MemoryContext, note, recent_turns, render_turns
 from services.memory.profile.schema import render_profile
 
 
@@ -21,7 +21,7 @@ def latest_profile(request: BuildRequest, context: MemoryContext) -> dict[str, A
         select(ProfileVersion).where(ProfileVersion.user_id == request.user_id, ProfileVersion.kind == "gist")
         .order_by(ProfileVersion.version.desc()).limit(1))
     if version is None:
-        context.notes.append("no consolidated profile yet")
+        context.notes.append(note("no_profile"))
         return None
     text = render_profile(version.content, language=context.language,
                           max_chars=request.study.memory.gist_max_chars)

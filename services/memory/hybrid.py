@@ -57,7 +57,7 @@ from database.models import Message
 from database.vector_store import VectorStore
 from services.llm.embedding_service import EmbeddingProvider, normalise
 from services.memory.base import BeyondBaseline, BuildRequest, ManipulationCheck, MemoryCondition
-from services.memory.context import ROLE_LABELS, MemoryContext
+from services.memory.context import ROLE_LABELS, MemoryContext, note
 from services.memory.gist import add_gist
 from services.platform.clock import Clock
 from services.recall import recall_model as rm
@@ -445,10 +445,10 @@ class HybridCondition(MemoryCondition):
     def build(self, request: BuildRequest, context: MemoryContext) -> None:
         add_gist(request, context, self.recent_turns(request.study))
         if request.query is None:
-            context.notes.append("no query message: forgetting-curve recall skipped")
+            context.notes.append(note("no_query"))
             return
         if request.embedder is None:
-            context.notes.append("no embedder configured: forgetting-curve recall skipped")
+            context.notes.append(note("no_embedder"))
             return
         params = request.recall_params
         study = request.study
@@ -463,10 +463,9 @@ class HybridCondition(MemoryCondition):
         context.add_section("recall_candidates", [c.to_dict() for c in candidates])
         context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval))
         if search.last_query_content_free:
-            context.notes.append("the message has no content words: it recalls nothing (recall candidate rule)")
+            context.notes.append(note("no_content_words"))
         elif search.last_excluded:
-            context.notes.append(f"{search.last_excluded} earlier message(s) without content are not recall "
-                                 "candidates (recall candidate rule)")
+            context.notes.append(note("excluded", n=search.last_excluded))
         if candidates:
             context.defer(RecallWrite(tuple(candidates), request.user_id, request.query.id,
                                       request.task_session.task_id))

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from database.models import ConsolidationRun, Message, ProfileVersion, TaskSession, User
 from services.memory import versioned_json as vj
 from services.memory.base import BuildRequest, ConsolidationStep, ManipulationCheck, MemoryCondition, Upkeep
-from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, pair_turns
+from services.memory.context import MemoryContext, earlier_done_sessions, latest_version_within, note, pair_turns
 from services.platform.clock import Clock
 from services.study.definition import Study, thaw
 from services.text.clipping import PUNCTUATION, clip
@@ -387,7 +387,7 @@ def build_context(session: Session, *, context: MemoryContext, user_id: int, tas
     earlier = set(session.scalars(earlier_done_sessions(user_id, task_session)).all())
     row = latest_version_within(session, user_id, KIND, earlier)
     if row is None:
-        context.notes.append("R1: no memory from earlier tasks yet")
+        context.notes.append(note("r1_empty"))
         context.add_section("r1_memory", None)
         return
     memory = memory_part(row.content)

@@ -48,6 +48,7 @@ from services.memory.context import (
     MemoryContext,
     earlier_done_sessions,
     latest_version_within,
+    note,
     pair_turns,
     render_tagged,
     render_turns,
@@ -526,7 +527,7 @@ def _cached_vectors(messages: Sequence[Message], embedder: EmbeddingProvider) ->
 
 def recall_fragments(session: Session, *, user_id: int, task_session: TaskSession, query: Message,
                      embedder: EmbeddingProvider | None, now: datetime, study: Study, day_seconds: float,
-                     notes: list[str] | None = None) -> list[dict[str, Any]]:
+                     notes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Fuzzy recall: score the participant's history against ``query``; the fragments that pass.
 
     History = user and assistant messages of earlier completed tasks; with
@@ -549,7 +550,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
     pool = range(len(messages))
     if embedder is None:
         if notes is not None:
-            notes.append("S1 recall without an embedder: semantic similarity counted as 0, every message scored")
+            notes.append(note("s1_no_embedder"))
     else:
         try:
             query_vector = np.asarray(embedder.embed_queries([query.content])[0], dtype=np.float32)
@@ -562,7 +563,7 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
             # A remote embedder being down must not cost the participant the reply: recall goes
             # on with keywords and time only, and the stored context says so.
             if notes is not None:
-                notes.append(f"S1 recall: embedding failed ({str(exc)[:200]}); semantic similarity counted as 0")
+                notes.append(note("s1_embedding_failed", error=str(exc)[:200]))
     lang = prompt_language(language)
     scored = []
     for i in pool:
@@ -582,8 +583,8 @@ def recall_fragments(session: Session, *, user_id: int, task_session: TaskSessio
         })
     chosen = select_fragments(scored, cfg["threshold"], cfg["max_fragments"])
     if notes is not None:
-        notes.append(f"S1 fuzzy recall: {len(scored)} candidates of {len(messages)} earlier messages, "
-                     f"{len(chosen)} at or above {cfg['threshold']}")
+        notes.append(note("s1_fuzzy", scored=len(scored), total=len(messages), chosen=len(chosen),
+                          threshold=cfg["threshold"]))
     return chosen
 
 
@@ -619,7 +620,7 @@ def build_context(session: Session, *, context: MemoryContext, user_id: int, tas
             "content": summary,
         }
     else:
-        context.notes.append("S1: no structured summary from earlier tasks yet")
+        context.notes.append(note("s1_empty"))
     context.add_section("summary", summary_section, summary_section["text"] if summary_section else None)
     fragments = []
     if query is not None:

@@ -34,6 +34,8 @@ from services.participants import panel_service
 from services.participants.contacts import decrypted_contacts
 from services.platform.clock import parse_utc_iso
 from services.study.settings import ReminderConfig
+from services.text.catalogs import CATALOGS
+from services.text.languages import DEFAULT_LANGUAGE
 
 log = logging.getLogger(__name__)
 
@@ -50,34 +52,10 @@ def load_contacts(path: str | None) -> dict[str, str]:
                 for row in csv.DictReader(handle) if row.get("participant_code") and row.get("email")}
 
 
-REMINDER_TEXT = {
-    ("unlocked", "zh"): ("AI Memory Lab：你的下一个任务已经开放",
-                         "你好！\n\n研究中的任务“{title}”（{task_id}）已于 {available_at} 开放。"
-                         "方便时请完成它。{link}\n\n{opt_out}\n\nAI Memory Lab 研究团队"),
-    ("unlocked", "en"): ("AI Memory Lab: your next task is open",
-                         "Hello,\n\nthe study task \"{title}\" ({task_id}) opened at {available_at}. Please "
-                         "complete it when you can. {link}\n\n{opt_out}\n\nThe AI Memory Lab research team"),
-    ("overdue", "zh"): ("AI Memory Lab：你的下一个任务已经开放",
-                        "你好！\n\n研究中的任务“{title}”（{task_id}）已于 {available_at} 开放，你还没有开始。"
-                        "方便时请完成它。{link}\n\n{opt_out}\n\nAI Memory Lab 研究团队"),
-    ("overdue", "en"): ("AI Memory Lab: your next task is open",
-                        "Hello,\n\nthe study task \"{title}\" ({task_id}) has been open since {available_at} and "
-                        "has not been started yet. Please complete it when you can. {link}\n\n{opt_out}"
-                        "\n\nThe AI Memory Lab research team"),
-}
-# how to stop, in words that fit the channel: an e-mail can be answered, a forwarded SMS or panel message
-# may not reach the lab when answered
-OPT_OUT_TEXT = {
-    ("email", "zh"): "如果你不想再参加研究，回复这封邮件告诉我们即可。",
-    ("email", "en"): "If you no longer wish to take part, just reply to this e-mail.",
-    ("webhook", "zh"): "如果你不想再参加研究，请告诉研究团队（例如通过招募平台的站内消息）。",
-    ("webhook", "en"): "If you no longer wish to take part, let the research team know (for example through "
-                       "your panel's messages).",
-}
-# the link on a line of its own, so mail clients and SMS apps recognise all of it
-LINK_TEXT = {"zh": "点击这个个人链接直接进入任务（无需密码）：\n{url}\n",
-             "en": "Your personal link opens it directly (no password):\n{url}\n"}
-NO_LINK_TEXT = {"zh": "请登录研究网站完成它。", "en": "Please log in to the study site to do it."}
+# The words are the catalogs' reminder.* (translations/): reminder.<kind>.subject/body, an opt-out that fits the
+# channel (reminder.opt_out.<channel>: an e-mail can be answered, a forwarded SMS or panel message may not reach
+# the lab when answered) and the personal link on a line of its own (reminder.link), so mail clients and SMS apps
+# recognise all of it.
 MAX_ATTEMPTS = 3
 # An attempt still "sending" after this long was cut off (a send takes seconds; SMTP times out sooner).
 STALE_SENDING_SECONDS = 30 * 60
@@ -87,12 +65,12 @@ INTERRUPTED = "an earlier attempt was interrupted (the process stopped mid-send)
 def reminder_text(entry: dict[str, Any], url: str | None, channel: str = "email") -> tuple[str, str]:
     """(subject, body) of one reminder in the participant's language, with the unlock time in their own
     time zone (the one their page reported; UTC until it has) and an opt-out that fits the channel."""
-    language = "en" if entry["language"] == "en" else "zh"
-    subject, body = REMINDER_TEXT[(entry["kind"], language)]
-    link = LINK_TEXT[language].format(url=url) if url else NO_LINK_TEXT[language]
-    return subject, body.format(title=entry["title"], task_id=entry["task_id"], link=link,
-                                available_at=local_time(entry["available_at"], entry.get("time_zone")),
-                                opt_out=OPT_OUT_TEXT[(channel, language)])
+    language = entry["language"] if CATALOGS.has(entry["language"]) else DEFAULT_LANGUAGE
+    link = CATALOGS.text(language, "reminder.link", url=url) if url else CATALOGS.text(language, "reminder.no_link")
+    body = CATALOGS.text(language, f"reminder.{entry['kind']}.body", title=entry["title"], task_id=entry["task_id"],
+                         link=link, available_at=local_time(entry["available_at"], entry.get("time_zone")),
+                         opt_out=CATALOGS.text(language, f"reminder.opt_out.{channel}"))
+    return CATALOGS.text(language, f"reminder.{entry['kind']}.subject"), body
 
 
 def local_time(utc_text: str, time_zone: str | None) -> str:

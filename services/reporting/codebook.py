@@ -16,13 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.study.definition import Study, Task
+from services.text.catalogs import CATALOGS
 from services.text.cells import NUMBER_DECIMALS
 
 INTEGER, NUMBER, STRING, DATETIME, BOOLEAN, JSON_TEXT = (
     "integer", "number", "string", "datetime (UTC, YYYY-MM-DD HH:MM:SS)", "boolean (1/0)", "JSON text")
 
 
-LIKERT_ANCHORS = {"zh": "1 = 完全不同意 … 7 = 完全同意", "en": "1 = strongly disagree … 7 = strongly agree"}
+def _likert_anchors(item: dict[str, Any]) -> str:
+    """The scale's ends in the words the questionnaire page showed (the catalogs' q.likert_low / q.likert_high),
+    English then Chinese."""
+    return "; ".join(f"{item['min']} = {CATALOGS.text(lang, 'q.likert_low')} … "
+                     f"{item['max']} = {CATALOGS.text(lang, 'q.likert_high')}" for lang in ("en", "zh"))
 
 
 @dataclass(frozen=True)
@@ -279,7 +284,8 @@ REPLY_CONTEXT_KEYS: list[Column] = [
     CODE, GROUP,
     _c("task_id", STRING, "Task of the reply."),
     _c("memory_context", "JSON object", "Structured memory the reply was built from: profile, recent_turns, "
-                                        "recalled (with r, t, p, g), recall_candidates, summary, notes.", pii=True),
+                                        "recalled (with r, t, p, g), recall_candidates, summary, notes (each {code, "
+                                        "params}: the catalogs' admin.note.<code>).", pii=True),
     _c("prompt", "JSON array", "The exact messages sent to the model (system prompt with memory, history).",
        pii=True),
     _c("params", "JSON object", "Generation parameters and provider details."),
@@ -309,7 +315,7 @@ def item_scale(item: dict[str, Any]) -> str:
 def _scale_text(item: dict[str, Any]) -> str:
     kind = item.get("type", "likert")
     if kind == "likert":
-        return f"likert {item['min']}-{item['max']} ({LIKERT_ANCHORS['en']}; {LIKERT_ANCHORS['zh']})"
+        return f"likert {item['min']}-{item['max']} ({_likert_anchors(item)})"
     if kind == "ios":
         return f"IOS circles {item['min']}-{item['max']} (1 = separate, {item['max']} = almost overlapping)"
     if kind == "choice":

@@ -52,6 +52,7 @@ from database.models import (
     TaskSession,
     User,
 )
+from services.memory.context import with_coded_notes
 from services.participants.quality import attention_items, attention_passed, typing_flags, typing_rates
 from services.reporting import codebook, preflight_record
 from services.study.definition import Study
@@ -350,7 +351,8 @@ def _consolidation_runs(data: _Data) -> list[dict[str, Any]]:
 
 def _reply_contexts(data: _Data) -> list[dict[str, Any]]:
     return [{
-        "message_id": m.id, **data.ids(m.user_id), "task_id": m.task_id, "memory_context": m.memory_context,
+        "message_id": m.id, **data.ids(m.user_id), "task_id": m.task_id,
+        "memory_context": with_coded_notes(m.memory_context),
         "prompt": m.prompt, "params": m.params, "attempts": m.attempts,
     } for m in data.messages if m.role == "assistant"]
 

@@ -40,39 +40,11 @@ from services.participants.input_checks import MAX_DB_ID, bounded_int
 from services.platform.errors import BadInput, NotFound
 from services.recall import recall_model
 from services.study.definition import Study
+from services.text.catalogs import CATALOGS, FALLBACK_LANGUAGE
 
 CJK_FONT_FAMILY = "Noto Sans CJK SC"
-LANGUAGES = ("zh", "en")
-# Every label drawn, in both languages.
-LABELS: dict[str, dict[str, str]] = {
-    "no_data": {"en": "no data yet", "zh": "暂无数据"},
-    "no_memories": {"en": "no consolidated memories yet", "zh": "还没有整合后的记忆"},
-    "funnel": {"en": "Completion funnel", "zh": "完成漏斗"},
-    "registered": {"en": "registered", "zh": "已注册"},
-    "task_done": {"en": "{task} done", "zh": "{task} 完成"},
-    "participants": {"en": "participants", "zh": "参与者人数"},
-    "group": {"en": "group", "zh": "组别"},
-    "unassigned": {"en": "unassigned", "zh": "未分组"},
-    "group_sizes": {"en": "Group sizes over time", "zh": "各组人数随时间变化"},
-    "assigned": {"en": "participants assigned", "zh": "已分组人数"},
-    "assignment_time": {"en": "assignment time (UTC)", "zh": "分组时间（UTC）"},
-    "questionnaire_means": {"en": "Questionnaire means by group and task (95% CI)",
-                            "zh": "各组各任务问卷均值（95% 置信区间）"},
-    "no_bars": {"en": "bars absent where n < 2", "zh": "n < 2 时不画误差线"},
-    "recall_events": {"en": "Recall events per task (L4)", "zh": "各任务的回忆事件（L4）"},
-    "recalled": {"en": "recalled (p_final >= threshold)", "zh": "被回忆（p_final ≥ 阈值）"},
-    "not_recalled": {"en": "considered, not recalled", "zh": "候选但未回忆"},
-    "candidates": {"en": "top-k candidates", "zh": "top-k 候选数"},
-    "people": {"en": "{n} participant(s)", "zh": "{n} 名参与者"},
-    "forgetting": {"en": "Forgetting curves of {code} ({group})", "zh": "{code}（{group}）的遗忘曲线"},
-    "curve_label": {"en": "#{id} {task} (e={e:.2f}, recalled {n}x)", "zh": "#{id} {task}（e={e:.2f}，回忆 {n} 次）"},
-    "threshold": {"en": " threshold {value:g}", "zh": " 阈值 {value:g}"},
-    "days_axis": {"en": "study days since the first memory", "zh": "自第一条记忆起的研究天数"},
-    "p_axis": {"en": "recall probability p (curve: r = 1; dots: events)", "zh": "回忆概率 p（曲线：r = 1；点：事件）"},
-    "preset": {"en": "; preset {preset}", "zh": "；预设 {preset}"},
-    "events_only": {"en": "; t counted in {unit}: events only", "zh": "；t 以 {unit} 计：只画事件"},
-}
-NO_DATA = LABELS["no_data"]["en"]
+# Every label drawn: the catalogs' plot.<key> (translations/), in any language with a catalog.
+NO_DATA = CATALOGS.text(FALLBACK_LANGUAGE, "plot.no_data")
 # Two-sided 95 % Student t quantiles by degrees of freedom; beyond the table the next lower entry is used.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -103,8 +75,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
 
 
 def label(key: str, language: str, **values: object) -> str:
-    text = LABELS[key]["zh" if language == "zh" else "en"]
-    return text.format(**values) if values else text
+    return CATALOGS.text(language, f"plot.{key}", **values)
 
 
 def cjk_font_path() -> Path | None:
@@ -461,9 +432,10 @@ def _user_id(args: dict[str, str]) -> int:
 
 def plot_language(raw: str | None, default: str) -> str:
     if raw is None or raw == "":
-        return default if default in LANGUAGES else "en"
-    if raw not in LANGUAGES:
-        raise BadInput(f"lang must be one of {', '.join(LANGUAGES)}", code="invalid_language", details={"lang": raw})
+        return default if CATALOGS.has(default) else FALLBACK_LANGUAGE
+    if not CATALOGS.has(raw):
+        raise BadInput(f"lang must be one of {', '.join(CATALOGS.languages())}", code="invalid_language",
+                       details={"lang": raw})
     return raw
 
 

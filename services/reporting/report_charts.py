@@ -8,29 +8,14 @@ from typing import Any
 import numpy as np
 
 from services.reporting.plots import empty_chart, new_figure, png_bytes
+from services.text.catalogs import CATALOGS
 
-LABELS: dict[str, dict[str, str]] = {
-    "flow": {"en": "Participants completing each task", "zh": "完成各任务的参与者人数"},
-    "assigned": {"en": "assigned", "zh": "已分组"},
-    "participants": {"en": "participants", "zh": "参与者人数"},
-    "condition": {"en": "condition", "zh": "组别"},
-    "means": {"en": "Scale means by condition and task (95% CI)", "zh": "各组各任务量表均值（95% 置信区间）"},
-    "contrasts": {"en": "Contrasts against {ref}, averaged over tasks (95% CI)",
-                  "zh": "相对 {ref} 的对比（各任务平均，95% 置信区间）"},
-    "difference": {"en": "difference in scale points", "zh": "量表分差值"},
-    "mc": {"en": "Manipulation check (mc_1) by condition and task (95% CI)",
-           "zh": "操纵检验（mc_1）各组各任务均值（95% 置信区间）"},
-    "exposure": {"en": "Earlier-task messages in the context per reply", "zh": "每条回复上下文中的早先任务消息数"},
-    "latency": {"en": "Reply timing by condition (median, ms)", "zh": "各组回复用时（中位数，毫秒）"},
-    "no_data": {"en": "no data", "zh": "无数据"},
-    "not_fitted": {"en": "no model could be fitted", "zh": "无法拟合模型"},
-}
 FONT = 10  # points: legends, ticks and axis labels
 
 
 def label(key: str, language: str, **values: Any) -> str:
-    text = LABELS[key]["zh" if language == "zh" else "en"]
-    return text.format(**values) if values else text
+    """A chart's words: the catalogs' report_chart.<key>."""
+    return CATALOGS.text(language, f"report_chart.{key}", **values)
 
 
 def _legend(figure, ax, language: str) -> None:

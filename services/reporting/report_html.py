@@ -8,123 +8,26 @@ from typing import Any
 
 from services.reporting import analysis, report_charts
 from services.study.evidence import Verdict, describe
+from services.text.catalogs import CATALOGS, PLACEHOLDER, fill
 
-T: dict[str, dict[str, str]] = {
-    "title": {"en": "Study report", "zh": "研究报告"},
-    "study": {"en": "Study", "zh": "研究"},
-    "definition_hash": {"en": "study definition hash", "zh": "研究定义哈希"},
-    "export_time": {"en": "export generated", "zh": "导出时间"},
-    "report_time": {"en": "report generated", "zh": "报告生成时间"},
-    "reference": {"en": "reference condition", "zh": "参照组"},
-    "exclusion_rule": {"en": "excluded from the outcome models when above 0", "zh": "以下计数大于 0 时不纳入结果模型"},
-    "none": {"en": "none", "zh": "无"},
-    "consort": {"en": "1. Participant flow (CONSORT)", "zh": "1. 参与者流程（CONSORT）"},
-    "consented": {"en": "consented", "zh": "已同意"},
-    "assigned": {"en": "assigned", "zh": "已分组"},
-    "started": {"en": "{task} started", "zh": "{task} 已开始"},
-    "completed": {"en": "{task} completed", "zh": "{task} 已完成"},
-    "withdrawn": {"en": "withdrawn", "zh": "已退出"},
-    "erased": {"en": "erased", "zh": "已删除数据"},
-    "excluded": {"en": "excluded by quality flags", "zh": "因质量标记排除"},
-    "excluded_flag": {"en": "  of which {flag}", "zh": "  其中 {flag}"},
-    "attrition": {"en": "Differential attrition ({outcome})", "zh": "差异性流失（{outcome}）"},
-    "not_tested": {"en": "not tested", "zh": "未检验"},
-    "manipulation": {"en": "2. Manipulation checks", "zh": "2. 操纵检验"},
-    "preflight": {"en": "Pre-flight (latest stored report)", "zh": "预检（最近一次保存的报告）"},
-    "preflight_none": {"en": "no pre-flight report is stored (state: {state})",
-                       "zh": "没有保存的预检报告（状态：{state}）"},
-    "preflight_head": {"en": "report {id} of {at}: {verdict}; state for this study definition: {state}",
-                       "zh": "报告 {id}（{at}）：{verdict}；对当前研究定义的状态：{state}"},
-    "passed": {"en": "passed", "zh": "通过"},
-    "failed": {"en": "failed", "zh": "未通过"},
-    "check": {"en": "check", "zh": "检查"},
-    "verdict": {"en": "verdict", "zh": "结论"},
-    "details": {"en": "details", "zh": "详情"},
-    "exposure": {"en": "Memory exposure (memory_exposure) per condition and task",
-                 "zh": "记忆暴露（memory_exposure）：各组各任务"},
-    "exposure_note": {"en": "means over task sessions with replies; L1 must be 0",
-                      "zh": "为有回复的任务会话的均值；L1 应为 0"},
-    "not_recorded_columns": {"en": "not recorded: this export has no {columns}",
-                             "zh": "未记录：本导出没有 {columns} 这些列"},
-    "recall": {"en": "L4 recall events per condition and task", "zh": "L4 回忆事件：各组各任务"},
-    "candidates": {"en": "candidates scored", "zh": "候选数"},
-    "recalled": {"en": "recalled", "zh": "被回忆"},
-    "with_recall": {"en": "participants with a recall", "zh": "有回忆的参与者"},
-    "per_participant": {"en": "recalled per participant", "zh": "人均回忆数"},
-    "no_recall_events": {"en": "no recall events in this export", "zh": "本导出中没有回忆事件"},
-    "mc": {"en": "Self-reported manipulation check ({item})", "zh": "自评操纵检验（{item}）"},
-    "no_mc": {"en": "no answers to {item} in this export", "zh": "本导出中没有 {item} 的回答"},
-    "latency": {"en": "Reply timing parity", "zh": "回复用时一致性"},
-    "mc_test": {"en": "{test} across conditions on each participant's mean",
-                "zh": "{test}（各组之间，按每名参与者的均值）"},
-    "latency_test": {"en": "{test} on each participant's median {column}",
-                     "zh": "{test}（每名参与者 {column} 的中位数）"},
-    "replies": {"en": "replies", "zh": "回复数"},
-    "sessions": {"en": "task sessions", "zh": "任务会话数"},
-    "median": {"en": "median", "zh": "中位数"},
-    "mean": {"en": "mean", "zh": "均值"},
-    "outcomes": {"en": "3. Outcomes", "zh": "3. 结果"},
-    "outcome_method": {"en": "Each scale: the mean of its rating items per participant and task; model score ~ "
-                              "condition * task + (1 | participant) (REML; one task: least squares). A contrast is "
-                              "the difference to {ref} averaged over the scale's tasks (Wald 95% CI); d is it over "
-                              "the model's total SD.",
-                       "zh": "每个量表：每名参与者每个任务其评分题的均值；模型 score ~ condition * task + "
-                             "(1 | participant)（REML；只测一次的量表用最小二乘）。"
-                             "对比为与 {ref} 的差值在该量表各任务上的平均（Wald 95% 置信区间）；"
-                             "d 为其除以模型总标准差。"},
-    "contrast": {"en": "contrast", "zh": "对比"},
-    "estimate": {"en": "estimate", "zh": "估计值"},
-    "ci": {"en": "95% CI", "zh": "95% 置信区间"},
-    "n": {"en": "n", "zh": "n"},
-    "d": {"en": "d", "zh": "d"},
-    "condition": {"en": "condition", "zh": "组别"},
-    "task": {"en": "task", "zh": "任务"},
-    "not_fitted": {"en": "No model: {message}", "zh": "未拟合模型：{message}"},
-    "notes": {"en": "Note: {notes}", "zh": "注：{notes}"},
-    "descriptives": {"en": "mean (SD), n", "zh": "均值（标准差），n"},
-    "by_task": {"en": "by task", "zh": "分任务"},
-    "footer": {"en": "Built from the data export; report.json holds the same figures. The pre-registration bundle's "
-                      "script reproduces the outcome table from the export.",
-               "zh": "本报告由数据导出生成；report.json 含相同数据。预注册包中的脚本可从导出重现结果表。"},
-}
-# The analysis' reasons (``code`` and ``params``), translated; its English ``message`` is the fallback.
-REASONS: dict[str, dict[str, str]] = {
-    "no_reference": {"en": "no scores in the reference condition {reference}", "zh": "参照组 {reference} 没有得分"},
-    "one_condition": {"en": "fewer than two conditions with data: nothing to compare",
-                      "zh": "有数据的组少于两个：无法比较"},
-    "too_few": {"en": "too few participants: {counts} (at least {minimum} per condition)",
-                "zh": "参与者太少：{counts}（每组至少 {minimum} 人）"},
-    "empty_cells": {"en": "empty condition x task cell(s): {cells}", "zh": "组别 × 任务中有空单元格：{cells}"},
-    "singular_design": {"en": "the design is singular (conditions and tasks are confounded in these data)",
-                        "zh": "设计矩阵奇异（这些数据中组别与任务相互混淆）"},
-    "not_converged": {"en": "the mixed model could not be fitted ({detail})", "zh": "混合模型无法拟合（{detail}）"},
-    "too_few_for_parameters": {"en": "too few participants for the model's parameters",
-                               "zh": "参与者人数少于模型参数所需"},
-    "no_variation": {"en": "no variation to test: everyone has the same value", "zh": "没有可检验的差异：所有值相同"},
-}
-
-
-TESTS: dict[str, dict[str, str]] = {
-    "chi-square": {"en": "chi-square test", "zh": "卡方检验"},
-    "fisher-exact": {"en": "Fisher's exact test", "zh": "Fisher 精确检验"},
-    "fisher-freeman-halton": {"en": "Fisher-Freeman-Halton exact test", "zh": "Fisher-Freeman-Halton 精确检验"},
-    "kruskal-wallis": {"en": "Kruskal-Wallis test", "zh": "Kruskal-Wallis 检验"},
-}
+# The words are the catalogs' report.<key>, report.reason.<code> (the analysis' reasons, with its English
+# ``message`` as the fallback) and report.test.<name> (translations/).
 
 
 def test_name(name: str, language: str) -> str:
-    return TESTS.get(name, {}).get("zh" if language == "zh" else "en", name)
+    key = f"report.test.{name}"
+    text = CATALOGS.text(language, key)
+    return name if text == key else text
 
 
 def reason(entry: dict[str, Any], language: str) -> str:
     """A not-fitted model's or an untested test's reason in ``language``."""
-    template = REASONS.get(entry.get("code") or "")
-    if template is None:
+    key = f"report.reason.{entry.get('code') or ''}"
+    params = entry.get("params") or {}
+    template = CATALOGS.text(language, key)
+    if template == key or not set(PLACEHOLDER.findall(template)) <= set(params):
         return str(entry.get("message") or "")
-    try:
-        return template["zh" if language == "zh" else "en"].format(**(entry.get("params") or {}))
-    except KeyError:
-        return str(entry.get("message") or "")
+    return fill(template, params)
 
 
 CSS = """body{font-family:"Noto Sans CJK SC","Noto Sans",system-ui,sans-serif;max-width:1100px;margin:2em auto;
@@ -137,8 +40,7 @@ margin:.5em 0}.small{color:#555;font-size:.9em}"""
 
 
 def t(key: str, language: str, **values: Any) -> str:
-    text = T[key]["zh" if language == "zh" else "en"]
-    return text.format(**values) if values else text
+    return CATALOGS.text(language, f"report.{key}", **values)
 
 
 def num(value: Any, places: int = 2) -> str:
@@ -186,16 +88,16 @@ def _meta(report: dict[str, Any], language: str) -> str:
 def _consort(report: dict[str, Any], language: str) -> str:
     consort, attrition = report["consort"], report["attrition"]
     groups = list(consort["by_condition"])
-    measures = [("consented", lambda r: r["consented"]), ("assigned", lambda r: r["assigned"])]
+    measures = [(t("consented", language), lambda r: r["consented"]),
+                (t("assigned", language), lambda r: r["assigned"])]
     for task in consort["tasks"]:
         measures += [(t("started", language, task=task), lambda r, task=task: r["tasks"][task]["started"]),
                      (t("completed", language, task=task), lambda r, task=task: r["tasks"][task]["completed"])]
-    measures += [("withdrawn", lambda r: r["withdrawn"]), ("erased", lambda r: r["erased"]),
-                 ("excluded", lambda r: r["excluded"])]
+    measures += [(t("withdrawn", language), lambda r: r["withdrawn"]), (t("erased", language), lambda r: r["erased"]),
+                 (t("excluded", language), lambda r: r["excluded"])]
     for flag in consort["exclude_flags"]:
         measures.append((t("excluded_flag", language, flag=flag), lambda r, flag=flag: r["excluded_by_flag"][flag]))
-    rows = [[t(name, language) if name in T else name, *[str(get(consort["by_condition"][g])) for g in groups]]
-            for name, get in measures]
+    rows = [[name, *[str(get(consort["by_condition"][g])) for g in groups]] for name, get in measures]
     test = attrition.get("test")
     line = (f"{t('attrition', language, outcome=attrition['outcome'])}: {test_name(test, language)}, "
             f"p = {p_text(attrition['p'])}"

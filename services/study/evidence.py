@@ -20,6 +20,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from services.text.catalogs import CATALOGS
+
 Direction = Literal["at_least", "at_most"]
 VerdictName = Literal["met", "within_error", "missed", "no_data"]
 
@@ -122,18 +124,13 @@ def passes(verdicts: list[Verdict], shape: list[Difference] | None = None) -> bo
     return all(v.ok for v in verdicts) and all(d.above for d in (shape or []))
 
 
-_VERDICT_WORDS = {"en": {"met": "met", "within_error": "within error", "missed": "missed"},
-                  "zh": {"met": "达标", "within_error": "在误差范围内", "missed": "未达标"}}
-
-
 def describe(v: Verdict, language: str = "en") -> str:
-    """One line: the figure, its interval, its n and its verdict."""
+    """One line: the figure, its interval, its n and its verdict (in ``language``: the catalogs' verdict.*)."""
     if v.estimate is None:
-        return f"{v.name}: " + ("无数据" if language == "zh" else "no data")
+        return f"{v.name}: " + CATALOGS.text(language, "verdict.no_data")
     side = "≥" if v.direction == "at_least" else "≤"
-    words = _VERDICT_WORDS["zh" if language == "zh" else "en"]
     return (f"{v.name}: {v.estimate:.1%} ({v.successes}/{v.n}; 95% one-sided {v.low:.1%}–{v.high:.1%}; "
-            f"target {side} {v.target:.0%}) — {words[v.verdict]}")
+            f"target {side} {v.target:.0%}) — {CATALOGS.text(language, f'verdict.{v.verdict}')}")
 
 
 def describe_difference(d: Difference | dict[str, Any]) -> str:

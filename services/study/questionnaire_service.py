@@ -96,20 +96,21 @@ def items_for_session(study: Study, task: Task, ts: TaskSession | None, language
 
 
 def validate_answers(items: list[dict[str, Any]], answers: Any, max_text_chars: int) -> dict[str, Any]:
-    """Return cleaned answers or raise BadInput naming every bad item."""
+    """Return cleaned answers or raise BadInput naming every bad item: ``details.items`` maps an item id to its
+    problem's code (``required``, ``out_of_range``, ...; the pages' words are the catalogs' item_problem.<code>)."""
     if not isinstance(answers, dict):
         raise BadInput("answers must be an object of item id -> value", code="invalid_answers")
     by_id = {item["id"]: item for item in items}
     problems: dict[str, str] = {}
     for key in answers:
         if key not in by_id:
-            problems[str(key)] = "unknown item"
+            problems[str(key)] = "unknown_item"
     cleaned: dict[str, Any] = {}
     for item_id, item in by_id.items():
         value = answers.get(item_id)
         if not shown(item, cleaned):  # its display condition is not met: it was not shown, so not answered
             if value is not None:
-                problems[item_id] = "not shown"
+                problems[item_id] = "not_shown"
             continue
         if value is None or (isinstance(value, str) and not value.strip()):
             if item["required"]:
@@ -133,18 +134,18 @@ def _check(item: dict[str, Any], value: Any, max_text_chars: int) -> str | None:
     if kind in ("likert", "ios"):
         # bool is an int in Python; a checkbox value is not a scale answer
         if isinstance(value, bool) or not isinstance(value, int):
-            return "must be a whole number"
+            return "not_whole_number"
         if not item["min"] <= value <= item["max"]:
-            return f"must be between {item['min']} and {item['max']}"
+            return "out_of_range"
     elif kind == "choice":
         allowed = [o["value"] for o in item["options"] or []]
         if value not in allowed:
-            return "must be one of the options"
+            return "not_an_option"
     elif kind == "text":
         if not isinstance(value, str):
-            return "must be text"
+            return "not_text"
         if len(value) > (item.get("max") or max_text_chars):
-            return "too long"
+            return "too_long"
     return None
 
 

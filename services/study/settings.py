@@ -174,6 +174,10 @@ class Settings:
     require_preflight: bool = False
     # STUDY_REFRESH_SECONDS: how often a process checks for a newly published study version (one small query)
     study_refresh_seconds: float = 2.0
+    # where the app's pages and GET /i18n/messages.json read the interface's catalogs (<dir>/<lang>/LC_MESSAGES/
+    # messages.po); None: translations/. Tests point it at a copy with a dummy language; services outside a
+    # request (reminders, the report) read translations/ itself
+    translations_dir: str | None = None
     # the scheduler's intervals in seconds (SCHEDULER_*_SECONDS); None: its defaults (services.operations.scheduler)
     scheduler_intervals: dict[str, float] = field(default_factory=dict)
     reminders: ReminderConfig = field(default_factory=ReminderConfig)

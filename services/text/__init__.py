@@ -3,7 +3,8 @@
 
 May import: nothing of ``services`` (``pyproject.toml`` [tool.layers]: ``text = []``).
 
-Public names: ``languages`` (``LANGUAGES``, ``prompt_language``), ``keywords`` (``tokenize``, ``keyword_set``),
+Public names: ``languages`` (``LANGUAGES``, ``prompt_language``), ``catalogs`` (``Catalogs``, ``catalogs_at``: the
+interface's gettext catalogs), ``keywords`` (``tokenize``, ``keyword_set``),
 ``clipping``, ``tokens`` (``count_tokens``), ``structured_output`` (``parse_json_object``, ``parse_and_validate``),
 ``cells`` (``printable``, ``number_text``, ``safe_cell``).
 """

@@ -30,29 +30,13 @@ function announce(text) {
   window.setTimeout(() => { announcer.textContent = text; }, 50);
 }
 
-// The memory conditions' notes (services/memory/*) are stored in English with each reply's context; these
-// patterns give each its words in the admin's language (an unknown note is shown as stored).
-const NOTE_TEXTS = [
-  [/^no consolidated profile yet$/, "admin.note.no_profile"],
-  [/^R1: no memory from earlier tasks yet$/, "admin.note.r1_empty"],
-  [/^S1: no structured summary from earlier tasks yet$/, "admin.note.s1_empty"],
-  [/^no query message: forgetting-curve recall skipped$/, "admin.note.no_query"],
-  [/^no embedder configured: forgetting-curve recall skipped$/, "admin.note.no_embedder"],
-  [/^the message has no content words: it recalls nothing \(recall candidate rule\)$/, "admin.note.no_content_words"],
-  [/^(?<n>\d+) earlier message\(s\) without content are not recall candidates \(recall candidate rule\)$/,
-    "admin.note.excluded"],
-  [/^S1 recall without an embedder: semantic similarity counted as 0, every message scored$/, "admin.note.s1_no_embedder"],
-  [/^S1 recall: embedding failed \((?<error>.*)\); semantic similarity counted as 0$/s, "admin.note.s1_embedding_failed"],
-  [/^S1 fuzzy recall: (?<scored>\d+) candidates of (?<total>\d+) earlier messages, (?<chosen>\d+) at or above (?<threshold>[\d.]+)$/,
-    "admin.note.s1_fuzzy"],
-];
-
+// The memory conditions' notes (services/memory/*) are codes with parameters ({code, params}); the catalogs give
+// each its words (admin.note.<code>). A code without a text is shown as the code itself.
 function noteText(note) {
-  for (const [pattern, key] of NOTE_TEXTS) {
-    const match = pattern.exec(note);
-    if (match) return t(key, match.groups || {});
-  }
-  return note;
+  if (typeof note === "string") return note;
+  const key = `admin.note.${note.code}`;
+  const text = t(key, note.params || {});
+  return text === key ? String(note.code) : text;
 }
 
 /** What "consolidate now" found when it ran nothing, in the admin's language (the server's reason is English). */

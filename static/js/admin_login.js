@@ -15,14 +15,7 @@ const toggle = document.getElementById("language-toggle");
 const totpField = document.getElementById("admin-login-totp-field");
 const totp = document.getElementById("admin-login-totp");
 // staff sign-in beyond the password (services/participants/staff.py): a second factor, a disabled account
-const STAFF_TEXT = {
-  zh: { totp: "身份验证器 App 中的 6 位验证码", totp_required: "请输入身份验证器 App 中的 6 位验证码。",
-    totp_invalid: "验证码不对，请检查手机上的时间后重试。", staff_disabled: "这个团队账号已被停用，请联系研究负责人。" },
-  en: { totp: "6-digit code from your authenticator app", totp_required: "Enter the 6-digit code from your authenticator app.",
-    totp_invalid: "That code is not right; check the time on your phone and try again.",
-    staff_disabled: "This staff account is disabled; ask the study's owner." },
-};
-const staffText = (key) => (STAFF_TEXT[language()] || STAFF_TEXT.en)[key];
+const staffText = (key) => t(`staff_login.${key}`);
 
 function render() {
   applyDocumentLanguage();

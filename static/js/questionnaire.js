@@ -209,7 +209,7 @@ export function buildQuestionnaire(items) {
       const reason = named[item.id];
       const wrapper = form.querySelector(`#q-${CSS.escape(item.id)}`);
       wrapper.classList.add("has-error");
-      wrapper.querySelector(".item-error").textContent = itemProblemText(reason);
+      wrapper.querySelector(".item-error").textContent = itemProblemText(reason, item);
       wrapper.querySelectorAll("input, textarea").forEach((el) => el.setAttribute("aria-invalid", "true"));
       if (!first) first = wrapper;
     }

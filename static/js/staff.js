@@ -5,31 +5,10 @@
 
 import { api } from "./api.js";
 import { h, mount } from "./dom.js";
-import { language, onLanguageChange } from "./i18n.js";
+import { onLanguageChange, t } from "./i18n.js";
 
-const TEXT = {
-  zh: {
-    button: "团队成员", title: "团队成员与角色", invite: "邀请", username: "用户名", role: "角色",
-    invite_intro: "受邀者通过一次性链接设置自己的密码，然后在管理员登录页登录。链接 7 天内有效。",
-    link: "邀请链接（只显示一次）：", reset_link: "重设密码链接（只显示一次，1 天内有效）：",
-    disable: "停用", enable: "启用", reset: "重设密码", disabled: "已停用", you: "（你）",
-    totp: "两步验证", totp_on: "已开启", totp_setup: "开启两步验证", totp_secret: "在身份验证器 App 中添加此密钥：",
-    totp_code: "App 显示的 6 位验证码", totp_confirm: "确认", close: "关闭", member: "成员", state: "状态",
-    owner: "所有者", researcher: "研究员", assistant: "助理", viewer: "观察者", done: "已保存",
-  },
-  en: {
-    button: "Staff", title: "Staff and roles", invite: "Invite", username: "Username", role: "Role",
-    invite_intro: "The invitee sets their own password through a one-time link, then signs in on the admin login " +
-      "page. The link is valid for 7 days.",
-    link: "Invitation link (shown once):", reset_link: "Password-reset link (shown once, valid for 1 day):",
-    disable: "Disable", enable: "Enable", reset: "Reset password", disabled: "disabled", you: " (you)",
-    totp: "Two-step sign-in", totp_on: "on", totp_setup: "Turn on two-step sign-in",
-    totp_secret: "Add this key to your authenticator app:", totp_code: "The 6-digit code the app shows",
-    totp_confirm: "Confirm", close: "Close", member: "Member", state: "State",
-    owner: "owner", researcher: "researcher", assistant: "assistant", viewer: "viewer", done: "Saved",
-  },
-};
-const tr = (key) => (TEXT[language()] || TEXT.en)[key];
+// the panel's words: the catalogs' staff.<key>
+const tr = (key) => t(`staff.${key}`);
 let me = null;
 
 function markPermissions() {

@@ -3,17 +3,12 @@
 
 import { api } from "./api.js";
 import { h, mount } from "./dom.js";
-import { applyDocumentLanguage, browserLanguage, hasStoredLanguage, language, otherLanguage, setLanguage } from "./i18n.js";
+import {
+  applyDocumentLanguage, browserLanguage, hasStoredLanguage, otherLanguage, setLanguage, t,
+} from "./i18n.js";
 
-const TEXT = {
-  zh: { brand: "研究管理台", title: "设置你的密码", label: "新密码", submit: "保存",
-    intro: "你受邀加入本研究的团队。请设置一个不易猜到的密码（至少 8 个字符）。",
-    done: "密码已设置。", login: "前往管理员登录", missing: "请填写密码。", switch: "English" },
-  en: { brand: "Research console", title: "Set your password", label: "New password", submit: "Save",
-    intro: "You have been invited to this study's team. Choose a password that is hard to guess (8+ characters).",
-    done: "Your password is set.", login: "Go to the admin sign-in", missing: "Please enter a password.", switch: "中文" },
-};
-const tr = (key) => (TEXT[language()] || TEXT.en)[key];
+// the page's words: the catalogs' staff_accept.<key>
+const tr = (key) => t(`staff_accept.${key}`);
 const token = location.pathname.split("/").filter(Boolean).pop();
 const form = document.getElementById("staff-accept-form");
 const password = document.getElementById("staff-accept-password");

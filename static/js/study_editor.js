@@ -5,84 +5,8 @@
 
 import { api } from "./api.js";
 import { h, mount } from "./dom.js";
-import { formatDateTime, language } from "./i18n.js";
+import { formatDateTime, t } from "./i18n.js";
 
-const TEXTS = {
-  zh: {
-    title: "研究设计", intro: "在这里修改研究定义。保存会生成草稿并检查每一项；发布后新版本立即对所有新请求生效（进行中的任务按开始时的版本完成）。",
-    live: "当前版本：v{version} · 哈希 {hash}", save: "保存草稿", saved: "已保存草稿 d{id}，没有发现问题。", publish: "发布草稿…",
-    publish_title: "发布草稿 d{id}", publish_intro: "发布后，新注册的参与者和新开始的任务都将使用这个版本。已有参与者时必须填写原因，原因会写入审计日志。",
-    reason: "发布原因", confirm_publish: "确认发布", cancel: "取消", published: "已发布为 v{version}（哈希 {hash}）。",
-    problems: "发现 {n} 个问题，请查看标出的字段。", problem_at_top: "整体问题", export_json: "导出 JSON", export_yaml: "导出 YAML",
-    import: "导入 JSON/YAML 文件", imported: "已导入为草稿 d{id}。", unsaved: "有未保存的修改。",
-    s_general: "基本信息与分组", s_texts: "知情同意、联系方式与结束说明", s_prompts: "系统提示（按条件和语言）", s_tasks: "任务",
-    s_timing: "时间与限制", s_instruments: "问卷与题目", s_panel: "招募平台（代码、跳转、人数上限）", s_payments: "报酬",
-    s_memory: "记忆参数（实验室可调）", s_expert: "专家设置（JSON）", s_versions: "版本与差异", s_preview: "预览、演示链接与测试参与者",
-    name: "研究名称", default_language: "默认语言", enabled: "启用的条件", block_multiple: "区组倍数（每个区组中每个条件出现的次数）",
-    seed: "随机种子（留空：不固定）", consent_version: "同意书版本", consent_text: "同意书正文", contact: "联系方式",
-    erasure: "撤回时可要求删除数据", debrief_title: "结束说明标题", debrief_text: "结束说明正文", by_condition: "条件 {c} 的附加说明",
-    prompt: "提示段落 {key}", task_title: "标题", instructions: "说明", unlock: "解锁偏移（T1 完成后的天数）",
-    min_messages: "最少消息数（留空：使用时间设置中的值）", questionnaire: "问卷顺序（问卷名称，用逗号分隔）",
-    randomise_instruments: "每位参与者随机排列问卷顺序", instrument_title: "构念名称（研究者可见）", heading: "参与者看到的标题",
-    randomise_items: "每位参与者随机排列题目顺序", items: "题目", item: "题目 {n}", item_id: "题目 ID", item_type: "题型",
-    item_text: "题目文字", min: "最小值", max: "最大值", required: "必答", expected: "注意力题的正确答案",
-    options: "选项（JSON：[{\"value\":1,\"label\":{\"zh\":\"…\",\"en\":\"…\"}}]）", show_if: "显示条件：当题目", show_op: "比较",
-    show_value: "值", labels: "刻度标签（JSON：{\"1\":{\"zh\":\"完全不同意\",\"en\":\"Strongly disagree\"}}；留空 null：默认标签）", add_item: "添加题目", remove_item: "删除题目", currency: "货币", per_task: "任务 {t} 报酬",
-    bonus: "全部完成奖励", pay_incomplete: "未达最低参与度的任务也支付", cap: "人数上限（留空：不限）",
-    id_parameter: "参与者 ID 的 URL 参数名", id_pattern: "参与者 ID 的格式（正则表达式）", full_code: "满员代码",
-    full_redirect: "满员跳转地址", completion_code: "{t} 完成代码", redirect: "{t} 完成跳转地址", incomplete_code: "{t} 未完成代码",
-    incomplete_redirect: "{t} 未完成跳转地址", preset: "回忆参数预设", gist_max: "要点记忆最大字符数", recent_turns: "条件 {c} 保留的最近轮数",
-    expert_hint: "其他所有键（例如完整的 memory 设置）。修改后保存时一起检查。", json_bad: "不是有效的 JSON：{msg}",
-    versions: "已发布版本", drafts: "草稿", from: "从", to: "到", show_diff: "显示差异", no_changes: "两者没有差异。",
-    path: "路径", op: "变化", before: "之前", after: "之后", load: "载入编辑器", live_mark: "当前", by_reason: "原因：{r}",
-    op_added: "新增", op_removed: "删除", op_changed: "修改", condition: "条件", task: "任务", lang: "语言",
-    open_preview: "创建预览链接", preview_link: "预览链接：",
-    preview_private: "请在无痕窗口或另一个浏览器中打开：在本窗口打开会让这个浏览器以预览账号登录，之后需要重新登录管理台。", delete_previews: "删除所有预览账号",
-    deleted: "已删除 {n} 个预览账号。", demo_links: "演示链接", days: "有效天数", label: "备注", create_demo: "创建演示链接",
-    revoke: "撤销", demo_created: "演示链接（只显示这一次）：", state_live: "有效", state_revoked: "已撤销", state_expired: "已过期",
-    opened: "打开 {n} 次", test_counts: "测试参与者（单独计数，不计入分组）：{groups}",
-    preview_count: "现有预览账号 {n} 个，创建 {hours} 小时后自动删除", test_participant: "创建测试参与者", test_created: "测试参与者 {code} 的登录链接：",
-    code_unknown_key: "未知的键（拼写错误？）", code_missing_key: "缺少必需的键", code_wrong_type: "类型或取值不对",
-    code_invalid: "无法使用", code_breaking_change: "会破坏已收集的数据", error: "出错了：{msg}",
-  },
-  en: {
-    title: "Study design", intro: "Edit the study definition here. Saving makes a draft and checks every part; once published, a version applies to every new request at once (tasks under way finish under the version they started).",
-    live: "Live: v{version} · hash {hash}", save: "Save draft", saved: "Draft d{id} saved; no problems found.", publish: "Publish draft…",
-    publish_title: "Publish draft d{id}", publish_intro: "Once published, new participants and newly started tasks use this version. When anyone has taken part, a reason is required; it goes into the audit log.",
-    reason: "Reason for publishing", confirm_publish: "Publish", cancel: "Cancel", published: "Published as v{version} (hash {hash}).",
-    problems: "{n} problem(s) found; see the marked fields.", problem_at_top: "The definition as a whole", export_json: "Export JSON", export_yaml: "Export YAML",
-    import: "Import a JSON/YAML file", imported: "Imported as draft d{id}.", unsaved: "There are unsaved changes.",
-    s_general: "Name, languages and groups", s_texts: "Consent, contact and debrief texts", s_prompts: "System prompts (per condition and language)", s_tasks: "Tasks",
-    s_timing: "Timing and limits", s_instruments: "Questionnaires and items", s_panel: "Panel (codes, redirects, cap)", s_payments: "Payments",
-    s_memory: "Memory parameters (lab-changeable)", s_expert: "Expert settings (JSON)", s_versions: "Versions and differences", s_preview: "Preview, demo links and test participants",
-    name: "Study name", default_language: "Default language", enabled: "Enabled conditions", block_multiple: "Block multiple (times each condition appears in a block)",
-    seed: "Random seed (empty: not fixed)", consent_version: "Consent version", consent_text: "Consent text", contact: "Contact details",
-    erasure: "Withdrawal may ask for erasure", debrief_title: "Debrief title", debrief_text: "Debrief text", by_condition: "Extra paragraph for condition {c}",
-    prompt: "Prompt paragraph {key}", task_title: "Title", instructions: "Instructions", unlock: "Unlock offset (days after T1 is done)",
-    min_messages: "Minimum messages (empty: the timing setting)", questionnaire: "Questionnaire order (instrument names, comma-separated)",
-    randomise_instruments: "Random order of instruments per participant", instrument_title: "Construct (researchers only)", heading: "Heading participants see",
-    randomise_items: "Random order of items per participant", items: "Items", item: "Item {n}", item_id: "Item id", item_type: "Type",
-    item_text: "Wording", min: "Minimum", max: "Maximum", required: "Required", expected: "Attention check's instructed answer",
-    options: "Options (JSON: [{\"value\":1,\"label\":{\"zh\":\"…\",\"en\":\"…\"}}])", show_if: "Show only when item", show_op: "Comparison",
-    show_value: "Value", labels: "Scale labels (JSON: {\"1\":{\"zh\":\"完全不同意\",\"en\":\"Strongly disagree\"}}; null: the default anchors)", add_item: "Add item", remove_item: "Remove item", currency: "Currency", per_task: "Pay for task {t}",
-    bonus: "Completion bonus", pay_incomplete: "Pay tasks below the minimum engagement too", cap: "Participant cap (empty: none)",
-    id_parameter: "URL parameter with the participant id", id_pattern: "Participant id pattern (regular expression)", full_code: "Study-full code",
-    full_redirect: "Study-full redirect", completion_code: "{t} completion code", redirect: "{t} completion redirect", incomplete_code: "{t} incomplete code",
-    incomplete_redirect: "{t} incomplete redirect", preset: "Recall preset", gist_max: "Gist memory: maximum characters", recent_turns: "Recent turns kept by {c}",
-    expert_hint: "Every other key (the full memory settings, for example). Checked with the rest when you save.", json_bad: "Not valid JSON: {msg}",
-    versions: "Published versions", drafts: "Drafts", from: "From", to: "To", show_diff: "Show differences", no_changes: "No differences.",
-    path: "Path", op: "Change", before: "Before", after: "After", load: "Load into the editor", live_mark: "live", by_reason: "Reason: {r}",
-    op_added: "added", op_removed: "removed", op_changed: "changed", condition: "Condition", task: "Task", lang: "Language",
-    open_preview: "Make a preview link", preview_link: "Preview link:",
-    preview_private: "Open it in a private window or another browser: opened here, it signs this browser in as the preview account and you will have to log in to the console again.", delete_previews: "Delete all preview accounts",
-    deleted: "{n} preview account(s) deleted.", demo_links: "Demo links", days: "Valid for days", label: "Note", create_demo: "Create demo link",
-    revoke: "Revoke", demo_created: "Demo link (shown this once):", state_live: "live", state_revoked: "revoked", state_expired: "expired",
-    opened: "opened {n} times", test_counts: "Test participants (counted apart from the groups): {groups}",
-    preview_count: "{n} preview account(s), each deleted {hours} hours after it was made", test_participant: "Create a test participant", test_created: "Log-in link of test participant {code}:",
-    code_unknown_key: "Unknown key (misspelled?)", code_missing_key: "Missing key", code_wrong_type: "Wrong type or value",
-    code_invalid: "Cannot be used", code_breaking_change: "Would break data already collected", error: "Something went wrong: {msg}",
-  },
-};
 
 const LANGS = ["zh", "en"];
 const ITEM_TYPES = ["likert", "ios", "choice", "text", "attention"];
@@ -94,10 +18,9 @@ const FORM_KEYS = ["name", "default_language", "enabled_conditions", "assignment
 const state = { live: null, work: null, draftId: null, problems: [], listing: null, dirty: false, note: null };
 let fieldCounter = 0;
 
+// the editor's words: the catalogs' study_editor.<key>
 function tr(key, vars = {}) {
-  const lang = language() === "en" ? "en" : "zh";
-  const text = TEXTS[lang][key] ?? TEXTS.zh[key] ?? key;
-  return text.replace(/\{(\w+)\}/g, (_, name) => (vars[name] ?? `{${name}}`));
+  return t(`study_editor.${key}`, vars);
 }
 
 function clone(value) {

@@ -2,9 +2,9 @@
 
 The codes are read from the server's own source (every ``code="..."``, ``"error": "..."`` and
 ``_error("...")`` in app.py, routes/ and services/, and the f-string codes expanded over the values they
-take), so a new error code without a text fails here. The page shows static/js/error_texts.js's text for
-the code, never the server's English message. zxcvbn's password feedback is read from the installed
-package, so an upgrade that adds a sentence fails here too.
+take), so a new error code without a text fails here. The page shows the catalogs' ``error_code.<code>``
+text (static/js/error_texts.js asks i18n.js), never the server's English message. zxcvbn's password
+feedback is read from the installed package, so an upgrade that adds a sentence fails here too.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import zxcvbn.feedback
 
+from services.text.catalogs import Catalogs
+
 ROOT = Path(__file__).resolve().parents[2]
-ERROR_TEXTS = ROOT / "static" / "js" / "error_texts.js"
+CATALOGS = Catalogs(ROOT / "translations")
 
 LITERAL_CODES = [
     re.compile(r"\bcode\s*=\s*\"([a-z_]+)\""),           # raise Conflict(..., code="time_up"); class code = "..."
@@ -58,17 +60,11 @@ def server_error_codes() -> set[str]:
     return codes
 
 
-def js_block(text: str, name: str) -> str:
-    start = text.index(f"const {name} = {{")
-    return text[start:text.index("\n};", start)]
-
-
 def error_texts() -> dict[str, set[str]]:
-    block = js_block(ERROR_TEXTS.read_text(encoding="utf-8"), "ERROR_TEXTS")
-    languages = {}
-    for lang, body in re.findall(r"\n  (zh|en): \{(.*?)\n  \},", block, re.S):
-        languages[lang] = {key for key, value in re.findall(r"\n    (\w+): \"([^\"]+)\",", body) if value.strip()}
-    return languages
+    """Per catalog, the codes its error_code.* keys give a text for."""
+    return {lang: {key.removeprefix("error_code.") for key, text in CATALOGS.catalog(lang).texts.items()
+                   if key.startswith("error_code.") and text.strip()}
+            for lang in CATALOGS.languages()}
 
 
 def zxcvbn_sentences() -> set[str]:
@@ -90,29 +86,28 @@ def test_the_code_list_is_read_from_the_server_and_holds_the_participant_errors(
 def test_every_error_code_has_a_chinese_and_an_english_text():
     texts = error_texts()
     codes = server_error_codes()
-    for lang in ("zh", "en"):
+    assert {"zh", "en"} <= set(texts)
+    for lang in texts:
         missing = sorted(codes - texts[lang])
-        assert not missing, f"error codes without a {lang} text in {ERROR_TEXTS.name}: {missing}"
-    assert "unknown_code" in texts["zh"] and "unknown_code" in texts["en"]
+        assert not missing, f"error codes without a {lang} text in translations/{lang}: {missing}"
+        assert "unknown_code" in texts[lang]
 
 
 def test_the_chinese_texts_are_chinese_and_the_english_texts_have_no_chinese():
-    source = js_block(ERROR_TEXTS.read_text(encoding="utf-8"), "ERROR_TEXTS")
-    zh, en = re.findall(r"\n  (?:zh|en): \{(.*?)\n  \},", source, re.S)
-    for key, value in re.findall(r"\n    (\w+): \"([^\"]+)\",", zh):
-        assert re.search(r"[\u4e00-\u9fff]", value), (key, value)
-    for key, value in re.findall(r"\n    (\w+): \"([^\"]+)\",", en):
-        assert not re.search(r"[\u4e00-\u9fff]", value), (key, value)
+    for key, value in CATALOGS.catalog("zh").texts.items():
+        if key.startswith(("error_code.", "zxcvbn.")):
+            assert re.search(r"[\u4e00-\u9fff]", value), (key, value)
+    for key, value in CATALOGS.catalog("en").texts.items():
+        if key.startswith(("error_code.", "zxcvbn.")):
+            assert not re.search(r"[\u4e00-\u9fff]", value), (key, value)
 
 
-def test_every_zxcvbn_feedback_sentence_has_a_chinese_text():
-    block = js_block(ERROR_TEXTS.read_text(encoding="utf-8"), "PASSWORD_FEEDBACK_ZH")
-    mapped = {ast.literal_eval(key): value for key, value in
-              re.findall(r"\n  (\"[^\"]*\"|'[^']*'): \"([^\"]+)\",", block)}
+def test_every_zxcvbn_feedback_sentence_has_a_chinese_text_and_its_own_english():
+    zh, en = CATALOGS.catalog("zh").texts, CATALOGS.catalog("en").texts
     sentences = zxcvbn_sentences()
     assert len(sentences) > 20
-    assert not sorted(sentences - set(mapped)), "zxcvbn sentences without a Chinese text"
-    assert all(re.search(r"[\u4e00-\u9fff]", value) for value in mapped.values())
+    assert not sorted(s for s in sentences if f"zxcvbn.{s}" not in zh), "zxcvbn sentences without a Chinese text"
+    assert all(en[f"zxcvbn.{s}"] == s for s in sentences)
 
 
 def test_a_weak_password_is_refused_with_zxcvbns_warning_in_the_details(client):
@@ -123,3 +118,27 @@ def test_a_weak_password_is_refused_with_zxcvbns_warning_in_the_details(client):
     assert response.status_code == 400 and body["error"] == "weak_password"
     assert body["details"]["warning"] in zxcvbn_sentences()
     assert set(body["details"]["suggestions"]) <= zxcvbn_sentences()
+
+
+def questionnaire_problem_codes() -> set[str]:
+    """The codes services/study/questionnaire_service.py puts in details.items: what validate_answers stores in
+    ``problems[...]`` and what _check returns."""
+    tree = ast.parse((ROOT / "services" / "study" / "questionnaire_service.py").read_text(encoding="utf-8"))
+    codes = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+                and ast.unparse(node.targets[0].value) == "problems" and isinstance(node.value, ast.Constant)):
+            codes.add(node.value.value)
+        if isinstance(node, ast.FunctionDef) and node.name == "_check":
+            codes.update(r.value.value for r in ast.walk(node)
+                         if isinstance(r, ast.Return) and isinstance(r.value, ast.Constant) and r.value.value)
+    return codes
+
+
+def test_every_questionnaire_problem_code_has_a_text_in_every_catalog():
+    codes = questionnaire_problem_codes()
+    assert {"required", "out_of_range", "not_shown", "unknown_item", "too_long"} <= codes
+    for lang in CATALOGS.languages():
+        texts = CATALOGS.catalog(lang).texts
+        assert not sorted(c for c in codes if f"item_problem.{c}" not in texts), lang
+    assert CATALOGS.text("zh", "item_problem.out_of_range", min=1, max=7) == "请选择 1 到 7 之间的数字。"

@@ -1,4 +1,5 @@
-"""The panel's refusal page (templates/panel_message.html): both languages, escaped, never cached."""
+"""The panel's refusal page (templates/panel_message.html): the page's language and English, escaped, never
+cached."""
 from __future__ import annotations
 
 
@@ -14,11 +15,17 @@ def test_an_invalid_panel_link_gets_the_page_in_both_languages(client):
 
 
 def test_the_page_escapes_what_it_shows(app):
-    from routes.panel import _message_page
+    from routes.panel import _render_message
 
     with app.test_request_context():
-        response = _message_page(404, "<b>x</b>", "甲 & 乙", '"quoted" <script>')
+        response = _render_message(404, [("zh", "<b>x</b>", "甲 & 乙", "登录"), ("en", "x", '"quoted" <script>', "in")])
     text = response.get_data(as_text=True)
     assert response.status_code == 404
     assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text
     assert "甲 &amp; 乙" in text and "<script>" not in text
+
+
+def test_an_english_reader_gets_the_page_in_english_only(client):
+    text = client.get("/enter?pid=%3Cscript%3E", headers={"Accept-Language": "en-GB"}).get_data(as_text=True)
+    assert '<html lang="en">' in text and "<title>Invalid link</title>" in text and "链接" not in text
+    assert '<a href="/#/login">Log in</a>' in text

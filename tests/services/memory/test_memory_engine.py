@@ -119,13 +119,13 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.get("recall_candidates")]
     assert context.get("recall_params")["candidates"] == {"min_content_words": 1, "min_salience": 0.5,
                                                           "recall_questions": False}
-    assert "1 earlier message(s) without content are not recall candidates (recall candidate rule)" in context.notes
+    assert {"code": "excluded", "params": {"n": 1}} in context.notes
 
 
 def test_l4_a_message_without_content_recalls_nothing_and_says_why(run_scenario):
     session, context = run_scenario("L4", question="嗯嗯，好的，谢谢！")
     assert context.get("recalled") == [] and context.get("recall_candidates") == []
-    assert any("no content words" in note for note in context.notes)
+    assert {"code": "no_content_words", "params": {}} in context.notes
     assert session.scalars(select(RecallEvent)).all() == []
 
 
@@ -142,7 +142,7 @@ def test_gist_groups_without_a_profile_say_so(database, settings, clock):
         context = MemoryEngine(session, settings.study, embedder=EMBEDDER, clock=clock,
                                day_seconds=settings.day_seconds).build_context(user_id=user.id, memory_group="L3",
                                                                 task_session=ts, query=query)
-    assert context.get("profile") is None and context.notes == ["no consolidated profile yet"]
+    assert context.get("profile") is None and context.notes == [{"code": "no_profile", "params": {}}]
 
 
 def test_the_newest_profile_version_is_used(database, settings, clock):

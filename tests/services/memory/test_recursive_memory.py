@@ -256,7 +256,7 @@ def test_memory_engine_returns_r1_memory_for_later_tasks(db_session, clock, stud
     fresh = make_user(db_session, clock, name="p002")
     first_task = run_task(db_session, clock, fresh, "T1", [], status="in_progress")
     empty = engine.build_context(user_id=fresh.id, memory_group="R1", task_session=first_task, query=None)
-    assert empty.get("r1_memory") is None and "R1: no memory from earlier tasks yet" in empty.notes
+    assert empty.get("r1_memory") is None and {"code": "r1_empty", "params": {}} in empty.notes
 
 
 def test_render_memory_caps_length_summaries_first():

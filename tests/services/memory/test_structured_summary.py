@@ -191,7 +191,7 @@ def test_recall_scores_match_hand_computation_in_pilot_mode(db_session, clock, s
     clock.advance(300)
     embedder = VectorEmbedder({"我对海鲜过敏": [0.6, 0.8], "好的": [0.0, 1.0], "我养了一只猫": [0.0, 1.0],
                                "真可爱": [0.0, 1.0], "你还记得我对什么过敏吗？": [1.0, 0.0]})
-    notes: list[str] = []
+    notes: list[dict] = []
     fragments = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query, embedder=embedder,
                                     now=clock.now(), study=study, day_seconds=600, notes=notes)
     assert [f["message_id"] for f in fragments] == [allergy.id]
@@ -202,15 +202,15 @@ def test_recall_scores_match_hand_computation_in_pilot_mode(db_session, clock, s
     assert top["time_weight"] == pytest.approx(0.85)
     assert top["score"] == pytest.approx(0.4 * 0.5 + 0.4 * 0.6 + 0.2 * 0.85, abs=1e-4)
     assert top["task_id"] == "T1" and top["text"].endswith("我对海鲜过敏")
-    assert "4 candidates of 4 earlier messages, 1 at or above 0.3" in notes[0]
+    assert notes[0] == {"code": "s1_fuzzy", "params": {"scored": 4, "total": 4, "chosen": 1, "threshold": 0.3}}
     # With a candidate pool of 2 only the hybrid retriever's best two messages are scored: the allergy
     # (shared words, closest vector) is one of them, and the note says how many were left out.
-    pooled: list[str] = []
+    pooled: list[dict] = []
     small = study.with_overrides({"memory": {"s1": {"candidate_pool": 2}}})
     again = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query, embedder=embedder,
                                 now=clock.now(), study=small, day_seconds=600, notes=pooled)
     assert [f["message_id"] for f in again] == [allergy.id]
-    assert "2 candidates of 4 earlier messages" in pooled[0]
+    assert pooled[0]["params"]["scored"] == 2 and pooled[0]["params"]["total"] == 4
     # The cat message scored 0.2·0.85 = 0.17, below the threshold; its vector is cached all the same.
     db_session.flush()
     db_session.refresh(cat)
@@ -274,7 +274,7 @@ def test_recall_survives_an_embedder_outage_on_keywords_and_time(db_session, clo
     finish(db_session, clock, t1)
     t2 = start_task(db_session, clock, user, "T2")
     query, _ = say(db_session, clock, t2, "海鲜过敏怎么办", reply="")
-    notes: list[str] = []
+    notes: list[dict] = []
     fragments = s1.recall_fragments(db_session, user_id=user.id, task_session=t2, query=query,
                                     embedder=DownEmbedder(), now=clock.now(), study=study, day_seconds=86400,
                                     notes=notes)
@@ -282,7 +282,7 @@ def test_recall_survives_an_embedder_outage_on_keywords_and_time(db_session, clo
     assert [f["message_id"] for f in fragments] == [allergy.id]
     assert fragments[0]["semantic"] == 0.0 and fragments[0]["cosine"] is None
     assert fragments[0]["score"] == pytest.approx(0.4 + 0.2 * fragments[0]["time_weight"], abs=1e-4)
-    assert "embedding failed" in notes[0] and allergy.embedding is None
+    assert notes[0]["code"] == "s1_embedding_failed" and allergy.embedding is None
 
 
 def test_real_embedder_recalls_the_relevant_t1_message_and_caches_vectors(db_session, clock, study, e5):

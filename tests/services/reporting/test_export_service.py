@@ -196,7 +196,8 @@ def test_the_codebook_describes_every_column_of_every_file(exported):
             row = items[item["id"]]
             assert row["wording_zh"] == item["text"]["zh"] and row["wording_en"] == item["text"]["en"]
             assert row["scale"]
-    assert "1-7" in items["pu_1"]["scale"] and "strongly agree" in items["pu_1"]["scale"]
+    assert "1-7" in items["pu_1"]["scale"] and "7 = Strongly agree" in items["pu_1"]["scale"]
+    assert "1 = 完全不同意" in items["pu_1"]["scale"]
     wide = {r["column"]: r for r in codebook if r["file"] == "questionnaires_wide.csv"}
     open_1 = study.definition["instruments"]["open_questions"]["items"][0]
     assert wide["T4_open_1"]["wording_zh"] == open_1["text"]["zh"]

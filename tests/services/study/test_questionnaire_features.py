@@ -54,7 +54,7 @@ def test_a_conditional_item_is_asked_only_when_its_condition_holds(study):
     assert "pu_why" not in low
     with pytest.raises(Exception) as refused:
         validate_answers(items, {**base, "pu_1": 2, "pu_why": "because"}, 2000)
-    assert refused.value.details["items"] == {"pu_why": "not shown"}
+    assert refused.value.details["items"] == {"pu_why": "not_shown"}
     with pytest.raises(Exception) as missing:
         validate_answers(items, {**base, "pu_1": 6}, 2000)
     assert missing.value.details["items"] == {"pu_why": "required"}

@@ -67,20 +67,20 @@ def test_every_bad_item_is_named_with_its_problem():
         validate_answers(ITEMS, answers, MAX_TEXT)
 
     assert refused.value.details["items"] == {
-        "scale": "must be between 1 and 7",
-        "closeness": "must be a whole number",
-        "pick": "must be one of the options",
-        "note": "too long",
-        "extra": "unknown item",
+        "scale": "out_of_range",
+        "closeness": "not_whole_number",
+        "pick": "not_an_option",
+        "note": "too_long",
+        "extra": "unknown_item",
     }
 
 
 @pytest.mark.parametrize(("answers", "problems"), [
     ({"closeness": 2, "pick": "a"}, {"scale": "required"}),
     ({"scale": "  ", "closeness": 2, "pick": "a"}, {"scale": "required"}),
-    ({"scale": 3.5, "closeness": 2, "pick": "a"}, {"scale": "must be a whole number"}),
-    ({"scale": "3", "closeness": 2, "pick": "a"}, {"scale": "must be a whole number"}),
-    ({"scale": 3, "closeness": 2, "pick": "a", "note": 5}, {"note": "must be text"}),
+    ({"scale": 3.5, "closeness": 2, "pick": "a"}, {"scale": "not_whole_number"}),
+    ({"scale": "3", "closeness": 2, "pick": "a"}, {"scale": "not_whole_number"}),
+    ({"scale": 3, "closeness": 2, "pick": "a", "note": 5}, {"note": "not_text"}),
 ])
 def test_missing_and_mistyped_answers(answers, problems):
     with pytest.raises(BadInput) as refused:

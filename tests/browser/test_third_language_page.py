@@ -1,0 +1,55 @@
+"""In the browser, a third language is one more catalog: with a dummy catalog dropped into the translations
+folder, the admin sign-in page opens in it from the link's ``lang``, its language button reaches it, and its
+words come from the catalog (untranslated ones in English)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.browser.conftest import page_factory, served
+from tests.pseudo_catalog import PSEUDO, UNTRANSLATED, translations_with_a_third_language
+
+
+@pytest.fixture(scope="module")
+def pseudo_server(tmp_path_factory):
+    from app import create_app
+    from config import Settings
+    from database.db_manager import Database
+
+    folder = tmp_path_factory.mktemp("third-language")
+    database_url = f"sqlite:///{folder / 'browser.db'}"
+    migrations = Database(database_url)
+    migrations.upgrade()
+    migrations.dispose()
+    settings = Settings.from_env(
+        database_url=database_url, secret_key="browser-test-secret", testing=True, scheduler_enabled=False,
+        rate_limits_enabled=False, llm_providers=["offline"], embedding_provider="offline",
+        run_migrations_on_start=False)
+    settings = dataclasses.replace(settings, translations_dir=str(translations_with_a_third_language(folder)))
+    yield from served(create_app(settings), "third-language-server")
+
+
+@pytest.fixture
+def pseudo_page(browser, pseudo_server):
+    yield from page_factory(browser, pseudo_server)
+
+
+def test_the_sign_in_page_speaks_a_language_that_is_only_a_catalog(pseudo_page):
+    page = pseudo_page(locale="en-GB")
+    page.goto(f"/admin/login?lang={PSEUDO}")
+    page.wait_for_function(f"document.documentElement.lang === '{PSEUDO}'")
+    assert page.locator("#admin-login-title").inner_text() == "⟦Admin login⟧"
+    assert page.locator("#admin-login-submit").inner_text() == "⟦Log in⟧"
+    # a key the dummy catalog leaves out: English
+    assert "⟦" not in page.locator(f"[data-i18n='{UNTRANSLATED[0]}']").inner_text()
+    # the language button goes round every catalog: eo -> zh -> en -> eo
+    toggle = page.locator("#language-toggle")
+    toggle.click()
+    page.wait_for_function("document.documentElement.lang === 'zh-CN'")
+    assert page.locator("#admin-login-title").inner_text() == "管理员登录"
+    toggle.click()
+    page.wait_for_function("document.documentElement.lang === 'en'")
+    toggle.click()
+    page.wait_for_function(f"document.documentElement.lang === '{PSEUDO}'")
+    assert page.locator("#admin-login-title").inner_text() == "⟦Admin login⟧"
