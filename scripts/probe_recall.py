@@ -7,7 +7,7 @@ Each probe persona (data/probes/probe_personas_{zh,en}.json; format in services/
 walks T1-T4 as one bot through the HTTP API of a temporary server in pilot mode, every persona in
 ``--condition``; the stored memory context of each reply says whether the probed fact's T1 message came back
 (services/research/probe_recall.py). Prints the hit rates per language and task with Wilson intervals and
-the targets' verdicts (T2 hit >= 50 %; asked before >= 40 % at T3, >= 30 % at T4; controls <= 5 %).
+the targets' verdicts (T2 hit >= 50 %; facts an earlier probe recalled >= 40 % at T3, >= 30 % at T4; controls <= 5 %).
 
 Exit 0 when no target is missed, 1 when one is, 2 when the run could not happen (bad probe file, no server).
 """

@@ -64,11 +64,13 @@ def comparison_conditions() -> tuple[str, ...]:
     baseline = main.manipulation_check.beyond.baseline if main.manipulation_check.beyond else None
     empty = next((c.id for c in registry.all_conditions() if c.manipulation_check.holds_no_fact), None)
     return tuple(dict.fromkeys(c for c in (main.id, baseline, empty) if c))
-# (target name, task, which probes, target, direction)
+# (target name, task, which probes, target, direction). T3/T4 are judged, as issue 27 sets them, on the facts an
+# earlier task's probe brought back ("recalled before": does L4 keep what it recalled, i.e. consolidation); the
+# facts merely asked before, recalled or not, are reported beside them (the table's "asked before").
 TARGETS: tuple[tuple[str, str, str, float, str], ...] = (
     ("T2 hit", "T2", "all", 0.50, "at_least"),
-    ("T3 asked before", "T3", "asked_before", 0.40, "at_least"),
-    ("T4 asked before", "T4", "asked_before", 0.30, "at_least"),
+    ("T3 recalled before", "T3", "recalled_before", 0.40, "at_least"),
+    ("T4 recalled before", "T4", "recalled_before", 0.30, "at_least"),
     ("controls pulling in a planted fact (T2-T4)", "*", "controls", 0.05, "at_most"),
 )
 EVALUATION_SPLITS = ("held-out", "blind")
@@ -235,7 +237,7 @@ def verdicts(outcomes: Sequence[dict[str, Any]], language: str) -> list[Verdict]
             successes = sum(bool(o["leaked"]) for o in items)
         else:
             items = [o for o in mine if o["task"] == task and o["kind"] in ("explicit", "implicit")
-                     and (which == "all" or o["asked_before"])]
+                     and (which == "all" or o[which])]
             successes = sum(bool(o["hit"]) for o in items)
         result.append(judge(f"{language} {name}", successes, len(items), target, direction))  # type: ignore[arg-type]
     return result
@@ -266,12 +268,13 @@ def format_table(result: dict[str, Any], run: dict[str, Any] | None = None) -> s
     if run:
         lines.append(f"  {len(run['personas'])} personas; pilot day {run['day_seconds']} s; "
                      f"run took {run['duration_seconds']:.0f} s")
-    header = ["lang", "task", "all probes", "first asked", "asked before", "explicit", "implicit", "verbatim",
-              "controls leaking"]
+    header = ["lang", "task", "all probes", "first asked", "asked before", "recalled before", "explicit", "implicit",
+              "verbatim", "controls leaking"]
     lines.append("  " + " | ".join(header))
     for row in result["rows"]:
         lines.append("  " + " | ".join([row["language"], row["task"], _fmt(row["all"]), _fmt(row["first_asked"]),
-                                        _fmt(row["asked_before"]), _fmt(row["explicit"]), _fmt(row["implicit"]),
+                                        _fmt(row["asked_before"]), _fmt(row["recalled_before"]),
+                                        _fmt(row["explicit"]), _fmt(row["implicit"]),
                                         _fmt(row["verbatim"]), _fmt(row["controls"])]))
     lines += ["", "Targets (pooled per language; met / within error / missed):"]
     for judged in result["verdicts"].values():

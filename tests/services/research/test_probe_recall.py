@@ -54,6 +54,22 @@ def test_hits_asked_before_and_leaks_are_read_from_the_stored_context():
     assert not any(o.verbatim and not o.hit for o in out.values())
 
 
+def test_t3_and_t4_are_judged_on_the_facts_an_earlier_probe_brought_back():
+    """A fact asked at T2 and not recalled there counts as asked before at T3 but is not in the T3 target's
+    denominator (the target asks whether L4 keeps what it recalled); one that was recalled is."""
+    persona = load_probe_file(FIXTURE)[0]
+    every = {(t.task, t.index): list(persona.planted_by(t.facts[0])) for t in persona.probes()}
+    missed_at_t2 = {key: held for key, held in every.items() if key[0] != "T2"}  # T2 recalls nothing
+    result = pr.measure({"condition": "L4", "outcomes": [o.to_dict() for o in pr.outcomes_of(
+        persona, *walked(persona, missed_at_t2), "L4")]})
+    judged = {v["name"]: v for v in result["verdicts"]["zh"]}
+    t3 = next(r for r in result["rows"] if r["task"] == "T3")
+    assert t3["asked_before"]["n"] == 2 and t3["recalled_before"]["n"] == 0
+    assert judged["zh T3 recalled before"]["n"] == 0 and judged["zh T3 recalled before"]["verdict"] == "no_data"
+    assert judged["zh T4 recalled before"]["n"] == 2  # the T3 probes brought both back
+    assert judged["zh T2 hit"]["successes"] == 0 and not result["passed"]
+
+
 def test_targets_are_judged_per_language_on_pooled_personas():
     persona = load_probe_file(FIXTURE)[0]
     every = {(t.task, t.index): list(persona.planted_by(t.facts[0])) for t in persona.probes()}
@@ -63,7 +79,7 @@ def test_targets_are_judged_per_language_on_pooled_personas():
     assert result["passed"] and result["missed"] == []
     judged = {v["name"]: v for v in result["verdicts"]["zh"]}
     assert judged["zh T2 hit"]["successes"] == judged["zh T2 hit"]["n"] == 2
-    assert judged["zh T3 asked before"]["n"] == 2 and judged["zh T4 asked before"]["n"] == 2
+    assert judged["zh T3 recalled before"]["n"] == 2 and judged["zh T4 recalled before"]["n"] == 2
     assert judged["zh controls pulling in a planted fact (T2-T4)"]["n"] == 3
     t3 = next(r for r in result["rows"] if r["task"] == "T3")
     assert t3["first_asked"]["n"] == 1 and t3["implicit"]["n"] == 1 and t3["all"]["low"] < 1.0
