@@ -21,12 +21,15 @@ write in the transaction: taking the lock after another row lock could deadlock 
 """
 from __future__ import annotations
 
+from datetime import datetime
 from itertools import chain
 from typing import Any
 
 from sqlalchemy import event, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from database.models import Base, User
 
@@ -67,6 +70,22 @@ def hold_participant(target: Session | Connection, user_id: int) -> None:
         return
     if _status(target, user_id, exclusive=False) == "erased":
         raise ParticipantErased(user_id)
+
+
+def hold_active_participant(session: Session, user_id: int, active_at: datetime) -> None:
+    """``hold_participant`` and set the participant's ``last_active_at`` in one statement (a stored message
+    does both). The update's row lock is stronger than the share lock (on PostgreSQL a participant's
+    own writes then take turns on the row), which the update of ``last_active_at`` would take anyway in
+    the same transaction; the ORM's copy of the row is updated as loaded, so no flush writes it again."""
+    with session.no_autoflush:  # the lock comes before the transaction's other writes
+        status = session.execute(update(_USERS).where(_USERS.c.id == user_id).values(last_active_at=active_at)
+                                 .returning(_USERS.c.status)).scalar()
+    if status == "erased":
+        raise ParticipantErased(user_id)
+    session.info.setdefault(_HELD, set()).add(user_id)
+    user = session.identity_map.get(identity_key(User, user_id))
+    if user is not None:
+        set_committed_value(user, "last_active_at", active_at)
 
 
 def lock_for_erasure(connection: Connection, user_id: int) -> str | None:
