@@ -25,7 +25,7 @@ from datetime import datetime
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import event, select, update
+from sqlalchemy import event, insert, literal, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
@@ -86,6 +86,26 @@ def hold_active_participant(session: Session, user_id: int, active_at: datetime)
     user = session.identity_map.get(identity_key(User, user_id))
     if user is not None:
         set_committed_value(user, "last_active_at", active_at)
+
+
+def insert_held(session: Session, model: type[Base], values: dict[str, Any], user_id: int) -> Any:
+    """Insert one row of ``model`` (a participant table) for ``user_id`` and take the participant's lock in the
+    same statement: ``INSERT ... SELECT <values> FROM users WHERE`` the participant is not erased (share-locked
+    on PostgreSQL, under SQLite's write lock), so the lock costs no statement of its own. Returns the row as
+    stored; ParticipantErased when nothing was inserted (erased, or no such user)."""
+    table = model.__table__
+    names = [name for name, value in values.items() if value is not None]
+    # typed by the column (psycopg's dialect casts each parameter to it: PostgreSQL would otherwise take a
+    # SELECT list's JSON document for text)
+    source = select(*[literal(values[name], table.c[name].type) for name in names]).where(
+        _USERS.c.id == user_id, _USERS.c.status != "erased")
+    if session.get_bind().dialect.name == "postgresql":
+        source = source.with_for_update(read=True, key_share=True)
+    stored = session.scalar(insert(model).from_select(names, source).returning(model))
+    if stored is None:
+        raise ParticipantErased(user_id)
+    session.info.setdefault(_HELD, set()).add(user_id)
+    return stored
 
 
 def lock_for_erasure(connection: Connection, user_id: int) -> str | None:

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
-from database.participant_lock import ParticipantErased, hold_active_participant
+from database.participant_lock import ParticipantErased, hold_active_participant, insert_held
 from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
@@ -312,7 +312,7 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
     message = prepared.user_message
     for write in prepared.context.deferred:
         write.write(session)
-    reply = Message(
+    values = dict(
         user_id=message.user_id, task_session_id=message.task_session_id, task_id=message.task_id,
         role="assistant", content=result.text, created_at=runtime.clock.now(), reply_to_id=message.id,
         memory_group=prepared.memory_group, memory_context=prepared.context.to_dict(),
@@ -323,8 +323,10 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
         latency_ms=result.latency_ms, attempts=result.attempts, memory_exposure=prepared.exposure,
         **timing.columns(),
     )
-    session.add(reply)
     try:
+        session.flush()  # the deferred writes (L4's recall), which take the participant's lock first
+        # the reply and the participant's lock in one statement (database.participant_lock.insert_held)
+        reply = insert_held(session, Message, values, message.user_id)
         session.commit()
     except IntegrityError as exc:  # the unique reply_to_id: a simultaneous retry stored its reply first
         session.rollback()
