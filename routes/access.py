@@ -60,6 +60,7 @@ def take_db_session() -> Session:
     if session is not None:
         try:
             session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
+            rate_limit_store.recount_lost(session)  # a repeated message's count, rolled back with its insert
             return session
         except SQLAlchemyError:  # a read's connection broke: the reply reads what it needs in a new session
             session.close()

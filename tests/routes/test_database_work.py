@@ -117,7 +117,7 @@ def test_a_message_and_its_reply_stay_within_their_statements_and_checkouts(serv
 
 def test_a_refused_message_is_counted_all_the_same(served_app, clock):
     """The count goes back with a refused request's transaction: it is made again on its own, so refusals
-    (an empty message here) still use up the limit."""
+    (an empty message here) and repeats still use up the limit."""
     from database.models import RateLimitCounter
 
     api = ApiClient(served_app.test_client())
@@ -132,5 +132,10 @@ def test_a_refused_message_is_counted_all_the_same(served_app, clock):
 
     assert api.post("/api/tasks/T1/messages", json={"content": "   "}).status_code == 400
     assert message_counts() == [1]
-    assert api.post("/api/tasks/T1/messages", json={"content": "第一条。"}).status_code == 201
+    keyed = {"Idempotency-Key": "refused-1"}
+    assert api.post("/api/tasks/T1/messages", json={"content": "第一条。"}, headers=keyed).status_code == 201
     assert message_counts() == [2]
+    # a repeat stores nothing (its transaction is rolled back) and is counted all the same
+    repeat = api.post("/api/tasks/T1/messages", json={"content": "第一条。"}, headers=keyed)
+    assert repeat.status_code == 201 and repeat.headers["Idempotent-Replayed"] == "true"
+    assert message_counts() == [3]
