@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
-from database.participant_lock import ParticipantErased, hold_active_participant, insert_held
+from database.participant_lock import ParticipantErased, attach, hold_active_participant, insert_held
 from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
@@ -51,7 +50,7 @@ ERASED = "this participant's data has been erased"
 # a client-generated key naming one message (a UUID fits), so a resent message is stored once
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
-_INSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+_MESSAGES = Message.__table__
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
 ANSWER_GRACE_SECONDS = 60.0
 
@@ -118,12 +117,15 @@ def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: st
         return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals))
     try:
         return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals, key=key))
-    except KeyTaken:
+    except KeyTaken as taken:
         session.rollback()
+        stored = _by_key(session, user.id, key)
+        if stored is None:  # the insert failed on another constraint
+            raise taken.error from None
     except Conflict as exc:  # the time ran out: a message stored under this key before still gets its reply
-        if exc.code != "time_up" or _by_key(session, user.id, key) is None:
+        stored = _by_key(session, user.id, key) if exc.code == "time_up" else None
+        if stored is None:
             raise
-    stored = _by_key(session, user.id, key)
     if stored.task_id != task_id or not isinstance(content, str) or stored.content != content.strip():
         raise Conflict("this idempotency key was used for another message", code="idempotency_key_reused",
                        details={"message_id": stored.id})
@@ -133,7 +135,12 @@ def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: st
 
 
 class KeyTaken(Exception):
-    """A message with this idempotency key is stored already (``accept_message`` stored nothing)."""
+    """The message's insert broke a constraint, most likely because a message with its idempotency key is
+    stored already (``accept_message`` stored nothing; ``error`` is the database's refusal)."""
+
+    def __init__(self, key: str, error: IntegrityError) -> None:
+        super().__init__(key)
+        self.error = error
 
 
 def _by_key(session: Session, user_id: int, key: str) -> Message | None:
@@ -158,7 +165,7 @@ class _Loaded:
 def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any,
                    signals: dict[str, Any] | None = None, key: str | None = None) -> Message:
     """Validate and commit the participant's message. Nothing is stored if it is refused; ``KeyTaken``
-    when ``key`` names a message stored before (nothing of this one is stored then: the caller rolls back).
+    when the insert is refused, ``key`` naming a message stored before (the caller rolls back).
 
     ``signals`` holds the optional data-quality fields the page sends (services.participants.quality)."""
     quality = parse_signals(signals or {})
@@ -186,12 +193,15 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     values = dict(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user", content=text,
                   created_at=now, idempotency_key=key, content_flags=flags or None, **quality)
-    # one statement whatever the key: a key already taken inserts nothing (the unique constraint decides)
-    message = session.scalar(
-        _INSERT[session.get_bind().dialect.name](Message).values(**values)
-        .on_conflict_do_nothing(index_elements=["user_id", "idempotency_key"]).returning(Message))
-    if message is None:
-        raise KeyTaken(key)
+    # no look-up of the key first: the unique (user, key) constraint decides (a Core insert, whose compiled
+    # form is cached: database.participant_lock.attach)
+    try:
+        row = session.execute(insert(_MESSAGES).values(**values).returning(*_MESSAGES.c)).one()
+    except IntegrityError as error:
+        if key is None:
+            raise
+        raise KeyTaken(key, error) from error
+    message = attach(session, Message, row)
     session.commit()
     session.info[_REPLY_ROWS] = _Loaded(message, user, ts, history)
     return message
