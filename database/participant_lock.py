@@ -14,6 +14,10 @@ foreign key to a row the erasure deleted.
 * SQLite: one writer at a time, so holding the database's write lock is enough; a no-op UPDATE of the
   row takes it and reads the status under it.
 
+Where the lock can ride on a statement the transaction sends anyway, it does: ``hold_active_participant``
+takes it as the update of ``last_active_at`` (a stored message), ``insert_held`` in the row's own
+``INSERT ... SELECT ... FROM users`` (a reply); each marks the participant held for the transaction.
+
 ORM writes are covered by ``guard_flushes(sessionmaker)``: before the first flush of a transaction that
 writes a participant's rows, the lock is taken for each participant concerned. Code that writes with a
 Core statement (``session.execute(update(...))``) calls ``hold_participant`` itself, before its first
