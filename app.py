@@ -32,6 +32,7 @@ from routes.access import (
     limit_retry_after,
     limiter,
     release_db_session,
+    request_transaction,
 )
 from services.hosting.runtime import build_runtime
 from services.hosting.serving import warm_up
@@ -91,10 +92,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None, 
 
     @login.user_loader
     def load_user(cookie_id: str):
-        # a short session of its own: the request's session holds no connection while the rate
-        # limiter, which runs next, takes one (with a one-connection pool they would wait on each other)
-        with runtime.db.Session() as session:
-            return session_user(session, cookie_id)
+        # in the request's session: its transaction goes on with the rate limiter's count and the view's
+        # own work, on one connection (docs/benchmarks.md, "CPU per reply, session 7")
+        return session_user(db_session(), cookie_id)
 
     app.teardown_appcontext(close_db_session)
     _serve_live_study(app, runtime)
@@ -305,11 +305,13 @@ def _limiter_storage(settings: Settings, runtime: Any) -> dict[str, Any]:
     if settings.rate_limit_storage == "database":
         from database import rate_limit_store
 
+        rate_limit_store.track_counts(runtime.db.Session)  # a count made in a request's transaction (access.py)
         # a counter the database cannot write now must not turn an answered request into a 500 (the
         # failure count after the response, the headers): it is logged, and the request's own database
         # work answers 503 if the database is really down
         return {"RATELIMIT_STORAGE_URI": f"{rate_limit_store.SCHEME}://",
-                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine}, "RATELIMIT_SWALLOW_ERRORS": True}
+                "RATELIMIT_STORAGE_OPTIONS": {"engine": runtime.db.engine, "request_session": request_transaction},
+                "RATELIMIT_SWALLOW_ERRORS": True}
     from services.platform import memory_rate_limits
 
     return {"RATELIMIT_STORAGE_URI": f"{memory_rate_limits.SCHEME}://", "RATELIMIT_STORAGE_OPTIONS": {}}

@@ -14,6 +14,10 @@ foreign key to a row the erasure deleted.
 * SQLite: one writer at a time, so holding the database's write lock is enough; a no-op UPDATE of the
   row takes it and reads the status under it.
 
+Where the lock can ride on a statement the transaction sends anyway, it does: ``hold_active_participant``
+takes it as the update of ``last_active_at`` (a stored message), ``insert_held`` in the row's own
+``INSERT ... SELECT ... FROM users`` (a reply); each marks the participant held for the transaction.
+
 ORM writes are covered by ``guard_flushes(sessionmaker)``: before the first flush of a transaction that
 writes a participant's rows, the lock is taken for each participant concerned. Code that writes with a
 Core statement (``session.execute(update(...))``) calls ``hold_participant`` itself, before its first
@@ -21,12 +25,15 @@ write in the transaction: taking the lock after another row lock could deadlock 
 """
 from __future__ import annotations
 
+from datetime import datetime
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import event, select, update
+from sqlalchemy import event, insert, literal, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from database.models import Base, User
 
@@ -67,6 +74,52 @@ def hold_participant(target: Session | Connection, user_id: int) -> None:
         return
     if _status(target, user_id, exclusive=False) == "erased":
         raise ParticipantErased(user_id)
+
+
+def hold_active_participant(session: Session, user_id: int, active_at: datetime) -> None:
+    """``hold_participant`` and set the participant's ``last_active_at`` in one statement (a stored message
+    does both). The update's row lock is stronger than the share lock (on PostgreSQL a participant's
+    own writes then take turns on the row), which the update of ``last_active_at`` would take anyway in
+    the same transaction; the ORM's copy of the row is updated as loaded, so no flush writes it again."""
+    with session.no_autoflush:  # the lock comes before the transaction's other writes
+        status = session.execute(update(_USERS).where(_USERS.c.id == user_id).values(last_active_at=active_at)
+                                 .returning(_USERS.c.status)).scalar()
+    if status == "erased":
+        raise ParticipantErased(user_id)
+    session.info.setdefault(_HELD, set()).add(user_id)
+    user = session.identity_map.get(identity_key(User, user_id))
+    if user is not None:
+        set_committed_value(user, "last_active_at", active_at)
+
+
+def insert_held(session: Session, model: type[Base], values: dict[str, Any], user_id: int) -> Any:
+    """Insert one row of ``model`` (a participant table) for ``user_id`` and take the participant's lock in the
+    same statement: ``INSERT ... SELECT <values> FROM users WHERE`` the participant is not erased (share-locked
+    on PostgreSQL, under SQLite's write lock), so the lock costs no statement of its own. Returns the row as
+    stored; ParticipantErased when nothing was inserted (erased, or no such user)."""
+    table = model.__table__
+    names = [name for name, value in values.items() if value is not None]
+    # typed by the column (psycopg's dialect casts each parameter to it: PostgreSQL would otherwise take a
+    # SELECT list's JSON document for text)
+    source = select(*[literal(values[name], table.c[name].type) for name in names]).where(
+        _USERS.c.id == user_id, _USERS.c.status != "erased")
+    if session.get_bind().dialect.name == "postgresql":
+        source = source.with_for_update(read=True, key_share=True)
+    row = session.execute(insert(table).from_select(names, source).returning(*table.c)).first()
+    if row is None:
+        raise ParticipantErased(user_id)
+    session.info.setdefault(_HELD, set()).add(user_id)
+    return attach(session, model, row)
+
+
+def attach(session: Session, model: type[Base], row: Any) -> Any:
+    """The row an ``INSERT ... RETURNING`` of every column gave, as a loaded, unchanged instance of ``model`` in
+    ``session``. The insert is a Core statement: SQLAlchemy compiles an ORM-enabled INSERT anew every time (no
+    cache key), which cost more CPU than the statement it saves."""
+    instance = model(**row._mapping)
+    make_transient_to_detached(instance)
+    session.add(instance)
+    return instance
 
 
 def lock_for_erasure(connection: Connection, user_id: int) -> str | None:

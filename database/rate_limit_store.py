@@ -15,6 +15,12 @@ The response's X-RateLimit headers need the window's count and end right after t
 increment: ``incr`` returns both (one statement) and keeps them for the rest of the request (in
 ``flask.g``), so ``get``/``get_expiry`` answer the headers without a second and third round trip.
 
+A signed-in request has already begun its transaction (the login read): the increment joins it
+(``request_session``), so a chat message and its count are one transaction on one connection, committed
+together. A count must stand even when its request is refused: an increment whose transaction is rolled
+back (or closed without a commit) is made again in a transaction of its own by ``recount_lost``, which
+the request's teardown calls.
+
 What a key holds: flask-limiter's ``LIMITER/<subject>/<endpoint>/<amount>/<multiples>/<granularity>``,
 the subject being an address, ``user:<login cookie id>``, or ``login_subject(name)``: a digest of an
 account name, never the name itself. A key that is too long for the column or holds a character the
@@ -26,14 +32,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import g, has_request_context
 from limits.storage import Storage
-from sqlalchemy import case, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, event, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
 from database.db_manager import is_unavailable
 from database.models import RateLimitCounter, username_key
@@ -43,7 +50,19 @@ SCHEME = "memlab-db"
 MAX_KEY = 255
 SWEEP_SECONDS = 60.0
 _TABLE = RateLimitCounter.__table__
-_UPSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+# The count's upsert, the same text for both databases. Written out because SQLAlchemy compiles an
+# ``INSERT ... ON CONFLICT`` construct anew for every execution (it has no cache key): a compilation per
+# limited request, about as much CPU as the statement's round trip; a text statement is compiled once.
+_UPSERT_COUNT = text(
+    'INSERT INTO rate_limit_counters ("key", count, expires_at) VALUES (:key, :amount, :ends) '
+    'ON CONFLICT ("key") DO UPDATE SET '
+    "count = CASE WHEN rate_limit_counters.expires_at <= :now THEN :amount "
+    "ELSE rate_limit_counters.count + :amount END, "
+    "expires_at = CASE WHEN rate_limit_counters.expires_at <= :now THEN :ends "
+    "ELSE rate_limit_counters.expires_at END "
+    "RETURNING count, expires_at")
+_PENDING = "rate_limit.pending"  # Session.info: increments made in the session's open transaction
+_LOST = "rate_limit.lost"  # Session.info: increments whose transaction ended without a commit
 
 
 def _digest(text: str) -> str:
@@ -85,18 +104,53 @@ def _seen(key: str) -> tuple[int, float] | None:
     return g.get("_rate_limit_windows", {}).get(key)
 
 
+def _expired(now: float):
+    return delete(_TABLE).where(_TABLE.c.expires_at <= now)
+
+
+def _committed(session: Session) -> None:
+    session.info.pop(_PENDING, None)
+
+
+def _transaction_ended(session: Session, transaction: Any) -> None:
+    if transaction.parent is None and session.info.get(_PENDING):  # rolled back, or closed unfinished
+        session.info.setdefault(_LOST, []).extend(session.info.pop(_PENDING))
+
+
+def track_counts(factory: sessionmaker) -> None:
+    """Keep track of the increments made in sessions from ``factory`` until their transaction commits."""
+    event.listen(factory, "after_commit", _committed)
+    event.listen(factory, "after_transaction_end", _transaction_ended)
+
+
+def recount_lost(session: Session) -> int:
+    """Make again, each in a transaction of its own, the increments ``session`` made in a transaction that
+    did not commit (a refused request's); call after the session's last transaction ended. Returns how many."""
+    lost: list[Callable[[], None]] = session.info.pop(_LOST, [])
+    for increment in lost:
+        try:
+            increment()
+        except SQLAlchemyError as exc:
+            if not is_unavailable(exc):
+                raise
+            log.warning("a rate-limit count was not made again, database unavailable: %s", exc)
+    return len(lost)
+
+
 class DatabaseRateLimitStorage(Storage):
     """Fixed-window counters (``incr``/``get``/``get_expiry``) in ``rate_limit_counters``."""
 
     STORAGE_SCHEME = [SCHEME]
 
     def __init__(self, uri: str | None = None, wrap_exceptions: bool = False, *, engine: Engine,
-                 **options: Any) -> None:
-        if engine.dialect.name not in _UPSERT:
+                 request_session: Callable[[], Session | None] = lambda: None, **options: Any) -> None:
+        """``request_session``: the request's session when it has a transaction under way on ``engine``
+        that an increment may join (its commit then commits the count), else None."""
+        if engine.dialect.name not in ("sqlite", "postgresql"):
             raise ValueError(f"rate limits in the database need SQLite or PostgreSQL, not {engine.dialect.name}")
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self.engine = engine
-        self._insert = _UPSERT[engine.dialect.name]
+        self._request_session = request_session
         self._next_sweep = 0.0
 
     @property
@@ -106,29 +160,42 @@ class DatabaseRateLimitStorage(Storage):
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """Add ``amount`` to the key's window, starting a new window of ``expiry`` seconds when the
         old one has ended; one statement, so concurrent requests in any process never lose a count.
-        The new count and the window's end are kept for this request's headers (``_seen``)."""
+        The new count and the window's end are kept for this request's headers (``_seen``). In the
+        request's transaction when one is under way (``request_session``), else in one of its own."""
+        session = self._request_session()
+        if session is None:
+            return self._incr(key, expiry, amount, None)
+        try:
+            count = self._incr(key, expiry, amount, session)
+        except SQLAlchemyError:
+            session.rollback()  # the request goes on in a new transaction; the limiter logs this one
+            raise
+        session.info.setdefault(_PENDING, []).append(lambda: self._incr(key, expiry, amount, None))
+        return count
+
+    def _incr(self, key: str, expiry: int, amount: int, session: Session | None) -> int:
         now = time.time()
-        ended = _TABLE.c.expires_at <= now
-        statement = self._insert(_TABLE).values(key=stored_key(key), count=amount, expires_at=now + expiry)
-        statement = statement.on_conflict_do_update(
-            index_elements=[_TABLE.c.key],
-            set_={"count": case((ended, amount), else_=_TABLE.c.count + amount),
-                  "expires_at": case((ended, now + expiry), else_=_TABLE.c.expires_at)},
-        ).returning(_TABLE.c.count, _TABLE.c.expires_at)
-        with self.engine.begin() as connection:
-            row = connection.execute(statement).one()
+        statement = _UPSERT_COUNT.bindparams(key=stored_key(key), amount=amount, now=now, ends=now + expiry)
+        sweep = now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + SWEEP_SECONDS
+        if session is not None:  # the sweep too: the request's connection is the one it holds
+            row = session.execute(statement).one()
+            if sweep:
+                session.execute(_expired(now))
+        else:
+            with self.engine.begin() as connection:
+                row = connection.execute(statement).one()
+                if sweep:
+                    connection.execute(_expired(now))
         count = int(row.count)
         _remember(key, count, float(row.expires_at))
-        if now >= self._next_sweep:
-            self._next_sweep = now + SWEEP_SECONDS
-            self.delete_expired(now)
         return count
 
     def delete_expired(self, now: float | None = None) -> int:
         """Delete the rows whose window has ended (an ended window counts as no row); returns how many."""
         with self.engine.begin() as connection:
-            return connection.execute(delete(_TABLE).where(
-                _TABLE.c.expires_at <= (time.time() if now is None else now))).rowcount or 0
+            return connection.execute(_expired(time.time() if now is None else now)).rowcount or 0
 
     def _row(self, key: str) -> tuple[int, float] | None:
         """The key's current window; None (no count known) also when the database cannot answer now:

@@ -10,13 +10,14 @@ import time
 from functools import wraps
 from typing import Any
 
-from flask import current_app, g, jsonify, redirect, request
+from flask import current_app, g, has_request_context, jsonify, redirect, request
 from flask_limiter import HeaderNames, Limiter
 from flask_login import current_user
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from werkzeug.routing import IntegerConverter
 
+from database import rate_limit_store
 from database.models import User
 from services.hosting.runtime import Runtime
 from services.participants import staff
@@ -38,6 +39,17 @@ def close_db_session(_exc: BaseException | None = None) -> None:
     session = g.pop("db_session", None)
     if session is not None:
         session.close()
+        # a refused request's rate-limit count went back with its transaction: it stands all the same
+        rate_limit_store.recount_lost(session)
+
+
+def request_transaction() -> Session | None:
+    """The request's session while it has a transaction under way (begun by the login's read), for a rate-limit
+    count to join: the count then costs no connection of its own and commits with the request's writes."""
+    if not has_request_context():
+        return None
+    session = g.get("db_session")
+    return session if session is not None and session.in_transaction() else None
 
 
 def take_db_session() -> Session:
@@ -48,9 +60,11 @@ def take_db_session() -> Session:
     if session is not None:
         try:
             session.commit()  # keeps the loaded rows (expire_on_commit=False) and gives the connection back
+            rate_limit_store.recount_lost(session)  # a repeated message's count, rolled back with its insert
             return session
         except SQLAlchemyError:  # a read's connection broke: the reply reads what it needs in a new session
             session.close()
+            rate_limit_store.recount_lost(session)
     return runtime().db.Session()
 
 
@@ -63,7 +77,8 @@ def release_db_session(response):
 
 def current() -> User:
     """The logged-in user, attached to this request's session: the row ``load_user`` read for this
-    request, attached as it is (``load=False``), not read a second time."""
+    request (in this session, unless it was closed since), attached as it is (``load=False``), not read a
+    second time."""
     return db_session().merge(current_user._get_current_object(), load=False)
 
 

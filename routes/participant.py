@@ -45,12 +45,10 @@ def _running_task_version():
     studies = runtime().studies
     if task_id is None or studies is None or studies.only_version or not current_user.is_authenticated:
         return
-    # a short session of its own, closed before the view: the view's rate limiter may need the pool's only
-    # connection (app.load_user does the same)
-    with runtime().db.Session() as session:
-        version = session.scalar(select(TaskSession.study_version).where(
-            TaskSession.user_id == current_user.id, TaskSession.task_id == task_id,
-            TaskSession.status == "in_progress"))
+    # in the request's session, whose transaction the login's read began (one connection for the request)
+    version = db_session().scalar(select(TaskSession.study_version).where(
+        TaskSession.user_id == current_user.id, TaskSession.task_id == task_id,
+        TaskSession.status == "in_progress"))
     if version is not None and version != studies.live_version:
         pin_study(studies.study(version))
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
-from database.participant_lock import ParticipantErased
+from database.participant_lock import ParticipantErased, attach, hold_active_participant, insert_held
 from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
@@ -50,6 +50,7 @@ ERASED = "this participant's data has been erased"
 # a client-generated key naming one message (a UUID fits), so a resent message is stored once
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
+_MESSAGES = Message.__table__
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
 ANSWER_GRACE_SECONDS = 60.0
 
@@ -110,24 +111,36 @@ def accept_or_repeat(session: Session, runtime: Runtime, user: User, task_id: st
     """``accept_message``, once per idempotency ``key``: a repeat (a client retrying after a lost
     answer, or the same post sent several times at once) gets the message stored first, and its
     reply when there is one, instead of a second row. The unique (user, key) constraint decides
-    between simultaneous repeats."""
+    between simultaneous repeats: the message is inserted unless the key is taken (no look-up first),
+    and a repeat's transaction is rolled back, so it changes nothing."""
     if key is None:
         return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals))
-    stored = _by_key(session, user.id, key)
-    if stored is None:
-        try:
-            return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals, key=key))
-        except IntegrityError:
-            session.rollback()
-            stored = _by_key(session, user.id, key)
-            if stored is None:
-                raise
+    try:
+        return Accepted(accept_message(session, runtime, user, task_id, content, signals=signals, key=key))
+    except KeyTaken as taken:
+        session.rollback()
+        stored = _by_key(session, user.id, key)
+        if stored is None:  # the insert failed on another constraint
+            raise taken.error from None
+    except Conflict as exc:  # the time ran out: a message stored under this key before still gets its reply
+        stored = _by_key(session, user.id, key) if exc.code == "time_up" else None
+        if stored is None:
+            raise
     if stored.task_id != task_id or not isinstance(content, str) or stored.content != content.strip():
         raise Conflict("this idempotency key was used for another message", code="idempotency_key_reused",
                        details={"message_id": stored.id})
     # a repeat is answered only where a new message would be: an active participant, the task's chat open
     task_service(session, runtime).running_session(user, task_id, phase="chat")
     return Accepted(stored, _reply_of(session, stored.id), repeated=True)
+
+
+class KeyTaken(Exception):
+    """The message's insert broke a constraint, most likely because a message with its idempotency key is
+    stored already (``accept_message`` stored nothing; ``error`` is the database's refusal)."""
+
+    def __init__(self, key: str, error: IntegrityError) -> None:
+        super().__init__(key)
+        self.error = error
 
 
 def _by_key(session: Session, user_id: int, key: str) -> Message | None:
@@ -138,9 +151,21 @@ def _reply_of(session: Session, message_id: int) -> Message | None:
     return session.scalar(select(Message).where(Message.reply_to_id == message_id))
 
 
+@dataclass
+class _Loaded:
+    """What storing a message loaded, kept for its reply (in ``Session.info``): a session holds its rows
+    weakly, so without this a reply going on in the same session would read them again."""
+
+    message: Message
+    user: User
+    task_session: TaskSession
+    history: list[dict[str, str]]  # the task's messages before this one, as chat history
+
+
 def accept_message(session: Session, runtime: Runtime, user: User, task_id: str, content: Any,
                    signals: dict[str, Any] | None = None, key: str | None = None) -> Message:
-    """Validate and commit the participant's message. Nothing is stored if it is refused.
+    """Validate and commit the participant's message. Nothing is stored if it is refused; ``KeyTaken``
+    when the insert is refused, ``key`` naming a message stored before (the caller rolls back).
 
     ``signals`` holds the optional data-quality fields the page sends (services.participants.quality)."""
     quality = parse_signals(signals or {})
@@ -156,19 +181,29 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     if ts.phase != "chat":
         tasks.commit()  # keep the closed timer; the message itself is not part of the task
         raise Conflict("the time for this task is up", code="time_up")
+    now = runtime.clock.now()
+    hold_active_participant(session, user.id, now)  # before the task's row is written (the flush below)
     text = content.strip()
-    earlier = session.scalars(select(Message.content).where(Message.task_session_id == ts.id,
-                                                             Message.role == "user")).all()
+    # the task so far, read once: the near-duplicate check looks at the participant's earlier messages,
+    # the reply's prompt at all of them (the participant's writes take turns on the lock just taken, so
+    # none of theirs is stored between this read and the insert)
+    history = [{"role": role, "content": earlier} for role, earlier in session.execute(
+        select(Message.role, Message.content).where(Message.task_session_id == ts.id).order_by(Message.id))]
+    earlier = [m["content"] for m in history if m["role"] == "user"]
     flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
-    message = Message(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user",
-                      content=text, created_at=runtime.clock.now(), idempotency_key=key,
-                      content_flags=flags or None, **quality)
-    session.add(message)
-    user.last_active_at = message.created_at
+    values = dict(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user", content=text,
+                  created_at=now, idempotency_key=key, content_flags=flags or None, **quality)
+    # no look-up of the key first: the unique (user, key) constraint decides (a Core insert, whose compiled
+    # form is cached: database.participant_lock.attach)
+    try:
+        row = session.execute(insert(_MESSAGES).values(**values).returning(*_MESSAGES.c)).one()
+    except IntegrityError as error:
+        if key is None:
+            raise
+        raise KeyTaken(key, error) from error
+    message = attach(session, Message, row)
     session.commit()
-    # a session holds its rows weakly: kept here, a reply that goes on in this session finds them loaded
-    # (_prepare's session.get) instead of reading them again
-    session.info[_REPLY_ROWS] = (message, user, ts)
+    session.info[_REPLY_ROWS] = _Loaded(message, user, ts, history)
     return message
 
 
@@ -227,7 +262,9 @@ def _prepare(session: Session, runtime: Runtime, user_message_id: int) -> Prepar
                           day_seconds=runtime.settings.day_seconds, defer_writes=True)
     context = engine.build_context(user_id=user.id, memory_group=group, task_session=ts, query=message,
                                    language=language)
-    history = _task_history(session, ts, before_id=message.id, group=group, study=study)
+    loaded = session.info.get(_REPLY_ROWS)
+    earlier = loaded.history if loaded is not None and loaded.message is message else None
+    history = _task_history(session, ts, before_id=message.id, group=group, study=study, loaded=earlier)
     messages = [{"role": "system", "content": system_prompt(study, group, language, context)}]
     messages += history
     messages.append({"role": "user", "content": message.content})
@@ -256,16 +293,18 @@ def system_prompt(study: Study, group: str, language: str, context: MemoryContex
     return "\n\n".join([prompts["base"][lang], prompts[key][lang], context.render()])
 
 
-def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str,
-                  study: Study) -> list[dict[str, str]]:
-    """The task in progress as ordinary chat history (the same for every condition by default)."""
-    # the two columns only: whole rows would decode every earlier reply's stored prompt and context
-    # (JSON that grows with the conversation) for each new reply
-    rows = session.execute(
-        select(Message.role, Message.content).where(Message.task_session_id == ts.id, Message.id < before_id)
-        .order_by(Message.id)
-    ).all()
-    history = [{"role": role, "content": content} for role, content in rows]
+def _task_history(session: Session, ts: TaskSession, *, before_id: int, group: str, study: Study,
+                  loaded: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    """The task in progress as ordinary chat history (the same for every condition by default); ``loaded``:
+    the history as storing the message read it, in this request."""
+    if loaded is not None:
+        history = list(loaded)
+    else:
+        # the two columns only: whole rows would decode every earlier reply's stored prompt and context
+        # (JSON that grows with the conversation) for each new reply
+        history = [{"role": role, "content": content} for role, content in session.execute(
+            select(Message.role, Message.content).where(Message.task_session_id == ts.id, Message.id < before_id)
+            .order_by(Message.id))]
     if not study.within_task_window_manipulated:
         return history
     # the switch makes the task in progress part of the manipulation: keep the condition's window only
@@ -283,7 +322,7 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
     message = prepared.user_message
     for write in prepared.context.deferred:
         write.write(session)
-    reply = Message(
+    values = dict(
         user_id=message.user_id, task_session_id=message.task_session_id, task_id=message.task_id,
         role="assistant", content=result.text, created_at=runtime.clock.now(), reply_to_id=message.id,
         memory_group=prepared.memory_group, memory_context=prepared.context.to_dict(),
@@ -294,8 +333,10 @@ def _store_reply(session: Session, runtime: Runtime, prepared: PreparedReply, re
         latency_ms=result.latency_ms, attempts=result.attempts, memory_exposure=prepared.exposure,
         **timing.columns(),
     )
-    session.add(reply)
     try:
+        session.flush()  # the deferred writes (L4's recall), which take the participant's lock first
+        # the reply and the participant's lock in one statement (database.participant_lock.insert_held)
+        reply = insert_held(session, Message, values, message.user_id)
         session.commit()
     except IntegrityError as exc:  # the unique reply_to_id: a simultaneous retry stored its reply first
         session.rollback()

@@ -226,10 +226,19 @@ class ReplyTiming:
         return (self.pacing_delay_ms or 0.0) / 1000.0
 
     def _timed(self, events: Iterator[Event]) -> Iterator[Event]:
+        events = iter(events)
         for event in events:
             self._note(event, self.monotonic())
             if "delta" in event or "result" in event:
                 self.shown(self.monotonic())
+                yield event
+                break
+            yield event
+        # the first token is timed: the rest pass on untouched (a clock read per token was for nothing),
+        # except the result, which says when the model finished
+        for event in events:
+            if "result" in event:
+                self._note(event, self.monotonic())
             yield event
 
     def _shifted(self, events: Iterator[Event]) -> Iterator[Event]:

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 from werkzeug.security import check_password_hash, generate_password_hash
 from zxcvbn import zxcvbn
 
@@ -369,7 +369,8 @@ def session_user(session: Session, cookie_id: str) -> User | None:
         return None
     if int(user_part) > MAX_DB_ID:
         return None
-    user = session.get(User, int(user_part))
+    # with the assignment (one joined read): a reply's prompt and pacing need the participant's memory group
+    user = session.get(User, int(user_part), options=[joinedload(User.assignment)])
     if user is None or (user.session_version or 0) != int(version_part):
         return None
     return user

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from tests.conftest import ApiClient
 from tests.routes.test_chat import sse_events
@@ -16,17 +16,21 @@ from tests.routes.test_connection_pool import _settings
 
 pytestmark = pytest.mark.postgres
 
-# L1 (no memory of earlier tasks): the chat path alone, without a condition's own reads. Per message:
-# the login's user read, the rate-limit count (which also returns what the response's X-RateLimit headers
-# show: no read of its own for them), the idempotency key look-up, the running task, the participant lock,
-# the message and its two activity updates; then the reply's assignment and history reads, the participant
-# lock and the reply.
-# Plus one since issue 28: the participant's earlier messages of the task, read before the message is stored, so
-# a near-duplicate is flagged and not counted towards the minimum engagement (services.participants.quality).
-STATEMENTS = 13
-# the login's read, the rate-limit count, the message, the reply's prompt (read before the model answers)
-# and the reply (stored after): no connection is held across the model, none taken for the headers
-CHECKOUTS = 5
+# L1 (no memory of earlier tasks): the chat path alone, without a condition's own reads. Per message, in one
+# transaction on one connection (the login's read begins it, the message's commit ends it, before the model):
+#   1. the login's read of the participant, with their assignment joined (the memory group of the prompt)
+#   2. the rate-limit count, whose RETURNING fills the X-RateLimit headers (no read of its own for them)
+#   3. the running task
+#   4. the participant's lock, which also sets last_active_at (UPDATE users ... RETURNING status)
+#   5. the task's activity (UPDATE task_sessions)
+#   6. the task's messages so far: the near-duplicate check (issue 28) and the reply's history, read once
+#   7. the message: INSERT ... ON CONFLICT DO NOTHING RETURNING, so the idempotency key needs no look-up first
+# then, after the model, on a second connection:
+#   8. the reply with the participant's lock in the same statement (INSERT ... SELECT ... FROM users)
+STATEMENTS = 8
+# the request's (login, count, message: the prompt needs no read of its own) and the reply's (after the
+# model): no connection is held across the model, none taken for the headers
+CHECKOUTS = 2
 
 
 @pytest.fixture
@@ -46,7 +50,10 @@ def served_app(database, clock):
     runtime.db.dispose()
 
 
-def _counted(app, send) -> tuple[Counter, list[str]]:
+def _counted(app, send, timeline: list[str] | None = None) -> tuple[Counter, list[str]]:
+    """What ``send`` cost: the counts and its statements; ``timeline`` receives the statements with a ``COMMIT``
+    where a transaction ended."""
+    timeline = [] if timeline is None else timeline
     engine = app.extensions["memory_lab"].db.engine
     counts: Counter = Counter()
     statements: list[str] = []
@@ -54,16 +61,22 @@ def _counted(app, send) -> tuple[Counter, list[str]]:
     def on_statement(_conn, _cursor, statement, *_args) -> None:
         counts["statements"] += 1
         statements.append(statement)
+        timeline.append(statement)
 
     def on_checkout(*_args) -> None:
         counts["checkouts"] += 1
 
+    def on_commit(*_args) -> None:
+        timeline.append("COMMIT")
+
     event.listen(engine, "before_cursor_execute", on_statement)
+    event.listen(engine, "commit", on_commit)
     event.listen(engine.pool, "checkout", on_checkout)
     try:
         send()
     finally:
         event.remove(engine, "before_cursor_execute", on_statement)
+        event.remove(engine, "commit", on_commit)
         event.remove(engine.pool, "checkout", on_checkout)
     return counts, statements
 
@@ -83,7 +96,8 @@ def test_a_message_and_its_reply_stay_within_their_statements_and_checkouts(serv
                                 headers={"Idempotency-Key": f"counted-{stream}-{number}"})
             answers.append(sse_events(response)[-1][0] if stream else response.status_code)
 
-        counts, statements = _counted(served_app, send)
+        with_commits: list[str] = []
+        counts, statements = _counted(served_app, send, with_commits)
         assert answers == ["reply" if stream else 201]
         assert counts["statements"] <= STATEMENTS, statements
         assert counts["checkouts"] <= CHECKOUTS, counts
@@ -95,3 +109,33 @@ def test_a_message_and_its_reply_stay_within_their_statements_and_checkouts(serv
         assert not any("WHERE messages.id =" in s for s in rows), rows
         # the headers come from the count's own RETURNING: no read of rate_limit_counters after it
         assert not any("FROM rate_limit_counters" in s for s in rows), rows
+        # the count and the message commit together: one transaction, no commit between them
+        count = next(i for i, s in enumerate(with_commits) if "INSERT INTO rate_limit_counters" in s)
+        stored = next(i for i, s in enumerate(with_commits) if s.lstrip().startswith("INSERT INTO messages"))
+        assert count < stored and "COMMIT" not in with_commits[count:stored], with_commits
+
+
+def test_a_refused_message_is_counted_all_the_same(served_app, clock):
+    """The count goes back with a refused request's transaction: it is made again on its own, so refusals
+    (an empty message here) and repeats still use up the limit."""
+    from database.models import RateLimitCounter
+
+    api = ApiClient(served_app.test_client())
+    assert api.register("refused").status_code == 201
+    assert api.post("/api/tasks/T1/start").status_code == 201
+    counters = served_app.extensions["memory_lab"].db
+
+    def message_counts() -> list[int]:
+        with counters.Session() as session:
+            return list(session.scalars(select(RateLimitCounter.count).where(
+                RateLimitCounter.key.contains("post_message"))))
+
+    assert api.post("/api/tasks/T1/messages", json={"content": "   "}).status_code == 400
+    assert message_counts() == [1]
+    keyed = {"Idempotency-Key": "refused-1"}
+    assert api.post("/api/tasks/T1/messages", json={"content": "第一条。"}, headers=keyed).status_code == 201
+    assert message_counts() == [2]
+    # a repeat stores nothing (its transaction is rolled back) and is counted all the same
+    repeat = api.post("/api/tasks/T1/messages", json={"content": "第一条。"}, headers=keyed)
+    assert repeat.status_code == 201 and repeat.headers["Idempotent-Replayed"] == "true"
+    assert message_counts() == [3]
