@@ -60,9 +60,12 @@ from services.memory.base import BeyondBaseline, BuildRequest, ManipulationCheck
 from services.memory.context import ROLE_LABELS, MemoryContext
 from services.memory.gist import add_gist
 from services.platform.clock import Clock
-from services.recall import recall_model as rm
+from services.recall.candidates import forget_texts, recall_cue
 from services.recall.exchange_index import Exchange, ExchangeIndex
+from services.recall.formulas import clamp_score, elapsed_time, emotional_salience, initial_g, study_days
+from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import ScoredMemory
+from services.recall.scoring import score_candidates
 from services.text.languages import detect
 
 logger = logging.getLogger(__name__)
@@ -131,10 +134,10 @@ class ForgettingCurveSearch:
     _last_used: dict[tuple[Any, ...], float] = {}
     _swept_at = 0.0
 
-    def __init__(self, session: Session, params: rm.RecallParams, *, clock: Clock, day_seconds: float,
+    def __init__(self, session: Session, params: RecallParams, *, clock: Clock, day_seconds: float,
                  embedder: EmbeddingProvider, salience_weights: dict[str, float] | None = None,
                  use_cache: bool = True, on_foreign_vectors: str = "skip",
-                 retrieval: rm.RetrievalSettings | None = None, task_days: Mapping[str, int] | None = None) -> None:
+                 retrieval: RetrievalSettings | None = None, task_days: Mapping[str, int] | None = None) -> None:
         if on_foreign_vectors not in FOREIGN_VECTOR_POLICIES:
             raise ValueError(f"on_foreign_vectors must be one of {FOREIGN_VECTOR_POLICIES}")
         if day_seconds <= 0:
@@ -145,7 +148,7 @@ class ForgettingCurveSearch:
         self.day_seconds = float(day_seconds)
         self.embedder = embedder
         self.params = params
-        self.retrieval = retrieval or rm.RetrievalSettings()
+        self.retrieval = retrieval or RetrievalSettings()
         self.task_days = dict(task_days or {})  # task id -> study day, in each exchange's index text
         self.salience_weights = salience_weights
         self.use_cache = use_cache
@@ -203,7 +206,7 @@ class ForgettingCurveSearch:
             for key in [k for k in cls._cache if user_id is None or k[1] == user_id]:
                 del cls._cache[key]
                 cls._last_used.pop(key, None)
-        rm.forget_texts()
+        forget_texts()
 
     @classmethod
     def drop_idle(cls, now: float | None = None) -> int:
@@ -219,7 +222,7 @@ class ForgettingCurveSearch:
                 cls._cache.pop(key, None)
                 del cls._last_used[key]
         if idle:
-            rm.forget_texts()
+            forget_texts()
         return len(idle)
 
     # -- internals ----------------------------------------------------------
@@ -234,17 +237,17 @@ class ForgettingCurveSearch:
         salience = np.array([self._salience(m) for m in memories])
         g_before = np.array([
             m.consolidation_g if m.consolidation_g is not None
-            else rm.initial_g(e, self.params.g0_base, self.params.g0_salience)
+            else initial_g(e, self.params.g0_base, self.params.g0_salience)
             for m, e in zip(memories, salience, strict=True)
         ], dtype=np.float64)
         elapsed = np.array([(now - ref).total_seconds() for ref in references])
-        spacing = np.atleast_1d(rm.study_days(elapsed, self.day_seconds))
-        t = np.atleast_1d(rm.elapsed_time(
+        spacing = np.atleast_1d(study_days(elapsed, self.day_seconds))
+        t = np.atleast_1d(elapsed_time(
             elapsed,
             unit=self.params.time_unit, time_scale=self.params.time_scale, day_seconds=self.day_seconds,
             turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
         ))
-        scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
+        scores = score_candidates(cosines, t, g_before, salience, self.params,
                                      detect(query_message.content), fusion, spacing_days=spacing)
         return [
             RecallCandidate(
@@ -270,7 +273,7 @@ class ForgettingCurveSearch:
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
             # the cue: the message without the words framing it as a question asking to remember
-            cue = rm.recall_cue(query_message.content)
+            cue = recall_cue(query_message.content)
             query = self._query_vector(cue, query_vector, store.matrix.shape[1])
             ranked = store.index.rank(cue, query, self.params.top_k,
                                       exclude_session=query_message.task_session_id)
@@ -303,8 +306,8 @@ class ForgettingCurveSearch:
 
     def _salience(self, memory: Any) -> float:
         if memory.emotional_salience is not None:
-            return rm.clamp_score(memory.emotional_salience)
-        return rm.emotional_salience(memory.emotional_intensity, memory.self_disclosure, memory.value_relevance,
+            return clamp_score(memory.emotional_salience)
+        return emotional_salience(memory.emotional_intensity, memory.self_disclosure, memory.value_relevance,
                                      weights=self.salience_weights)
 
     def _participant_matrix(self, user_id: int, *, reload: bool = False) -> tuple[_ParticipantMatrix, bool]:
@@ -412,7 +415,7 @@ class RecallWrite:
                      task_id=self.task_id)
 
 
-def _recall_params_audit(params: rm.RecallParams, retrieval: rm.RetrievalSettings) -> dict[str, Any]:
+def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings) -> dict[str, Any]:
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),

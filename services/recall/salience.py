@@ -8,7 +8,7 @@
   是最重要的" high, "今天吃了面包" zero).
 
 ``salience = 0.4·intensity + 0.4·disclosure + 0.2·value`` is computed by
-``recall_model.emotional_salience`` (weights from the study definition).
+``emotional_salience`` (weights from the study definition).
 
 Two scorers produce the same ``SalienceScores``: a language model asked for
 JSON (``salience_request`` / ``parse_salience_response``) and, offline, the
@@ -30,7 +30,7 @@ import jieba
 import jsonschema
 
 from services.llm.types import ChatRequest
-from services.recall import recall_model
+from services.recall.formulas import clamp_score, emotional_salience
 from services.text.languages import detect
 from services.text.structured_output import parse_json_object
 
@@ -45,7 +45,7 @@ class SalienceScores:
     source: str = "lexicon"
 
     def salience(self, weights: Mapping[str, float] | None = None) -> float:
-        return recall_model.emotional_salience(self.intensity, self.disclosure, self.value, weights)
+        return emotional_salience(self.intensity, self.disclosure, self.value, weights)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,9 +191,9 @@ def lexicon_scores(text: str, language: str | None = None) -> SalienceScores:
         # Talk about the world, not about oneself, discloses little.
         disclosure_score *= 0.4
     return SalienceScores(
-        intensity=recall_model.clamp_score(intensity_score),
-        disclosure=recall_model.clamp_score(disclosure_score),
-        value=recall_model.clamp_score(_combine(value)),
+        intensity=clamp_score(intensity_score),
+        disclosure=clamp_score(disclosure_score),
+        value=clamp_score(_combine(value)),
         source="lexicon",
     )
 
@@ -276,7 +276,7 @@ def parse_salience_response(text: str, ids: Iterable[int]) -> dict[int, Salience
         raw = (entry.get("emotional_intensity"), entry.get("self_disclosure_depth"), entry.get("value_relevance"))
         if any(_number(v) is None for v in raw):
             continue
-        result[mid] = SalienceScores(*(recall_model.clamp_score(v) for v in raw), source="llm")
+        result[mid] = SalienceScores(*(clamp_score(v) for v in raw), source="llm")
     return result
 
 

