@@ -66,6 +66,7 @@ from services.recall.formulas import clamp_score, elapsed_time, emotional_salien
 from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import ScoredMemory
 from services.recall.scoring import score_candidates
+from services.recall.word_lists import word_list_hashes
 from services.text.languages import detect
 
 logger = logging.getLogger(__name__)
@@ -419,7 +420,7 @@ def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings) -> 
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
-            "retrieval": retrieval.to_dict()}
+            "retrieval": retrieval.to_dict(), "word_lists": word_list_hashes()}
 
 
 def render_exchanges(recalled: list[dict[str, Any]], language: str) -> str:
