@@ -17,9 +17,10 @@ from sqlalchemy import event as sa_event
 from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
 from services.llm.embedding_service import to_blob
-from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallCandidate, RecallWrite
+from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallWrite
 from services.recall.candidates import _content_words, content_words
 from services.recall.parameters import resolve_recall_params
+from services.recall.scoring import RecallCandidate
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
