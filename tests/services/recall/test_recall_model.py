@@ -28,6 +28,7 @@ from services.recall.formulas import (
 )
 from services.recall.parameters import resolve_recall_params
 from services.recall.scoring import score_candidates, top_k_indices
+from services.recall.word_lists import load_word_lists
 from services.study.definition import load_study
 
 # Hand-computed: (1 - e^-1) = 0.6321205588; p(r, t, g) = (1 - exp(-r e^{-t/g})) / 0.6321205588.
@@ -453,7 +454,8 @@ def test_candidate_rule_comes_from_the_study_and_overrides():
     study["memory"]["recall"]["overrides"] = {"candidates": {"min_content_words": 2, "min_salience": None}}
     params = resolve_recall_params(study["memory"]["recall"])
     assert params.candidates == CandidateRule(min_content_words=2, min_salience=None)
-    assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None, "recall_questions": False}
+    assert params.to_dict()["candidates"] == {"min_content_words": 2, "min_salience": None, "recall_questions": False,
+                                              "word_lists": load_word_lists("candidate_words").sha256}
     study["memory"]["recall"]["overrides"] = {"candidates": {"recall_questions": True}}
     assert resolve_recall_params(study["memory"]["recall"]).candidates.recall_questions is True
     del study["memory"]["recall"]["candidates"], study["memory"]["recall"]["overrides"]
