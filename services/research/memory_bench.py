@@ -14,7 +14,7 @@ Methods, each a turns-by-questions score matrix plus a tie-break:
 * ``dense`` - cosine between the offline embedder's query and passage vectors.
 * ``fused`` - the deployed hybrid retriever (``services.recall.retrieval``): weighted sum of the
   z-scored BM25 (over the turn plus its previous turns in the same session) and the z-scored cosine.
-* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall.recall_model``) used as
+* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall.formulas``) used as
   the ranking score over the dense cosines, with ``t`` the time from the turn's
   session to the question (asked at the last session) and ``g`` the never-recalled
   ``g0`` from the turn's lexicon salience; ties (for instance every turn whose

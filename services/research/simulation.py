@@ -167,7 +167,7 @@ def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[
 
 def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
     """Whether a recalled memory passes the recall-candidate rule the reply was built with
-    (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
+    (services.recall.candidates.CandidateRule): a content word, or a high salience."""
     from services.recall.candidates import candidate_rule_from_config
 
     rule = candidate_rule_from_config((recall_params or {}).get("candidates") or None)
