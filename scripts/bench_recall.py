@@ -167,7 +167,7 @@ def time_core(index, query: np.ndarray, params: RecallParams, repeat: int) -> di
         chosen = np.array([s.memory_id for s in ranked])
         scores = {name: np.array([getattr(s, name) for s in ranked]) for name in ("fused", "lexical_z", "dense_z")}
         score_candidates(np.array([s.cosine for s in ranked]), t_all[chosen], g_all[chosen], e_all[chosen],
-                            params, "en", scores, spacing_days=t_all[chosen] / params.time_scale)
+                         params, "en", scores, spacing_days=t_all[chosen] / params.time_scale)
         samples.append((time.perf_counter() - started) * 1000)
     return _summary(samples)
 

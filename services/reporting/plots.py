@@ -404,7 +404,7 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
             for start, stop, g_segment in zip(anchors[:-1], anchors[1:], gs, strict=True):
                 seconds = np.linspace(0.0, max((stop - start).total_seconds(), 0.0), 60)
                 t = elapsed_time(seconds, unit=params.time_unit, time_scale=params.time_scale,
-                                              day_seconds=day_seconds)
+                                 day_seconds=day_seconds)
                 xs.extend(days(start) + seconds / day_seconds)
                 ys.extend(np.atleast_1d(recall_probability(1.0, t, g_segment)))
             ax.plot(xs, ys, linewidth=1.2, color=color, label=name)

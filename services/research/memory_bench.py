@@ -342,9 +342,9 @@ def l4_elapsed(ages_days: np.ndarray, params: RecallParams) -> np.ndarray:
     if params.time_unit == "turns":
         later = np.arange(ages.size - 1, -1, -1, dtype=np.float64)
         return np.asarray(elapsed_time(0.0, unit="turns", time_scale=params.time_scale,
-                                          day_seconds=SECONDS_PER_DAY, turns=later))
+                                       day_seconds=SECONDS_PER_DAY, turns=later))
     return np.asarray(elapsed_time(ages * SECONDS_PER_DAY, unit=params.time_unit,
-                                      time_scale=params.time_scale, day_seconds=SECONDS_PER_DAY))
+                                   time_scale=params.time_scale, day_seconds=SECONDS_PER_DAY))
 
 
 def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: RecallParams,

@@ -89,11 +89,11 @@ def anchored_params(base: RecallParams, model: LogisticRelevance, tails: dict[st
     if len(set(by_language.values())) == 1:  # one budget after all: no per-language entries
         by_language = {}
     relevance = RelevanceMapping("anchored", model=model, embedder_model=embedder_model,
-                                    fitted_for={"retrieval": retrieval.to_dict()}, tails=tails,
-                                    false_recall_budget=default, budget_by_language=by_language,
-                                    anchor_days=anchor_days)
+                                 fitted_for={"retrieval": retrieval.to_dict()}, tails=tails,
+                                 false_recall_budget=default, budget_by_language=by_language,
+                                 anchor_days=anchor_days)
     return resolve_anchor(replace(base, preset=preset, time_unit="days", time_scale=1.0 / days_per_unit,
-                                     relevance=relevance))
+                                  relevance=relevance))
 
 
 TASKS = tuple(TARGETS)

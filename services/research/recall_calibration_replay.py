@@ -427,10 +427,10 @@ def _recall_once(trace: Trace, query: Query, params: RecallParams, state: _Repla
     refs = [(state.last[i] if reinforcement else None) or trace.memories[i].created_at for i in chosen]
     elapsed = np.array([(query.at - ref).total_seconds() for ref in refs])
     t = np.atleast_1d(elapsed_time(elapsed, unit=params.time_unit, time_scale=params.time_scale,
-                                      day_seconds=day_seconds, turns=np.zeros(len(chosen))))
+                                   day_seconds=day_seconds, turns=np.zeros(len(chosen))))
     cosine, scores = _candidate_scores(query)
     result = score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores,
-                                 spacing_days=study_days(elapsed, day_seconds))
+                              spacing_days=study_days(elapsed, day_seconds))
     for rank, index in enumerate(chosen):
         memory = trace.memories[index]
         relevant = index in query.relevant

@@ -270,7 +270,7 @@ class CalibrationReport:
 def curve_t(params: RecallParams, gap_days: float, day_seconds: float) -> float:
     """t for a gap of ``gap_days`` study days (or turns, when t counts turns)."""
     return float(elapsed_time(gap_days * day_seconds, unit=params.time_unit, time_scale=params.time_scale,
-                                 day_seconds=day_seconds, turns=gap_days))
+                              day_seconds=day_seconds, turns=gap_days))
 
 
 def p_table(params: RecallParams, gaps: list[float], *, salience: float = 0.0,
@@ -323,7 +323,7 @@ def _format_header(report: CalibrationReport, verbose: bool) -> list[str]:
 
 def _format_pairs(report: CalibrationReport) -> list[str]:
     x_star = float(required_relevance(0.0, report.params.g0_base, 0.0, report.params.threshold,
-                                         report.params.salience_bonus))
+                                      report.params.salience_bonus))
     out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs (held-out: the first rounds', the blind "
                f"apart): r = the preset's relevance; r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
     for (split, language), data in sorted(report.pairs.items()):
@@ -353,7 +353,7 @@ def _format_curve(report: CalibrationReport) -> list[str]:
     for e in (0.0, 0.5, 1.0):
         g0 = float(initial_g(e, params.g0_base, params.g0_salience))
         needed = [float(required_relevance(curve_t(params, gap, report.day_seconds), g0, e, params.threshold,
-                                              params.salience_bonus)) for gap in report.gaps]
+                                           params.salience_bonus)) for gap in report.gaps]
         out.append(f"  {e:4.1f}  {g0:4.2f}  " + "".join(f"{r:8.3f}" if r < 100 else f"{'>100':>8s}" for r in needed))
     return out
 
@@ -525,7 +525,7 @@ def save_plot(report: CalibrationReport, path: Path) -> Path:
     unit = "turns" if params.time_unit == "turns" else "days"
     span = np.linspace(0, max(report.gaps) if report.gaps else 1.0, 200)
     t = elapsed_time(span * SECONDS_PER_DAY, unit=params.time_unit, time_scale=params.time_scale,
-                        day_seconds=SECONDS_PER_DAY, turns=span)
+                     day_seconds=SECONDS_PER_DAY, turns=span)
     for r, g in ((1.0, 2.0), (1.0, 1.0), (0.95, 1.0), (0.9, 1.0), (0.8, 1.0)):
         curves.plot(span, recall_probability(r, t, g), label=f"r {r:.2f}, g {g:.1f}")
     curves.axhline(params.threshold, color="black", linestyle="--", linewidth=1, label="threshold")

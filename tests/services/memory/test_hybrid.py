@@ -110,7 +110,7 @@ class World:
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
     return resolve_recall_params(study.memory.recall_config,
-                                    overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
+                                 overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
 
 
 def make_store(session, study, clock, params=None, **kwargs) -> ForgettingCurveSearch:

@@ -191,13 +191,13 @@ def test_the_anchor_score_lands_on_the_bar_of_a_neutral_memory_at_t2s_age(langua
     t = elapsed_time(t2_days * 86400, unit=params.time_unit, time_scale=params.time_scale, day_seconds=86400)
     cosine, scores = _scores_at(params, language, anchor)
     result = score_candidates(cosine, t, initial_g(0.0, params.g0_base, params.g0_salience), 0.0, params,
-                                 language, scores, spacing_days=t2_days)
+                              language, scores, spacing_days=t2_days)
     assert result.p_final[0] == pytest.approx(0.86, abs=1e-9)
     assert result.r[0] == pytest.approx(params.relevance.anchor_r, abs=1e-12)
     # a hair above the anchor is recalled at T2's age, a hair below is not, and r does not jump between them
     for delta, recalled in ((1e-6, True), (-1e-6, False)):
         near = score_candidates(*_scores_at(params, language, anchor + delta)[:1], t, 1.0, 0.0, params, language,
-                                   _scores_at(params, language, anchor + delta)[1], spacing_days=t2_days)
+                                _scores_at(params, language, anchor + delta)[1], spacing_days=t2_days)
         assert bool(near.recalled[0]) is recalled
         assert abs(near.r[0] - result.r[0]) < 1e-5
 
@@ -219,7 +219,7 @@ def test_the_configured_anchored_relevance_is_monotone_smooth_and_below_one():
 def test_the_false_recall_budget_is_validated(budget):
     with pytest.raises(ValueError, match="false_recall_budget"):
         resolve_recall_params(load_study().memory.recall_config,
-                                 overrides={"relevance": {"false_recall_budget": budget}})
+                              overrides={"relevance": {"false_recall_budget": budget}})
 
 
 def test_the_budget_in_the_study_file_moves_the_anchor():
@@ -251,7 +251,7 @@ def test_a_language_budget_moves_that_language_anchor_alone():
 def test_a_language_budget_is_validated(budgets):
     with pytest.raises(ValueError, match="false_recall_budget_by_language"):
         resolve_recall_params(load_study().memory.recall_config,
-                                 overrides={"relevance": {"false_recall_budget_by_language": budgets}})
+                              overrides={"relevance": {"false_recall_budget_by_language": budgets}})
 
 
 def test_the_anchor_is_the_fitted_tails_budget_quantile_and_a_tail_without_shape_loads_as_exponential():
@@ -328,7 +328,7 @@ def test_top_k_indices_orders_by_cosine_breaks_ties_by_index_and_excludes():
 
 def test_score_candidates_applies_threshold_bonus_and_g_update_only_to_recalled():
     params = resolve_recall_params(load_study().memory.recall_config,
-                                      overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
+                                   overrides={"relevance": {"method": "raw"}, "time_scale": 1.0})
     # r = 0.99 at t = 0.1, g = 1: p = 0.9329; r = 0.7: p = 0.7463 (+0.05 bonus for e = 1 -> 0.7963)
     scores = score_candidates([0.99, 0.7], [0.1, 0.1], [1.0, 1.0], [0.0, 1.0], params, spacing_days=0.1)
     assert scores.recalled.tolist() == [True, False]

@@ -76,7 +76,7 @@ def test_the_model_round_trips_through_the_study_definition():
     assert model.predict({"fused": 0.0, "cosine": 1.5}, "zh") == pytest.approx(0.5)
     with pytest.raises(ValueError, match="fitted 'model'"):
         resolve_recall_params(load_study().memory.recall_config,
-                                 overrides={"relevance": {"method": "logistic", "model": None}})
+                              overrides={"relevance": {"method": "logistic", "model": None}})
 
 
 def test_the_exponential_tail_recovers_a_known_scale_and_its_quantile_is_the_budget():
