@@ -46,7 +46,8 @@ from database.models import Message, TaskSession, User
 from services.llm.embedding_service import to_blob
 from services.memory.hybrid import ForgettingCurveSearch
 from services.platform.clock import ManualClock
-from services.recall import recall_model as rm
+from services.recall.parameters import RecallParams
+from services.recall.scoring import score_candidates
 from services.study.definition import Study, load_study
 
 DIM = 384
@@ -132,7 +133,7 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(ordered), "n": len(ordered)}
 
 
-def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: int, query_id: int, query: np.ndarray,
+def time_recall(db: Database, study: Study, params: RecallParams, user_id: int, query_id: int, query: np.ndarray,
                 now: datetime, *, use_cache: bool, repeat: int,
                 warmup: int = 0) -> tuple[dict[str, float], dict[str, float], int]:
     """Wall-clock and thread CPU summaries (ms) of ``repeat`` recalls, and how many memories the last recalled."""
@@ -155,7 +156,7 @@ def time_recall(db: Database, study: Study, params: rm.RecallParams, user_id: in
     return _summary(samples), _summary(cpu), recalled
 
 
-def time_core(index, query: np.ndarray, params: rm.RecallParams, repeat: int) -> dict[str, float]:
+def time_core(index, query: np.ndarray, params: RecallParams, repeat: int) -> dict[str, float]:
     rng = np.random.default_rng(3)
     n = len(index.admitted)
     t_all, g_all, e_all = rng.uniform(0, 0.5, size=n), rng.uniform(1.0, 1.5, size=n), rng.uniform(0, 1, size=n)
@@ -165,8 +166,8 @@ def time_core(index, query: np.ndarray, params: rm.RecallParams, repeat: int) ->
         ranked = index.rank(QUERY_TEXT, query, params.top_k)
         chosen = np.array([s.memory_id for s in ranked])
         scores = {name: np.array([getattr(s, name) for s in ranked]) for name in ("fused", "lexical_z", "dense_z")}
-        rm.score_candidates(np.array([s.cosine for s in ranked]), t_all[chosen], g_all[chosen], e_all[chosen],
-                            params, "en", scores, spacing_days=t_all[chosen] / params.time_scale)
+        score_candidates(np.array([s.cosine for s in ranked]), t_all[chosen], g_all[chosen], e_all[chosen],
+                         params, "en", scores, spacing_days=t_all[chosen] / params.time_scale)
         samples.append((time.perf_counter() - started) * 1000)
     return _summary(samples)
 

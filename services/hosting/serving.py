@@ -118,7 +118,7 @@ def warm_up(runtime: Any) -> None:
     full collection otherwise walked all of it again, a 150-350 ms pause of every request
     thread that landed in the middle of a class's first burst."""
     from services.llm.embedding_service import check_embedder_pinned
-    from services.recall.recall_model import embedder_warning
+    from services.recall.parameters import embedder_warning
     from services.text.keywords import keyword_set
 
     with runtime.db.Session() as session:

@@ -24,7 +24,7 @@ from services.llm.chain import LLMService
 from services.llm.embedding_service import EmbeddingProvider
 from services.memory.context import MemoryContext
 from services.platform.clock import Clock
-from services.recall.recall_model import RecallParams
+from services.recall.parameters import RecallParams
 from services.study.definition import Study
 
 

@@ -31,7 +31,7 @@ started from. A run that died without recording anything (killed process)
 holds its claim only for ``lease_seconds``; after that a rerun takes over.
 
 Messages that carry no content ("好的，谢谢") are consolidated like any other, but
-are not recall candidates (``recall_model.CandidateRule``, applied by the
+are not recall candidates (``CandidateRule``, applied by the
 forgetting-curve search, ``services.memory.hybrid``); the run's
 ``steps["messages"]["not_recall_candidates"]`` lists them.
 
@@ -74,7 +74,7 @@ from services.memory.profile.schema import (
 )
 from services.platform.clock import Clock
 from services.platform.failure_log import failure_values
-from services.recall import recall_model
+from services.recall.formulas import initial_g
 from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
 from services.study.definition import Study
 from services.study.settings import Settings
@@ -407,7 +407,7 @@ class ConsolidationService:
                 "value_relevance": score.value,
                 "emotional_salience": salience,
                 "importance_score": round(0.5 * facts + 0.5 * salience, 6),
-                "consolidation_g": recall_model.initial_g(salience, params.g0_base, params.g0_salience),
+                "consolidation_g": initial_g(salience, params.g0_base, params.g0_salience),
             }
         # Recorded, not enforced here: the forgetting-curve search applies the rule at recall time, so a changed rule
         # takes effect without re-consolidating, and every message keeps its embedding for analysis.

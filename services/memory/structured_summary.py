@@ -67,7 +67,7 @@ from services.memory.versioned_json import (
     strip_tag,
 )
 from services.platform.clock import SECONDS_PER_DAY, Clock
-from services.recall.recall_model import RelevanceMapping
+from services.recall.formulas import RelevanceMapping
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, neighbour_text
 from services.study.definition import Study, thaw
 from services.text.clipping import PUNCTUATION, clip

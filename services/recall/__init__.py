@@ -6,6 +6,9 @@ May import: ``services.platform``, ``services.text``, ``services.llm`` (the requ
 Public names:
 - ``retrieval``: ``HybridRetriever``, ``RetrievalDoc``, ``ScoredMemory``;
 - ``relevance``: ``LogisticRelevance``, ``UnrelatedTail``, the ``anchored`` map;
-- ``recall_model``: ``RecallParams``, ``RetrievalSettings``, ``resolve_recall_params``, the curve itself;
+- ``formulas``: the forgetting curve, its consolidation update, salience, ``RelevanceMapping`` and ``elapsed_time``;
+- ``candidates``: ``CandidateRule`` (which memories may be recalled) and ``recall_cue``;
+- ``parameters``: ``RecallParams``, ``RetrievalSettings``, ``resolve_recall_params``;
+- ``scoring``: the curve applied to a set of candidates (``score_candidates``, ``top_k_indices``);
 - ``salience``: ``SalienceScores``; ``exchange_index``: a participant's consolidated exchanges as L4 and S1 search them.
 """

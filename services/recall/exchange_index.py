@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.recall.recall_model import RetrievalSettings
+from services.recall.parameters import RetrievalSettings
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, ScoredMemory, exchange_text, neighbour_text
 
 

@@ -8,7 +8,7 @@
   是最重要的" high, "今天吃了面包" zero).
 
 ``salience = 0.4·intensity + 0.4·disclosure + 0.2·value`` is computed by
-``recall_model.emotional_salience`` (weights from the study definition).
+``emotional_salience`` (weights from the study definition).
 
 Two scorers produce the same ``SalienceScores``: a language model asked for
 JSON (``salience_request`` / ``parse_salience_response``) and, offline, the
@@ -30,7 +30,8 @@ import jieba
 import jsonschema
 
 from services.llm.types import ChatRequest
-from services.recall import recall_model
+from services.recall.formulas import clamp_score, emotional_salience
+from services.recall.word_lists import load_word_lists
 from services.text.languages import detect
 from services.text.structured_output import parse_json_object
 
@@ -45,83 +46,37 @@ class SalienceScores:
     source: str = "lexicon"
 
     def salience(self, weights: Mapping[str, float] | None = None) -> float:
-        return recall_model.emotional_salience(self.intensity, self.disclosure, self.value, weights)
+        return emotional_salience(self.intensity, self.disclosure, self.value, weights)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 # ---------------------------------------------------------------------------
-# Lexicons: word -> weight in [0, 1]
+# Lexicons: word -> weight in [0, 1], data/recall/salience_lexicon.json
 # ---------------------------------------------------------------------------
 
-ZH_INTENSITY = {
-    "崩溃": 0.9, "绝望": 0.95, "痛苦": 0.85, "恐惧": 0.8, "害怕": 0.7, "心碎": 0.9, "愤怒": 0.85, "生气": 0.7,
-    "激动": 0.75, "狂喜": 0.9, "兴奋": 0.7, "开心": 0.6, "高兴": 0.6, "快乐": 0.6, "幸福": 0.7, "感动": 0.7,
-    "焦虑": 0.6, "担心": 0.5, "紧张": 0.5, "迷茫": 0.55, "难过": 0.6, "伤心": 0.65, "压力": 0.45, "孤独": 0.6,
-    "失落": 0.55, "沮丧": 0.6, "委屈": 0.6, "烦躁": 0.55, "烦": 0.45, "不安": 0.5, "失眠": 0.45, "想哭": 0.75,
-    "哭": 0.7, "讨厌": 0.5, "恨": 0.8, "自卑": 0.6, "抑郁": 0.75, "累": 0.35, "无聊": 0.25, "呵呵": 0.3,
-    "随便": 0.2, "郁闷": 0.5, "期待": 0.45, "感激": 0.6, "爱": 0.5, "喜欢": 0.3,
-}
-ZH_INTENSIFIERS = {"很": 1.15, "好": 1.1, "非常": 1.25, "特别": 1.25, "太": 1.3, "超级": 1.3, "极其": 1.35,
-                   "真的": 1.15, "实在": 1.2, "超": 1.25, "十分": 1.2, "有点": 0.8, "有些": 0.85}
-ZH_NEGATIONS = {"不", "没", "没有", "别", "不再", "并不", "不太"}
+LEXICON = load_word_lists("salience_lexicon")
+_ZH, _EN = LEXICON.data["zh"], LEXICON.data["en"]
+ZH_INTENSITY: dict[str, float] = dict(_ZH["intensity"])
+ZH_INTENSIFIERS: dict[str, float] = dict(_ZH["intensifiers"])
+ZH_NEGATIONS = set(_ZH["negations"])
+ZH_DISCLOSURE_PHRASES: dict[str, float] = dict(_ZH["disclosure_phrases"])
+ZH_DISCLOSURE_WORDS: dict[str, float] = dict(_ZH["disclosure_words"])
+ZH_VALUE_WORDS: dict[str, float] = dict(_ZH["value_words"])
+ZH_VALUE_PHRASES: dict[str, float] = dict(_ZH["value_phrases"])
 
-ZH_DISCLOSURE_PHRASES = {
-    "从没告诉": 0.95, "从来没告诉": 0.95, "没跟别人说": 0.9, "没和别人说": 0.9, "只告诉你": 0.9, "秘密": 0.85,
-    "说实话": 0.6, "老实说": 0.6, "坦白说": 0.65, "其实我": 0.4, "不敢说": 0.75, "羞于": 0.7,
-}
-ZH_DISCLOSURE_WORDS = {
-    "害怕": 0.55, "失败": 0.5, "自卑": 0.7, "抑郁": 0.75, "焦虑": 0.5, "迷茫": 0.5, "孤独": 0.6, "分手": 0.6,
-    "离婚": 0.7, "吵架": 0.5, "生病": 0.5, "住院": 0.6, "压力": 0.4, "哭": 0.55, "失眠": 0.45, "担心": 0.4,
-    "过敏": 0.35, "岁": 0.25, "叫": 0.2, "专业": 0.25, "工作": 0.2, "博士": 0.3, "申请": 0.25, "养": 0.2,
-    "家人": 0.35, "父母": 0.35, "妈妈": 0.3, "爸爸": 0.3, "男朋友": 0.4, "女朋友": 0.4, "喜欢": 0.2,
-    "学生": 0.25, "梦想": 0.4, "愧疚": 0.7, "后悔": 0.6,
-}
-ZH_VALUE_WORDS = {
-    "重要": 0.6, "意义": 0.65, "价值": 0.6, "信念": 0.8, "原则": 0.7, "家人": 0.6, "家庭": 0.6, "梦想": 0.6,
-    "理想": 0.6, "自由": 0.65, "公平": 0.7, "诚实": 0.7, "责任": 0.6, "未来": 0.5, "人生": 0.6, "尊重": 0.65,
-    "信仰": 0.8, "追求": 0.55, "看重": 0.6, "在乎": 0.55, "珍惜": 0.6, "失败": 0.4, "成功": 0.4, "学术": 0.45,
-    "健康": 0.45, "朋友": 0.35, "善良": 0.65, "坚持": 0.5,
-}
-ZH_VALUE_PHRASES = {"对我来说": 0.3, "最重要": 0.3}
+EN_INTENSITY: dict[str, float] = dict(_EN["intensity"])
+EN_INTENSIFIERS: dict[str, float] = dict(_EN["intensifiers"])
+EN_NEGATIONS = set(_EN["negations"])
+EN_DISCLOSURE_PHRASES: dict[str, float] = dict(_EN["disclosure_phrases"])
+EN_DISCLOSURE_WORDS: dict[str, float] = dict(_EN["disclosure_words"])
+EN_VALUE_WORDS: dict[str, float] = dict(_EN["value_words"])
+EN_VALUE_PHRASES: dict[str, float] = dict(_EN["value_phrases"])
 
-EN_INTENSITY = {
-    "devastated": 0.95, "desperate": 0.9, "terrified": 0.9, "heartbroken": 0.9, "furious": 0.85, "miserable": 0.85,
-    "scared": 0.7, "afraid": 0.65, "angry": 0.7, "thrilled": 0.8, "excited": 0.7, "happy": 0.6, "glad": 0.5,
-    "love": 0.5, "anxious": 0.6, "anxiety": 0.6, "worried": 0.5, "worry": 0.5, "nervous": 0.5, "stressed": 0.5,
-    "lost": 0.45, "sad": 0.6, "upset": 0.6, "lonely": 0.6, "depressed": 0.75, "overwhelmed": 0.65, "frustrated": 0.55,
-    "hate": 0.6, "cry": 0.7, "crying": 0.7, "tired": 0.35, "bored": 0.25, "whatever": 0.25, "grateful": 0.6,
-    "proud": 0.6, "ashamed": 0.7, "guilty": 0.65, "panic": 0.8, "hopeless": 0.85, "confused": 0.45,
-}
-EN_INTENSIFIERS = {"very": 1.2, "so": 1.2, "really": 1.15, "extremely": 1.35, "incredibly": 1.3, "totally": 1.2,
-                   "super": 1.25, "quite": 1.05, "a bit": 0.8, "slightly": 0.75, "kind of": 0.85}
-EN_NEGATIONS = {"not", "never", "no", "don't", "isn't", "wasn't", "aren't", "didn't", "hardly"}
-
-EN_DISCLOSURE_PHRASES = {
-    "never told anyone": 0.95, "never told anybody": 0.95, "haven't told anyone": 0.95, "a secret": 0.85,
-    "between us": 0.8, "to be honest": 0.6, "honestly": 0.55, "i have to admit": 0.7, "i'm ashamed": 0.8,
-    "nobody knows": 0.9, "no one knows": 0.9,
-}
-EN_DISCLOSURE_WORDS = {
-    "afraid": 0.5, "scared": 0.5, "failure": 0.5, "fail": 0.45, "depressed": 0.75, "depression": 0.75,
-    "anxious": 0.5, "anxiety": 0.5, "lonely": 0.6, "divorce": 0.7, "breakup": 0.6, "broke": 0.4, "sick": 0.45,
-    "therapy": 0.7, "hospital": 0.55, "stressed": 0.4, "insecure": 0.65, "allergic": 0.35, "name": 0.2,
-    "old": 0.15, "student": 0.25, "phd": 0.3, "parents": 0.35, "family": 0.35, "mother": 0.3, "father": 0.3,
-    "girlfriend": 0.4, "boyfriend": 0.4, "cat": 0.2, "dog": 0.2, "guilty": 0.65, "regret": 0.6, "lost": 0.35,
-}
-EN_VALUE_WORDS = {
-    "important": 0.6, "meaning": 0.65, "meaningful": 0.65, "values": 0.6, "value": 0.55, "believe": 0.6,
-    "principle": 0.7, "principles": 0.7, "family": 0.6, "dream": 0.6, "dreams": 0.6, "freedom": 0.65,
-    "fairness": 0.7, "honesty": 0.7, "responsibility": 0.6, "future": 0.5, "life": 0.45, "respect": 0.65,
-    "faith": 0.8, "matters": 0.55, "care": 0.4, "failure": 0.4, "success": 0.4, "health": 0.45,
-    "friends": 0.35, "integrity": 0.75, "purpose": 0.7,
-}
-EN_VALUE_PHRASES = {"to me": 0.2, "the most important": 0.3, "means a lot": 0.4}
-
-FIRST_PERSON_ZH = re.compile(r"我")
-OTHER_SUBJECT_ZH = re.compile(r"(?:他|她|它|你|您|大家|别人|有人|今天|天气)")
-FIRST_PERSON_EN = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|myself)\b", re.I)
+FIRST_PERSON_ZH = re.compile(_ZH["first_person"])
+OTHER_SUBJECT_ZH = re.compile(_ZH["other_subject"])
+FIRST_PERSON_EN = re.compile(_EN["first_person"], re.I)
 
 
 def _combine(weights: list[float]) -> float:
@@ -191,9 +146,9 @@ def lexicon_scores(text: str, language: str | None = None) -> SalienceScores:
         # Talk about the world, not about oneself, discloses little.
         disclosure_score *= 0.4
     return SalienceScores(
-        intensity=recall_model.clamp_score(intensity_score),
-        disclosure=recall_model.clamp_score(disclosure_score),
-        value=recall_model.clamp_score(_combine(value)),
+        intensity=clamp_score(intensity_score),
+        disclosure=clamp_score(disclosure_score),
+        value=clamp_score(_combine(value)),
         source="lexicon",
     )
 
@@ -276,7 +231,7 @@ def parse_salience_response(text: str, ids: Iterable[int]) -> dict[int, Salience
         raw = (entry.get("emotional_intensity"), entry.get("self_disclosure_depth"), entry.get("value_relevance"))
         if any(_number(v) is None for v in raw):
             continue
-        result[mid] = SalienceScores(*(recall_model.clamp_score(v) for v in raw), source="llm")
+        result[mid] = SalienceScores(*(clamp_score(v) for v in raw), source="llm")
     return result
 
 

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from database.models import Assignment, Message, QuestionnaireResponse, RecallEvent, TaskSession, User
 from services.participants.input_checks import MAX_DB_ID, bounded_int
 from services.platform.errors import BadInput, NotFound
-from services.recall import recall_model
+from services.recall.formulas import elapsed_time, recall_probability
 from services.study.definition import Study
 from services.text.catalogs import CATALOGS, FALLBACK_LANGUAGE
 
@@ -374,10 +374,10 @@ def forgetting_curves(session: Session, study: Study, user_id: int, *, now: date
             xs, ys = [], []
             for start, stop, g_segment in zip(anchors[:-1], anchors[1:], gs, strict=True):
                 seconds = np.linspace(0.0, max((stop - start).total_seconds(), 0.0), 60)
-                t = recall_model.elapsed_time(seconds, unit=params.time_unit, time_scale=params.time_scale,
-                                              day_seconds=day_seconds)
+                t = elapsed_time(seconds, unit=params.time_unit, time_scale=params.time_scale,
+                                 day_seconds=day_seconds)
                 xs.extend(days(start) + seconds / day_seconds)
-                ys.extend(np.atleast_1d(recall_model.recall_probability(1.0, t, g_segment)))
+                ys.extend(np.atleast_1d(recall_probability(1.0, t, g_segment)))
             ax.plot(xs, ys, linewidth=1.2, color=color, label=name)
         for number, event in enumerate(memory_events):
             ax.scatter([days(event.created_at)], [event.p_final], s=28, zorder=3,

@@ -14,7 +14,7 @@ Methods, each a turns-by-questions score matrix plus a tie-break:
 * ``dense`` - cosine between the offline embedder's query and passage vectors.
 * ``fused`` - the deployed hybrid retriever (``services.recall.retrieval``): weighted sum of the
   z-scored BM25 (over the turn plus its previous turns in the same session) and the z-scored cosine.
-* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall.recall_model``) used as
+* ``l4`` - the L4 forgetting-curve ``p_final`` (``services.recall.formulas``) used as
   the ranking score over the dense cosines, with ``t`` the time from the turn's
   session to the question (asked at the last session) and ``g`` the never-recalled
   ``g0`` from the turn's lexicon salience; ties (for instance every turn whose
@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from services.recall import recall_model as rm
+from services.recall.formulas import RelevanceMapping, elapsed_time, final_probability, initial_g, recall_probability
+from services.recall.parameters import RecallParams
 from services.recall.retrieval import FusionWeights, HybridRetriever, RetrievalDoc, Scores, neighbour_text
 from services.recall.salience import lexicon_scores
 from services.text.keywords import keyword_jaccard, keyword_set, tokenize
@@ -334,31 +335,31 @@ def turn_salience(texts: Iterable[str], weights: Mapping[str, float] | None = No
     return np.array([lexicon_scores(text).salience(weights) for text in texts], dtype=np.float64)
 
 
-def l4_elapsed(ages_days: np.ndarray, params: rm.RecallParams) -> np.ndarray:
+def l4_elapsed(ages_days: np.ndarray, params: RecallParams) -> np.ndarray:
     """``t`` of each turn in the preset's unit: age in days (or hours) × time_scale, or, for the
     ``turns`` unit, the number of later turns in the conversation."""
     ages = np.asarray(ages_days, dtype=np.float64)
     if params.time_unit == "turns":
         later = np.arange(ages.size - 1, -1, -1, dtype=np.float64)
-        return np.asarray(rm.elapsed_time(0.0, unit="turns", time_scale=params.time_scale,
-                                          day_seconds=SECONDS_PER_DAY, turns=later))
-    return np.asarray(rm.elapsed_time(ages * SECONDS_PER_DAY, unit=params.time_unit,
-                                      time_scale=params.time_scale, day_seconds=SECONDS_PER_DAY))
+        return np.asarray(elapsed_time(0.0, unit="turns", time_scale=params.time_scale,
+                                       day_seconds=SECONDS_PER_DAY, turns=later))
+    return np.asarray(elapsed_time(ages * SECONDS_PER_DAY, unit=params.time_unit,
+                                   time_scale=params.time_scale, day_seconds=SECONDS_PER_DAY))
 
 
-def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: rm.RecallParams,
+def l4_scores(cosines: np.ndarray, t: np.ndarray, salience: np.ndarray, params: RecallParams,
               languages: Sequence[str | None], retrieval: Sequence[Scores] | None = None) -> np.ndarray:
     """questions × turns ``p_final`` of the forgetting curve for memories never recalled before:
     ``r`` from the preset's relevance mapping (a calibrated ``logistic`` one reads the hybrid
     retriever's per-question ``retrieval`` scores), ``t`` per turn, ``g = g0`` from the turn's salience."""
-    g = np.asarray(rm.initial_g(salience, params.g0_base, params.g0_salience), dtype=np.float64)
+    g = np.asarray(initial_g(salience, params.g0_base, params.g0_salience), dtype=np.float64)
     out = np.empty_like(cosines, dtype=np.float64)
     for row, language in enumerate(languages):
         extra = None if retrieval is None else {"fused": retrieval[row].fused, "lexical_z": retrieval[row].lexical_z,
                                                 "dense_z": retrieval[row].dense_z}
         r = params.relevance.to_r(cosines[row], language, scores=extra)
-        p = rm.recall_probability(r, t, g)
-        out[row] = rm.final_probability(p, salience, params.salience_bonus)
+        p = recall_probability(r, t, g)
+        out[row] = final_probability(p, salience, params.salience_bonus)
     return out
 
 
@@ -368,7 +369,7 @@ class FuzzyScoring:
     (``services.memory.structured_summary`` holds them; this module stays free of the database)."""
 
     weights: Mapping[str, float]
-    semantic: rm.RelevanceMapping
+    semantic: RelevanceMapping
     time_weight: Callable[[float], float]
     threshold: float
     max_fragments: int
@@ -539,7 +540,7 @@ class BenchContext:
     methods: Sequence[str]
     ks: Sequence[int]
     cache: EmbeddingCache | None = None
-    recall_params: rm.RecallParams | None = None
+    recall_params: RecallParams | None = None
     fuzzy: FuzzyScoring | None = None
     salience_weights: Mapping[str, float] | None = None
     fusion: FusionSettings = FusionSettings()

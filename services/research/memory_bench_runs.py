@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from services.recall.recall_model import resolve_recall_params
+from services.recall.parameters import resolve_recall_params
 from services.research import memory_bench as mb
 from services.study.definition import Study
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from services.platform.clock import SECONDS_PER_DAY
-from services.recall import recall_model as rm
+from services.recall.parameters import resolve_recall_params
 from services.research.recall_calibration_fit import (
     CHECK_GROUP_SIZE,
     CV_FOLDS,
@@ -92,7 +92,7 @@ def calibrate(study: Study | None = None, *, preset: str | None = None, embedder
     (fitted) preset under every budget of ``CURVE_BUDGETS`` (``operating_curve``; an anchored preset only, else
     ``NotAnchored``)."""
     study = study or load_study()
-    params = rm.resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
+    params = resolve_recall_params(study.memory.recall_config, preset=preset, overrides=overrides)
     retrieval = study.memory.retrieval
     if curve and not fit:
         require_anchored(params)  # before the traces are built, not after

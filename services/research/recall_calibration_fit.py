@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from services.platform.clock import SECONDS_PER_DAY
-from services.recall import recall_model as rm
+from services.recall.formulas import RelevanceMapping
+from services.recall.parameters import DEFAULT_FALSE_RECALL_BUDGET, RecallParams, RetrievalSettings, resolve_anchor
 from services.recall.relevance import LogisticRelevance, UnrelatedTail, fit_monotone, fit_unrelated_tail
 from services.research.recall_calibration_replay import (
     FEATURE_NAMES,
@@ -78,21 +79,21 @@ def fit_tails(pairs: Pairs, model: LogisticRelevance, split: str = "dev") -> dic
     return {"default": fit_unrelated_tail(pooled), **tails}
 
 
-def anchored_params(base: rm.RecallParams, model: LogisticRelevance, tails: dict[str, UnrelatedTail],
+def anchored_params(base: RecallParams, model: LogisticRelevance, tails: dict[str, UnrelatedTail],
                     budget: float | Mapping[str, float], days_per_unit: float, anchor_days: float, embedder_model: str,
-                    retrieval: rm.RetrievalSettings, preset: str = "fitted") -> rm.RecallParams:
+                    retrieval: RetrievalSettings, preset: str = "fitted") -> RecallParams:
     """The anchored preset of a fitted model and tails; ``budget``: one for every language, or one per language
     (the smallest of them is then the default, for messages of any other language)."""
     by_language = dict(budget) if isinstance(budget, Mapping) else {}
     default = min(by_language.values()) if by_language else float(budget)
     if len(set(by_language.values())) == 1:  # one budget after all: no per-language entries
         by_language = {}
-    relevance = rm.RelevanceMapping("anchored", model=model, embedder_model=embedder_model,
-                                    fitted_for={"retrieval": retrieval.to_dict()}, tails=tails,
-                                    false_recall_budget=default, budget_by_language=by_language,
-                                    anchor_days=anchor_days)
-    return rm.resolve_anchor(replace(base, preset=preset, time_unit="days", time_scale=1.0 / days_per_unit,
-                                     relevance=relevance))
+    relevance = RelevanceMapping("anchored", model=model, embedder_model=embedder_model,
+                                 fitted_for={"retrieval": retrieval.to_dict()}, tails=tails,
+                                 false_recall_budget=default, budget_by_language=by_language,
+                                 anchor_days=anchor_days)
+    return resolve_anchor(replace(base, preset=preset, time_unit="days", time_scale=1.0 / days_per_unit,
+                                  relevance=relevance))
 
 
 TASKS = tuple(TARGETS)
@@ -108,7 +109,7 @@ CHECK_GROUP_SIZE = 8
 CV_FOLDS = 4
 
 
-def _counts(dev: list[Trace], params: rm.RecallParams, study: Study, day_seconds: float) -> np.ndarray:
+def _counts(dev: list[Trace], params: RecallParams, study: Study, day_seconds: float) -> np.ndarray:
     """Per trace and task: relevant recalled, relevant, unrelated recalls, unrelated candidates."""
     rows = []
     for trace in dev:
@@ -140,8 +141,8 @@ def _fitted(dev: list[Trace], features: tuple[str, ...]) -> tuple[LogisticReleva
     return model, fit_tails(pairs, model)
 
 
-def _cells(base: rm.RecallParams, model: LogisticRelevance, tails: dict[str, UnrelatedTail], grid, anchor_days: float,
-           embedder_model: str, retrieval: rm.RetrievalSettings) -> dict[tuple[float, float], rm.RecallParams]:
+def _cells(base: RecallParams, model: LogisticRelevance, tails: dict[str, UnrelatedTail], grid, anchor_days: float,
+           embedder_model: str, retrieval: RetrievalSettings) -> dict[tuple[float, float], RecallParams]:
     cells = {}
     for budget, days in grid:
         try:
@@ -152,8 +153,8 @@ def _cells(base: rm.RecallParams, model: LogisticRelevance, tails: dict[str, Unr
     return cells
 
 
-def out_of_fold_counts(dev: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
-                       retrieval: rm.RetrievalSettings, grid, *, features: tuple[str, ...], anchor_days: float,
+def out_of_fold_counts(dev: list[Trace], base: RecallParams, study: Study, embedder_model: str,
+                       retrieval: RetrievalSettings, grid, *, features: tuple[str, ...], anchor_days: float,
                        day_seconds: float, folds: int, seed: int) -> dict[tuple[float, float], np.ndarray]:
     """``_counts`` of every development trace for each (budget, unit) of ``grid``, each trace replayed under the
     model and tails fitted on the other folds. A cell some fold cannot build is left out."""
@@ -258,7 +259,7 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     target (capped at 1), and the highest mean wins. Further ties: the budgets nearest the default, then the
     longer unit (the gentler forgetting)."""
     return max(rows, key=lambda row: (round(row["score"], 9), round(row["partial"], 9),
-                                      -sum(abs(b - rm.DEFAULT_FALSE_RECALL_BUDGET) for b in row["budgets"].values()),
+                                      -sum(abs(b - DEFAULT_FALSE_RECALL_BUDGET) for b in row["budgets"].values()),
                                       row["days_per_unit"]))
 
 
@@ -280,12 +281,12 @@ def _rows(stats: dict[tuple[float, float], dict[str, dict[str, Any]]], budgets: 
     return rows
 
 
-def fit_anchored(traces: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
-                 retrieval: rm.RetrievalSettings, *, features: tuple[str, ...] = DEFAULT_FEATURES,
+def fit_anchored(traces: list[Trace], base: RecallParams, study: Study, embedder_model: str,
+                 retrieval: RetrievalSettings, *, features: tuple[str, ...] = DEFAULT_FEATURES,
                  day_seconds: float = SECONDS_PER_DAY, budgets: tuple[float, ...] = BUDGET_GRID,
                  units: tuple[float, ...] = TIME_UNIT_GRID_DAYS, seed: int = 17, folds: int = CV_FOLDS,
                  group_size: int | None = CHECK_GROUP_SIZE,
-                 per_language: bool = True) -> tuple[rm.RecallParams, list[dict]]:
+                 per_language: bool = True) -> tuple[RecallParams, list[dict]]:
     """The anchored preset fitted on the development traces among ``traces``: the logistic model (its linear
     score is s), the unrelated tails, and the time unit and each language's budget ``choose`` picks over
     ``units`` x ``budgets`` per language (``per_language`` false: one budget for all), judged on out-of-fold
@@ -322,8 +323,8 @@ def resample(traces: list[Trace], rng: random.Random) -> list[Trace]:
     return drawn
 
 
-def bootstrap(traces: list[Trace], base: rm.RecallParams, study: Study, embedder_model: str,
-              retrieval: rm.RetrievalSettings, *, resamples: int, seed: int = 17,
+def bootstrap(traces: list[Trace], base: RecallParams, study: Study, embedder_model: str,
+              retrieval: RetrievalSettings, *, resamples: int, seed: int = 17,
               features: tuple[str, ...] = DEFAULT_FEATURES, day_seconds: float = SECONDS_PER_DAY,
               folds: int = CV_FOLDS, per_language: bool = True) -> list[dict[str, Any]]:
     """Refit on ``resamples`` bootstrap resamples of the development participants; each row: the chosen budgets

@@ -25,9 +25,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from services.platform.clock import SECONDS_PER_DAY, ManualClock
-from services.recall import recall_model as rm
+from services.recall.candidates import CandidateRule, recall_cue
+from services.recall.formulas import elapsed_time, emotional_salience, initial_g, study_days
+from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
 from services.recall.salience import lexicon_scores
+from services.recall.scoring import score_candidates
 from services.study.definition import Study
 from services.text.languages import detect
 
@@ -295,7 +298,7 @@ def sample_salience(text: str, scores: tuple[float, float, float] | None, weight
     if scores is None:
         lexicon = lexicon_scores(text)
         scores = (lexicon.intensity, lexicon.disclosure, lexicon.value)
-    return rm.emotional_salience(*scores, weights=weights)
+    return emotional_salience(*scores, weights=weights)
 
 
 @lru_cache(maxsize=4096)
@@ -314,8 +317,8 @@ def _candidate_dicts(ranked) -> list[tuple[int, dict[str, float]]]:
             for s in ranked]
 
 
-def trace_participant(participant: str, study: Study, embedder, params: rm.RecallParams,
-                      retrieval: rm.RetrievalSettings, *, day_seconds: float = SECONDS_PER_DAY,
+def trace_participant(participant: str, study: Study, embedder, params: RecallParams,
+                      retrieval: RetrievalSettings, *, day_seconds: float = SECONDS_PER_DAY,
                       message_gap_seconds: float = 60.0,
                       start: datetime = datetime(2026, 3, 2, 9, 0, 0)) -> Trace:
     """Walk one sample participant through the schedule on a ManualClock.
@@ -341,7 +344,7 @@ def trace_participant(participant: str, study: Study, embedder, params: rm.Recal
         clock.set(start + timedelta(seconds=schedule[task_id] * day_seconds))
         admitted = [d for d, m in zip(docs, memories, strict=True) if m.admitted]
         retriever = HybridRetriever(admitted, retrieval.fusion, retrieval.k1, retrieval.b) if admitted else None
-        cues = [rm.recall_cue(m[0]) for m in messages]  # what a new message recalls with, as in the platform
+        cues = [recall_cue(m[0]) for m in messages]  # what a new message recalls with, as in the platform
         vectors = embedder.embed_queries(cues) if retriever else None
         sent_at = []
         for i, (text, topics, _scores) in enumerate(messages):
@@ -360,18 +363,18 @@ def trace_participant(participant: str, study: Study, embedder, params: rm.Recal
             docs.append(RetrievalDoc(len(memories), exchanges[i],
                                      neighbour_text(exchanges[:i], retrieval.neighbour_turns), passages[i]))
             memories.append(Memory(text, topics, task_id, created_at, salience,
-                                   float(rm.initial_g(salience, params.g0_base, params.g0_salience)),
+                                   float(initial_g(salience, params.g0_base, params.g0_salience)),
                                    params.candidates.admits_text(text, salience)))
     return Trace(participant, language, split_of(participant), memories, queries)
 
 
-def traces_for(study: Study, embedder, params: rm.RecallParams, retrieval: rm.RetrievalSettings, *,
+def traces_for(study: Study, embedder, params: RecallParams, retrieval: RetrievalSettings, *,
                day_seconds: float = SECONDS_PER_DAY, participants: list[str] | None = None) -> list[Trace]:
     """The traces of the sample's participants (default: all of them)."""
     chosen = participants if participants is not None else list(SAMPLE)
     first = min(schedule_days(study), key=schedule_days(study).get)
     # one batch each, far faster than a task at a time; the first task's messages are never queries
-    embedder.embed_queries([rm.recall_cue(m[0]) for p in chosen for task, messages in SAMPLE[p].items()
+    embedder.embed_queries([recall_cue(m[0]) for p in chosen for task, messages in SAMPLE[p].items()
                             if task != first for m in messages])
     embedder.embed_passages([m[0] for p in chosen for messages in SAMPLE[p].values() for m in messages])
     return [trace_participant(p, study, embedder, params, retrieval, day_seconds=day_seconds) for p in chosen]
@@ -392,7 +395,7 @@ class _ReplayState:
     recalled_in: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
-def replay(trace: Trace, params: rm.RecallParams, study: Study, *, day_seconds: float = SECONDS_PER_DAY,
+def replay(trace: Trace, params: RecallParams, study: Study, *, day_seconds: float = SECONDS_PER_DAY,
            reinforcement: bool = True, events: bool = True) -> dict[str, TaskOutcome]:
     """Recall along a trace: the forgetting curve on each query's candidates, with g updated and t reset
     on every recall (``reinforcement=False``: neither, so every memory ages from its creation).
@@ -418,16 +421,16 @@ def replay(trace: Trace, params: rm.RecallParams, study: Study, *, day_seconds: 
     return outcomes
 
 
-def _recall_once(trace: Trace, query: Query, params: rm.RecallParams, state: _ReplayState, outcome: TaskOutcome, *,
+def _recall_once(trace: Trace, query: Query, params: RecallParams, state: _ReplayState, outcome: TaskOutcome, *,
                  day_seconds: float, reinforcement: bool, events: bool) -> None:
     chosen = [i for i, _ in query.candidates]
     refs = [(state.last[i] if reinforcement else None) or trace.memories[i].created_at for i in chosen]
     elapsed = np.array([(query.at - ref).total_seconds() for ref in refs])
-    t = np.atleast_1d(rm.elapsed_time(elapsed, unit=params.time_unit, time_scale=params.time_scale,
-                                      day_seconds=day_seconds, turns=np.zeros(len(chosen))))
+    t = np.atleast_1d(elapsed_time(elapsed, unit=params.time_unit, time_scale=params.time_scale,
+                                   day_seconds=day_seconds, turns=np.zeros(len(chosen))))
     cosine, scores = _candidate_scores(query)
-    result = rm.score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores,
-                                 spacing_days=rm.study_days(elapsed, day_seconds))
+    result = score_candidates(cosine, t, state.g[chosen], state.salience[chosen], params, query.language, scores,
+                              spacing_days=study_days(elapsed, day_seconds))
     for rank, index in enumerate(chosen):
         memory = trace.memories[index]
         relevant = index in query.relevant
@@ -458,7 +461,7 @@ def _recall_once(trace: Trace, query: Query, params: rm.RecallParams, state: _Re
             state.last[index] = query.at
 
 
-def replay_all(traces: list[Trace], params: rm.RecallParams, study: Study, *, day_seconds: float = SECONDS_PER_DAY,
+def replay_all(traces: list[Trace], params: RecallParams, study: Study, *, day_seconds: float = SECONDS_PER_DAY,
                reinforcement: bool = True, events: bool = True) -> Outcomes:
     outcomes: Outcomes = {}
     for trace in traces:
@@ -485,7 +488,7 @@ def labelled_pairs(traces: list[Trace]) -> dict[tuple[str, str], dict[str, np.nd
     return pairs
 
 
-def check_candidate_rule(rule: rm.CandidateRule) -> dict[str, dict[str, dict[str, list[str]]]]:
+def check_candidate_rule(rule: CandidateRule) -> dict[str, dict[str, dict[str, list[str]]]]:
     """The RULE_CHECK messages the rule misjudges: content-free ones it keeps, content it drops
     (salience 0, i.e. by their words alone)."""
     result: dict[str, dict[str, dict[str, list[str]]]] = {}

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from services.platform.clock import SECONDS_PER_DAY
-from services.recall import recall_model as rm
+from services.recall.formulas import elapsed_time, final_probability, initial_g, recall_probability, required_relevance
+from services.recall.parameters import RecallParams, RetrievalSettings
 from services.research.recall_calibration_replay import (
     CHECKED_SPLITS,
     FEATURE_NAMES,
@@ -98,7 +99,7 @@ def recall_ceiling(traces: list[Trace], task_id: str, score: Callable[[Query, di
     return Ceiling(len(recalled), len(relevant))
 
 
-def ceiling_score(name: str, params: rm.RecallParams) -> Callable[[Query, dict[str, float]], float]:
+def ceiling_score(name: str, params: RecallParams) -> Callable[[Query, dict[str, float]], float]:
     if name != "r":
         return lambda query, scores: scores[name]
 
@@ -111,7 +112,7 @@ def ceiling_score(name: str, params: rm.RecallParams) -> Callable[[Query, dict[s
 Ceilings = dict[tuple[str, str], dict[str, dict[str, Ceiling]]]  # (split, language) -> score -> task -> Ceiling
 
 
-def recall_ceilings(traces: list[Trace], params: rm.RecallParams) -> Ceilings:
+def recall_ceilings(traces: list[Trace], params: RecallParams) -> Ceilings:
     """The ceiling of every score of CEILING_SCORES, per split (SPLITS), language and task."""
     found: Ceilings = {}
     for split in SPLITS:
@@ -173,8 +174,8 @@ def checked_failures(outcomes: Outcomes) -> list[str]:
 
 @dataclass
 class CalibrationReport:
-    params: rm.RecallParams
-    retrieval: rm.RetrievalSettings
+    params: RecallParams
+    retrieval: RetrievalSettings
     embedder_model: str
     day_seconds: float
     pairs: dict[tuple[str, str], dict[str, np.ndarray]]  # (split, language) -> features, "label", "r"
@@ -266,23 +267,23 @@ class CalibrationReport:
         return found
 
 
-def curve_t(params: rm.RecallParams, gap_days: float, day_seconds: float) -> float:
+def curve_t(params: RecallParams, gap_days: float, day_seconds: float) -> float:
     """t for a gap of ``gap_days`` study days (or turns, when t counts turns)."""
-    return float(rm.elapsed_time(gap_days * day_seconds, unit=params.time_unit, time_scale=params.time_scale,
-                                 day_seconds=day_seconds, turns=gap_days))
+    return float(elapsed_time(gap_days * day_seconds, unit=params.time_unit, time_scale=params.time_scale,
+                              day_seconds=day_seconds, turns=gap_days))
 
 
-def p_table(params: rm.RecallParams, gaps: list[float], *, salience: float = 0.0,
+def p_table(params: RecallParams, gaps: list[float], *, salience: float = 0.0,
             day_seconds: float = SECONDS_PER_DAY) -> list[dict[str, Any]]:
     """p_final at each gap (days, or turns when t counts turns) for a grid of r, for a never-recalled
     memory with g = g0(salience)."""
-    g0 = rm.initial_g(salience, params.g0_base, params.g0_salience)
+    g0 = initial_g(salience, params.g0_base, params.g0_salience)
     rows = []
     for r in R_GRID:
         cells = []
         for gap in gaps:
-            p = float(rm.recall_probability(r, curve_t(params, gap, day_seconds), g0))
-            p_final = float(rm.final_probability(p, salience, params.salience_bonus))
+            p = float(recall_probability(r, curve_t(params, gap, day_seconds), g0))
+            p_final = float(final_probability(p, salience, params.salience_bonus))
             cells.append({"gap": gap, "p_final": p_final, "recalled": p_final >= params.threshold})
         rows.append({"r": r, "cells": cells})
     return rows
@@ -321,8 +322,8 @@ def _format_header(report: CalibrationReport, verbose: bool) -> list[str]:
 
 
 def _format_pairs(report: CalibrationReport) -> list[str]:
-    x_star = float(rm.required_relevance(0.0, report.params.g0_base, 0.0, report.params.threshold,
-                                         report.params.salience_bonus))
+    x_star = float(required_relevance(0.0, report.params.g0_base, 0.0, report.params.threshold,
+                                      report.params.salience_bonus))
     out = ["", f"labelled (message, top-{report.params.top_k} candidate) pairs (held-out: the first rounds', the blind "
                f"apart): r = the preset's relevance; r ≥ {x_star:.3f} is recalled at t = 0 (e = 0)"]
     for (split, language), data in sorted(report.pairs.items()):
@@ -350,9 +351,9 @@ def _format_curve(report: CalibrationReport) -> list[str]:
     out += ["", "r needed for recall (never-recalled memory, g = g0(e)); above 1 = impossible",
             "     e    g0  " + "".join(f"{gap:>6g} {unit[0]}" for gap in report.gaps)]
     for e in (0.0, 0.5, 1.0):
-        g0 = float(rm.initial_g(e, params.g0_base, params.g0_salience))
-        needed = [float(rm.required_relevance(curve_t(params, gap, report.day_seconds), g0, e, params.threshold,
-                                              params.salience_bonus)) for gap in report.gaps]
+        g0 = float(initial_g(e, params.g0_base, params.g0_salience))
+        needed = [float(required_relevance(curve_t(params, gap, report.day_seconds), g0, e, params.threshold,
+                                           params.salience_bonus)) for gap in report.gaps]
         out.append(f"  {e:4.1f}  {g0:4.2f}  " + "".join(f"{r:8.3f}" if r < 100 else f"{'>100':>8s}" for r in needed))
     return out
 
@@ -523,10 +524,10 @@ def save_plot(report: CalibrationReport, path: Path) -> Path:
     fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4.2))
     unit = "turns" if params.time_unit == "turns" else "days"
     span = np.linspace(0, max(report.gaps) if report.gaps else 1.0, 200)
-    t = rm.elapsed_time(span * SECONDS_PER_DAY, unit=params.time_unit, time_scale=params.time_scale,
-                        day_seconds=SECONDS_PER_DAY, turns=span)
+    t = elapsed_time(span * SECONDS_PER_DAY, unit=params.time_unit, time_scale=params.time_scale,
+                     day_seconds=SECONDS_PER_DAY, turns=span)
     for r, g in ((1.0, 2.0), (1.0, 1.0), (0.95, 1.0), (0.9, 1.0), (0.8, 1.0)):
-        curves.plot(span, rm.recall_probability(r, t, g), label=f"r {r:.2f}, g {g:.1f}")
+        curves.plot(span, recall_probability(r, t, g), label=f"r {r:.2f}, g {g:.1f}")
     curves.axhline(params.threshold, color="black", linestyle="--", linewidth=1, label="threshold")
     for gap in report.gaps:
         curves.axvline(gap, color="grey", alpha=0.2)

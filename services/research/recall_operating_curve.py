@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from services.platform.clock import SECONDS_PER_DAY
-from services.recall import recall_model as rm
+from services.recall.parameters import RecallParams
 from services.research.recall_calibration_replay import (
     CHECKED_SPLITS,
     SPLITS,
@@ -31,7 +31,7 @@ class NotAnchored(ValueError):
     """The operating curve varies an anchored preset's budget; another relevance has none."""
 
 
-def require_anchored(params: rm.RecallParams) -> None:
+def require_anchored(params: RecallParams) -> None:
     """Raise NotAnchored unless ``params`` has a budget to vary."""
     if params.relevance.method != "anchored":
         raise NotAnchored(f"the operating curve varies the false-recall budget of an anchored preset; "
@@ -53,7 +53,7 @@ class CurvePoint:
     met: dict[str, bool]  # checked split -> no target missed and the shape holds (the decision rule)
 
 
-def operating_curve(traces: list[Trace], params: rm.RecallParams, study: Study, *,
+def operating_curve(traces: list[Trace], params: RecallParams, study: Study, *,
                     budgets: tuple[float, ...] = CURVE_BUDGETS,
                     day_seconds: float = SECONDS_PER_DAY) -> dict[str, list[CurvePoint]]:
     """{language: one CurvePoint per budget, in the order given, leaving out budgets beyond the share the
@@ -90,7 +90,7 @@ def first_budget_reaching(points: list[CurvePoint], split: str, task_id: str) ->
     return min(reaching, key=lambda p: p.budget) if reaching else None
 
 
-def format_curve(curve: dict[str, list[CurvePoint]], params: rm.RecallParams) -> list[str]:
+def format_curve(curve: dict[str, list[CurvePoint]], params: RecallParams) -> list[str]:
     unit = f"{1 / params.time_scale:g} days" if params.time_unit == "days" else params.time_unit
     out = ["", f"operating curve of preset {params.preset!r} (its model, tails and unit of {unit}; only the "
                "false-recall budget varied; preset's own: "

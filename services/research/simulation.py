@@ -167,10 +167,10 @@ def temporary_server(make_app: AppFactory, day_seconds: float, conditions: list[
 
 def carries_content(memory: dict[str, Any], recall_params: dict[str, Any] | None) -> bool:
     """Whether a recalled memory passes the recall-candidate rule the reply was built with
-    (services.recall.recall_model.CandidateRule): a content word, or a high salience."""
-    from services.recall import recall_model
+    (services.recall.candidates.CandidateRule): a content word, or a high salience."""
+    from services.recall.candidates import candidate_rule_from_config
 
-    rule = recall_model.candidate_rule_from_config((recall_params or {}).get("candidates") or None)
+    rule = candidate_rule_from_config((recall_params or {}).get("candidates") or None)
     return rule.admits_text(memory.get("text") or "", memory.get("salience"))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from services.platform.mappings import deep_merge
-from services.recall.recall_model import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
+from services.recall.parameters import RecallParams, RetrievalSettings, resolve_recall_params, retrieval_from_config
 from services.text.languages import LANGUAGES
 
 DEFAULT_STUDY_FILE = Path(__file__).resolve().parents[2] / "data" / "study" / "default_study.json"

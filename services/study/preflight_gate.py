@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from database.models import PreflightReport
 from services.platform.clock import utc_iso
 from services.platform.errors import Unavailable
-from services.recall import recall_model
+from services.recall import parameters as recall_parameters
 from services.study.definition import Study
 from services.study.settings import Settings
 from services.study.versions import definition_hash
@@ -54,7 +54,7 @@ def state(session: Session, study: Study) -> tuple[str, PreflightReport | None]:
 
 def embedder_warning(study: Study, embedder_model: str) -> str | None:
     """Why ``r`` means nothing with this embedder, or None when the active preset was fitted for it."""
-    return recall_model.embedder_warning(study.memory.recall, embedder_model)
+    return recall_parameters.embedder_warning(study.memory.recall, embedder_model)
 
 
 def preflight_status(session: Session, settings: Settings, embedder_model: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from database.models import (
 )
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import BadInput, Conflict, NotFound
+from services.recall.word_lists import word_list_hashes
 from services.study.definition import Problem, Study, build_study, find_problems, thaw
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,8 @@ def import_file_study(session: Session, study: Study, clock: Clock) -> StudyVers
                            source="file", created_at=clock.now())
         session.add(row)
         session.add(AuditLog(at=row.created_at, action="study_imported",
-                             details={"version": row.version, "study_hash": digest}))
+                             details={"version": row.version, "study_hash": digest,
+                                      "recall_word_lists": word_list_hashes()}))
         try:
             session.commit()
             log.info("study definition %s imported as version %d", digest[:12], row.version)
@@ -292,7 +294,8 @@ def publish(session: Session, draft_id: int, *, reason: Any, actor: User, clock:
     session.add(row)
     draft.published_version = row.version
     session.add(AuditLog(at=now, actor_user_id=actor.id, action="study_published",
-                         details={"version": row.version, "study_hash": row.study_hash, "draft_id": draft.id,
+                         details={"version": row.version, "study_hash": row.study_hash,
+                                  "recall_word_lists": word_list_hashes(), "draft_id": draft.id,
                                   "previous_version": live.version if live else None,
                                   "reason": reason_text or None}))
     try:

@@ -139,3 +139,66 @@ def test_a_refused_message_is_counted_all_the_same(served_app, clock):
     repeat = api.post("/api/tasks/T1/messages", json={"content": "第一条。"}, headers=keyed)
     assert repeat.status_code == 201 and repeat.headers["Idempotent-Replayed"] == "true"
     assert message_counts() == [3]
+
+
+# L4 (issue 30): the chat path as above, plus the condition's own work for the reply. Its memory context
+# reads the gist (the participant's profile and the task's recent turns); its recall is one load of the
+# participant's memory state (services.memory.hybrid.ForgettingCurveSearch.load: with the participant's
+# index cached in the process, one statement reads the candidate rows with the checks of that index), scoring
+# without the database, and one write with the reply (the recalled memories' UPDATE and the RecallEvent
+# INSERT, under the participant lock the reply holds already). Measured: 14 on SQLite and on PostgreSQL.
+L4_STATEMENTS = 14
+# A reply whose cached index is stale (the first after a consolidation run) reads it again: the consolidation
+# runs, the memories, their replies, and the candidate rows once more.
+L4_INDEX_LOAD = 4
+L4_CHECKOUTS = 3  # measured on both databases (an L1 message takes 2)
+
+
+@pytest.fixture
+def served_l4_app(database, clock):
+    from app import create_app
+    from tests.routes.test_l4_consolidation import DAY_SECONDS
+
+    settings = _settings(database.url)
+    settings.study_refresh_seconds = 3600.0
+    settings.day_seconds = DAY_SECONDS  # pilot mode: T2 opens two real minutes after T1
+    app = create_app(settings, clock=clock)
+    runtime = app.extensions["memory_lab"]
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"]})
+    yield app
+    runtime.background.shutdown()
+    runtime.record_failure.flush()
+    runtime.db.dispose()
+
+
+def test_an_l4_reply_loads_its_memory_state_once_and_writes_its_recall_once(served_l4_app, clock, study):
+    from tests.routes.test_l4_consolidation import DAY_SECONDS, PERSONAS, pilot_walk
+
+    api = ApiClient(served_l4_app.test_client())
+    assert api.register("counted_l4", language="en").status_code == 201
+    pilot_walk(api, clock, study, "T1", PERSONAS["en"]["T1"])  # consolidated when it ends
+    clock.advance(2 * DAY_SECONDS + 1)
+    assert api.post("/api/tasks/T2/start").status_code == 201
+    messages = ["Do you remember what I'm allergic to?", "Which food was it again that I have an allergy to?",
+                "And how are my tortoises Bert and Ernie doing in the garden?"]
+    for number, text in enumerate(messages):
+        clock.advance(0.1)  # pilot mode: a task lasts about a real second
+        answers = []
+
+        def send(text=text, number=number, answers=answers) -> None:
+            answers.append(api.post("/api/tasks/T2/messages", json={"content": text},
+                                    headers={"Idempotency-Key": f"counted-l4-{number}"}))
+
+        counts, statements = _counted(served_l4_app, send)
+        assert answers[0].status_code == 201, answers[0].get_json()
+        stale = number == 0  # the index cached during T1 predates T1's consolidation
+        assert counts["statements"] <= L4_STATEMENTS + (L4_INDEX_LOAD if stale else 0), statements
+        assert counts["checkouts"] <= L4_CHECKOUTS, counts
+        # one load: the candidate rows with the index's checks, in one statement (twice when stale)
+        loads = [s for s in statements if s.lstrip().startswith("SELECT state.")]
+        assert len(loads) == (2 if stale else 1), statements
+        index_reads = [s for s in statements if s.lstrip().startswith("SELECT count(consolidation_runs.id)")]
+        assert len(index_reads) == (1 if stale else 0), statements
+        # one write: the recalled memories and the events, each one statement (something is recalled)
+        assert sum(s.lstrip().startswith("UPDATE messages SET consolidation_g") for s in statements) == 1, statements
+        assert sum(s.lstrip().startswith("INSERT INTO recall_events") for s in statements) == 1, statements

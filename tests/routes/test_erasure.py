@@ -187,7 +187,7 @@ def test_erasure_needs_the_admin_role(app, make_participant):
 
 def test_erasure_empties_this_process_recall_cache(app, clock, study, admin_client):
     from services.memory.hybrid import ForgettingCurveSearch
-    from services.recall import recall_model as rm
+    from services.recall.candidates import _content_words, content_words
 
     api = _enter(app, PANEL_IDS[0])
     walk_task(api, clock, "T1", [MESSAGES[0]], study=study)
@@ -197,12 +197,12 @@ def test_erasure_empties_this_process_recall_cache(app, clock, study, admin_clie
     with ForgettingCurveSearch._cache_lock:
         ForgettingCurveSearch._cache[key] = object()
         ForgettingCurveSearch._last_used[key] = 0.0
-    rm.content_words(MESSAGES[0])
-    assert rm._content_words.cache_info().currsize > 0
+    content_words(MESSAGES[0])
+    assert _content_words.cache_info().currsize > 0
     url = f"/api/admin/participants/{user_id}/erase"
     assert admin_client.post(url, json={"confirm": True, "reason": "asked"}).status_code == 200
     assert key not in ForgettingCurveSearch._cache and key not in ForgettingCurveSearch._last_used
-    assert rm._content_words.cache_info().currsize == 0
+    assert _content_words.cache_info().currsize == 0
 
 
 # Issue 19, item 12: what an erasure leaves outside the rows it deletes.

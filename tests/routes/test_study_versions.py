@@ -10,6 +10,7 @@ import yaml
 from sqlalchemy import select
 
 from database.models import AuditLog, PreflightReport, StudyVersion, TaskSession, User
+from services.recall.word_lists import word_list_hashes
 from services.study import preflight_gate
 from tests.conftest import ApiClient, walk_task
 
@@ -112,6 +113,8 @@ def test_publishing_needs_a_reason_once_a_participant_exists_and_audits_it(admin
     assert entry.details["reason"] == "clearer title for T1"
     assert entry.details["version"] == 2 and entry.details["previous_version"] == 1
     assert entry.actor_user_id is not None
+    # the word lists recall decides with are recorded beside the definition's hash (data/recall/)
+    assert entry.details["recall_word_lists"] == word_list_hashes()
 
 
 def test_a_participant_mid_task_finishes_it_under_the_version_they_started(admin_client, app, make_participant,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from config import Settings
-from services.recall import recall_model as rm
+from services.recall.candidates import content_words
+from services.recall.parameters import resolve_recall_params
 from services.research import recall_calibration as cal
 from services.research import recall_calibration_fit as fit
 from services.research import recall_calibration_replay as rp
@@ -155,8 +156,8 @@ def test_the_targets_name_each_miss_and_pass_when_met():
 
 def test_messages_without_content_are_never_candidates(default_report):
     events = [e for o in default_report.tasks.values() for e in o.events]
-    assert events and not any(rm.content_words(e["memory"]) == [] for e in events)
-    assert not any(rm.content_words(e["query"]) == [] for e in events)
+    assert events and not any(content_words(e["memory"]) == [] for e in events)
+    assert not any(content_words(e["query"]) == [] for e in events)
     # echoes: a topic-less message recalling another (counted apart from unrelated recalls). The eighth to tenth
     # rounds' writers took leave in words outside the vocabulary ("bye po", "Hwyl fawr!", "掰掰", "撤了"): under the
     # tenth round's 4 % budgets 44 recalls over the whole sample were such echoes (docs/recall_calibration.md).
@@ -251,7 +252,7 @@ def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(
     assert "chosen unit (days)" in printed and "blind zh" in printed
     study = load_study(study_file)
     assert study.name == "pilot" and "seed_literal" in study.memory.recall_config["presets"]
-    refit = rm.resolve_recall_params(study.memory.recall_config, preset="refit")
+    refit = resolve_recall_params(study.memory.recall_config, preset="refit")
     configured = load_study().memory.recall
     # the default preset is this fit, rounded to four decimals
     assert configured.preset == "anchored" and refit.relevance.method == "anchored"
@@ -295,7 +296,7 @@ def test_a_lab_fits_a_preset_for_its_own_embedder_over_the_wire_and_the_prefligh
         assert "written to" in capsys.readouterr().out
         sent = server.requests_to("text-embedding")
         assert {r.body["parameters"]["text_type"] for r in sent} == {"query", "document"}
-        lab = rm.resolve_recall_params(load_study(study_file).memory.recall_config, preset="lab")
+        lab = resolve_recall_params(load_study(study_file).memory.recall_config, preset="lab")
         configured = load_study().memory.recall
         assert lab.relevance.embedder_model == "dashscope/text-embedding-v3"
         for language in (None, "zh", "en"):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from services.memory.structured_summary import s1_settings, semantic_mapping, time_weight
-from services.recall import recall_model as rm
+from services.recall.formulas import recall_probability
+from services.recall.parameters import resolve_recall_params
 from services.recall.retrieval import Scores
 from services.research import memory_bench as mb
 from services.study.definition import load_study
@@ -209,14 +210,14 @@ def test_bm25_evaluation_on_the_tiny_conversation(tiny):
 
 def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_age():
     # a cosine-band preset, so r is a function of the cosine alone
-    params = rm.resolve_recall_params(load_study().memory.recall_config, preset="cosine_bands")
+    params = resolve_recall_params(load_study().memory.recall_config, preset="cosine_bands")
     cosines = np.array([[0.86, 0.86, 0.70, 0.86]])
     ages = np.array([200.0, 2.0, 2.0, 0.0])
     salience = np.zeros(4)
     expected_t = ages * params.time_scale
     assert mb.l4_elapsed(ages, params) == pytest.approx(expected_t)
     p_final = mb.l4_scores(cosines, expected_t, salience, params, ["en"])
-    expected = rm.recall_probability(params.relevance.to_r(cosines[0], "en"), expected_t, params.g0_base)
+    expected = recall_probability(params.relevance.to_r(cosines[0], "en"), expected_t, params.g0_base)
     assert p_final[0] == pytest.approx(expected)
     assert mb.rank_turns(p_final[0], cosines[0]).tolist() == [3, 1, 0, 2]
     # salience raises g0 (slower decay) and adds the bonus
@@ -228,7 +229,7 @@ def test_l4_prefers_recent_turns_at_equal_relevance_and_relevant_ones_at_equal_a
 
 
 def test_l4_with_the_default_relevance_reads_the_retriever_scores():
-    params = rm.resolve_recall_params(load_study().memory.recall_config)
+    params = resolve_recall_params(load_study().memory.recall_config)
     assert params.relevance.method == "anchored"
     cosines = np.array([[0.85, 0.85, 0.85]])
     retrieval = [Scores(lexical=np.array([3.0, 0.0, 0.0]), cosine=cosines[0], lexical_z=np.array([1.41, -0.71, -0.71]),
@@ -327,7 +328,7 @@ def test_every_method_runs_on_the_tiny_conversation(tiny, tmp_path):
     embedder = HashEmbedder()
     ctx = mb.BenchContext(
         methods=list(mb.METHODS), ks=[1, 6], cache=mb.EmbeddingCache(tmp_path, embedder),
-        recall_params=rm.resolve_recall_params(study.memory.recall_config),
+        recall_params=resolve_recall_params(study.memory.recall_config),
         fuzzy=mb.FuzzyScoring(weights=s1["weights"], semantic=semantic_mapping(embedder.model, s1["semantic_bounds"]),
                               time_weight=time_weight, threshold=s1["threshold"], max_fragments=s1["max_fragments"]))
     results = mb.evaluate_conversation(conv, ctx)

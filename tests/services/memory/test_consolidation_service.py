@@ -14,7 +14,7 @@ from services.llm.retry import RetryPolicy
 from services.llm.types import ProviderError
 from services.memory.consolidation_service import OFFLINE_RULES, ConsolidationService, describe
 from services.memory.profile.schema import split_tag, validation_errors
-from services.recall import recall_model
+from services.recall.formulas import emotional_salience
 from tests.memory_factories import EMBEDDER, T1_EN, T1_ZH, add_task, make_participant
 from tests.model_doubles import ScriptedModel
 
@@ -119,7 +119,7 @@ def test_offline_consolidation_writes_a_chinese_profile_and_memory_fields(databa
             assert from_blob(m.embedding).shape == (EMBEDDER.dim,)
             for score in (m.emotional_intensity, m.self_disclosure, m.value_relevance, m.importance_score):
                 assert 0.0 <= score <= 1.0
-            expected = recall_model.emotional_salience(m.emotional_intensity, m.self_disclosure, m.value_relevance)
+            expected = emotional_salience(m.emotional_intensity, m.self_disclosure, m.value_relevance)
             assert m.emotional_salience == pytest.approx(expected)
             assert m.consolidation_g == pytest.approx(1.0 + 0.5 * m.emotional_salience)
         assert all(m.consolidated_at is None and m.embedding is None for m in replies)

