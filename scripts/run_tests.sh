@@ -30,7 +30,20 @@ if command -v node >/dev/null 2>&1; then
 else
   echo "== js: node not found: the JavaScript unit tests (tests/js/) cannot run (apt-get install nodejs)" >&2; status=1
 fi
-$PY -m pytest -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
+# COVERAGE=0: no coverage. Otherwise the SQLite pass runs under pytest-cov (it runs every test; the PostgreSQL pass
+# repeats the marked ones, so tracing it too would cost time for the same lines) and the figure is printed after
+# it: the total and one line per package (scripts/coverage_summary.py; the overhead: docs/benchmarks.md).
+cov=()
+if [ "${COVERAGE:-1}" != "0" ]; then
+  export COVERAGE_FILE="${TMPDIR:-/tmp}/memlab-coverage-$$"
+  cov=(--cov --cov-report=)
+fi
+$PY -m pytest -p no:cacheprovider "${parallel[@]}" "${cov[@]}" "$@" || status=$?
+if [ ${#cov[@]} -gt 0 ]; then
+  $PY scripts/coverage_summary.py "$COVERAGE_FILE" || echo "== coverage: no figure (see above)" >&2
+  rm -f "$COVERAGE_FILE" "$COVERAGE_FILE".*
+  unset COVERAGE_FILE
+fi
 if out=$(bash scripts/pg_test_server.sh start); then
   export $out
   echo "== PostgreSQL: tests marked postgres against $TEST_POSTGRES_URL"

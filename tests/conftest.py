@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -79,12 +80,18 @@ def database_url(tmp_path):
 
 @pytest.fixture(scope="session")
 def calibration_embedder():
-    """The offline embedder (multilingual-e5-small), remembering every text it embedded: the calibration tests and
-    the pre-flight's calibration check embed the same sample sentences, each once per test run (per worker)."""
-    from services.llm.providers.offline import OfflineEmbeddingProvider
+    """The offline embedder (multilingual-e5-small) answering from the checked-in vectors of
+    tests/fixtures/embeddings.npz (tests/embedding_cache.py) and remembering every text it embedded: the
+    calibration tests and the pre-flight's calibration check embed the same sample sentences, and none of them
+    waits for the CPU model unless the file lacks a text. With EMBEDDING_CACHE_RECORD set (``python -m
+    tests.embedding_cache``) it writes what it served there when the session ends."""
     from services.research.recall_calibration_replay import MemoEmbedder
+    from tests.embedding_cache import RECORD_ENV, CachedEmbedder
 
-    return MemoEmbedder(OfflineEmbeddingProvider())
+    cached = CachedEmbedder.offline()
+    yield MemoEmbedder(cached)
+    if os.environ.get(RECORD_ENV):
+        cached.write(Path(os.environ[RECORD_ENV]))
 
 
 @pytest.fixture(scope="session")

@@ -28,11 +28,11 @@ def _close(app) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # (a) embeds every held-out and blind calibration participant; (b) walks 4 bots
+@pytest.mark.timeout(1800)  # (a) replays every held-out and blind calibration participant; (b) walks 4 bots
 def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(settings, database, clock,
                                                                           calibration_embedder):
     # A study enabling L3 and L4 only (the smallest that holds a declared check, L4 beyond L3): one bot per
-    # condition and language. The offline embedder remembers the sample sentences the calibration tests embedded.
+    # condition and language. The offline embedder answers from tests/fixtures/embeddings.npz (tests/embedding_cache).
     settings = replace(settings, study=settings.study.with_overrides(L3_AND_L4))
     app = create_app(settings, clock=clock, embedder=calibration_embedder)
     try:

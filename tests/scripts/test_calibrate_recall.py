@@ -1,13 +1,22 @@
-"""scripts/calibrate_recall.py and services/research/recall_calibration*.py: the default preset is the fit the script
-produces on the development participants; recall is judged against the pre-registered targets on each language's
-held-out and blind participants pooled (issue 27's rule; --strict fails only while one is missed); almost never an
-unrelated memory, never a message without content; the seed's literal values recall nothing; reinforcement resets
-t and raises g; the pre-flight's check_active_preset."""
+"""scripts/calibrate_recall.py and services/research/recall_calibration*.py: the fit is made on the development
+participants alone; recall is judged against the pre-registered targets on each language's held-out and blind
+participants pooled (issue 27's rule; --strict fails only while one is missed); almost never an unrelated memory,
+never a message without content; the seed's literal values recall nothing; reinforcement resets t and raises g;
+the pre-flight's check_active_preset.
+
+The tests marked ``snapshot`` pin what the checked-in default preset produces on today's calibration sample (and
+that the preset is what a fresh fit writes); they change with the preset or the sample, not with a broken
+behaviour. Regenerate: ``scripts/calibrate_recall.py --fit --write-preset anchored``, then rerun
+``scripts/calibrate_recall.py`` and copy the figures it prints into the snapshot tests and docs/recall_round11.md.
+The sentences are embedded once, from tests/fixtures/embeddings.npz (tests/embedding_cache.py)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import random
+import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -79,32 +88,73 @@ def test_the_sample_is_bilingual_and_the_blind_participants_are_all_held_out():
         assert not dev & held
 
 
-def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spends_its_budget(default_report):
-    relevance = default_report.params.relevance
-    assert relevance.method == "anchored"
+def _below_the_unrelated_90th_percentile(report) -> set[tuple[str, str]]:
+    """The (split, language) groups whose median related pair does not clear the unrelated pairs' 90th percentile."""
     below = set()
-    for (split, language), pairs in default_report.pairs.items():
+    for (split, language), pairs in report.pairs.items():
         related, unrelated = pairs["r"][pairs["label"] == 1], pairs["r"][pairs["label"] == 0]
         if not np.median(related) > np.percentile(unrelated, 90):
             below.add((split, language))
+    return below
+
+
+def test_the_default_relevance_ranks_related_pairs_above_unrelated_ones_and_spends_its_budget(default_report):
+    relevance = default_report.params.relevance
+    assert relevance.method == "anchored"
+    for (split, language), pairs in default_report.pairs.items():
+        related, unrelated = pairs["r"][pairs["label"] == 1], pairs["r"][pairs["label"] == 0]
         assert np.all(pairs["r"] < 1.0)
+        # in every group the typical related pair scores above the typical unrelated one
+        assert np.median(related) > np.median(unrelated), (split, language)
         if split == "dev":
             # the anchor is the fitted (1 - budget) quantile of these very unrelated pairs' scores
             above = np.mean(unrelated >= relevance.anchor_r)
             assert 0.25 * relevance.budget(language) <= above <= 2 * relevance.budget(language), language
-    # The eleventh round's blind English probe personas are the one group where the median related pair does not
-    # clear the unrelated pairs' 90th percentile (0.73 against 0.76): their implicit English requests share few
-    # words with the fact (docs/recall_round11.md). Pinned, so a change to it in either direction is seen.
+    # on the pairs it was fitted on, the median related pair clears the unrelated pairs' 90th percentile
+    assert not {group for group in _below_the_unrelated_90th_percentile(default_report) if group[0] == "dev"}
+
+
+@pytest.mark.snapshot
+def test_snapshot_only_the_blind_english_related_pairs_fall_below_the_unrelated_90th_percentile(default_report):
+    """Snapshot of the default preset on today's sample (regenerate: module docstring). The eleventh round's blind
+    English probe personas are the one group where the median related pair does not clear the unrelated pairs'
+    90th percentile (0.73 against 0.76): their implicit English requests share few words with the fact
+    (docs/recall_round11.md). Pinned, so a change to it in either direction is seen."""
+    below = _below_the_unrelated_90th_percentile(default_report)
     assert below == {("blind", "en")}, below
 
 
-def test_held_out_recall_is_reported_against_the_targets(default_report):
-    """What the default preset (the eleventh round's registered fit) reaches on the round's evaluation personas,
-    each language's held-out and blind ones pooled and judged by issue 27's rule, is recorded in
-    docs/recall_round11.md: no target missed in either language; English T2 relevant (11/24) and English T4's
-    unrelated bound (6/124: consolidation brings earlier false recalls back) are within error. This pins that
-    outcome, and what holds around it: T2 above T4 by more than its error in both languages, no group near
-    universal recall, the per-group judgements reported for information."""
+def test_held_out_recall_is_judged_per_language_on_the_pooled_groups_and_reported_as_judged(default_report):
+    """Issue 27's rule on the default preset's replay: each language's held-out and blind participants pooled,
+    each group also judged on its own for information; what fails the rule (and --strict) is exactly the missed
+    targets and failed shapes, what is amber exactly the targets within error. Recall falls from T2 to T4 by more
+    than its error in both languages, and no group recalls nearly everything."""
+    judgements = default_report.judgements()
+    missed, amber = [], []
+    for language in ("zh", "en"):
+        pooled = judgements[language]["pooled"]
+        assert {"open", "blind"} <= set(judgements[language])  # each group on its own, for information
+        assert len(pooled.targets) == 6 and {v.verdict for v in pooled.targets} <= {"met", "within_error", "missed"}
+        missed += [v for v in pooled.targets if not v.ok]
+        amber += [v for v in pooled.targets if v.verdict == "within_error"]
+        assert pooled.shape.above, language  # the forgetting curve: T2 above T4
+        assert pooled.passed == all(v.ok for v in pooled.targets), language
+    assert len(default_report.target_failures()) == len(missed)
+    assert [line.split(":")[0] for line in default_report.within_error()] == [v.name for v in amber]
+    assert all(line.endswith("— within error") for line in default_report.within_error())
+    for split in ("held-out", "blind"):
+        for language in ("zh", "en"):
+            assert all(o.relevant_share() < 0.9 for o in default_report.group(split, language).values())
+    assert not default_report.impossible and not default_report.universal
+
+
+@pytest.mark.snapshot
+def test_snapshot_held_out_recall_of_the_default_preset(default_report):
+    """Snapshot of the default preset on today's sample (regenerate: module docstring). What the eleventh round's
+    registered fit reaches on the round's evaluation personas, each language's held-out and blind ones pooled and
+    judged by issue 27's rule, is recorded in docs/recall_round11.md: no target missed in either language; English
+    T2 relevant (11/24) and English T4's unrelated bound (6/124: consolidation brings earlier false recalls back)
+    are within error."""
     expected = {"en": {"T2 relevant": "within_error", "T3 relevant": "met", "T4 relevant": "met",
                        "T2 unrelated": "met", "T3 unrelated": "met", "T4 unrelated": "within_error"},
                 "zh": {"T2 relevant": "met", "T3 relevant": "met", "T4 relevant": "met",
@@ -114,17 +164,12 @@ def test_held_out_recall_is_reported_against_the_targets(default_report):
         pooled = judgements[language]["pooled"]
         seen = {v.name.removeprefix(f"{language} ").removesuffix(" recalled"): v.verdict for v in pooled.targets}
         assert seen == expected[language], language
-        assert pooled.shape.above and pooled.passed, language
-        assert {"open", "blind"} <= set(judgements[language])  # each group on its own, for information
+        assert pooled.passed, language
     assert default_report.target_failures() == []
     assert default_report.within_error() == [
         "en T2 relevant recalled: 45.8% (11/24; 95% one-sided 30.4%–62.1%; target ≥ 50%) — within error",
         "en T4 unrelated recalled: 4.8% (6/124; 95% one-sided 2.5%–9.1%; target ≤ 3%) — within error"]
     assert rep.checked_failures(default_report.outcomes) == []
-    for split in ("held-out", "blind"):
-        for language in ("zh", "en"):
-            assert all(o.relevant_share() < 0.9 for o in default_report.group(split, language).values())
-    assert not default_report.impossible and not default_report.universal
 
 
 def _outcome(task_id, recalled, relevant, unrelated=0, candidates=100):
@@ -158,12 +203,6 @@ def test_messages_without_content_are_never_candidates(default_report):
     events = [e for o in default_report.tasks.values() for e in o.events]
     assert events and not any(content_words(e["memory"]) == [] for e in events)
     assert not any(content_words(e["query"]) == [] for e in events)
-    # echoes: a topic-less message recalling another (counted apart from unrelated recalls). The eighth to tenth
-    # rounds' writers took leave in words outside the vocabulary ("bye po", "Hwyl fawr!", "掰掰", "撤了"): under the
-    # tenth round's 4 % budgets 44 recalls over the whole sample were such echoes (docs/recall_calibration.md).
-    # The eleventh round added the 32 probe personas (their greetings and thanks are fillers), and with the
-    # spacing gain working a recalled echo consolidates: 53 over the sample now. Bounded there.
-    assert sum(o.echo_recalls for o in default_report.tasks.values()) <= 53
     assert "好的，谢谢。" in default_report.excluded_memories and "Ok, thanks." in default_report.excluded_memories
     for language in ("zh", "en"):
         # the development lists are judged right; on the held-out lists content is never dropped
@@ -172,6 +211,17 @@ def test_messages_without_content_are_never_candidates(default_report):
         content_free, _ = rp.RULE_CHECK["held-out"][language]
         assert held_out["content_dropped"] == []
         assert len(held_out["content_free_kept"]) <= 0.25 * len(content_free), held_out
+
+
+@pytest.mark.snapshot
+def test_snapshot_echo_recalls_of_the_default_preset_are_bounded_at_todays_count(default_report):
+    """Snapshot of the default preset on today's sample (regenerate: module docstring; raise the bound only with a
+    reason). Echoes: a topic-less message recalling another (counted apart from unrelated recalls). The eighth to
+    tenth rounds' writers took leave in words outside the vocabulary ("bye po", "Hwyl fawr!", "掰掰", "撤了"): under
+    the tenth round's 4 % budgets 44 recalls over the whole sample were such echoes (docs/recall_calibration.md).
+    The eleventh round added the 32 probe personas (their greetings and thanks are fillers), and with the spacing
+    gain working a recalled echo consolidates: 53 over the sample now. Bounded there."""
+    assert sum(o.echo_recalls for o in default_report.tasks.values()) <= 53
 
 
 def _one_memory_trace():
@@ -221,7 +271,7 @@ def test_a_configuration_that_recalls_unrelated_memories_is_flagged_universal(em
     assert any("UNIVERSAL" in w for w in report.warnings())
 
 
-def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(script, embedder,
+def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets(script, embedder, default_report,
                                                                                tmp_path, capsys):
     out = tmp_path / "recall.png"
     assert script.main(["--out", str(out), "--curve"], embedder=embedder) == 0
@@ -231,58 +281,84 @@ def test_main_prints_the_report_saves_the_png_and_strict_fails_on_missed_targets
     assert "held-out zh" in printed.out and "candidate rule:" in printed.out
     assert "pre-registered targets" in printed.out and "reinforcement:" in printed.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "(held-out + blind): PASSED" in printed.out and "each group on its own" in printed.out
-    # the default preset misses no target under the rule (docs/recall_round11.md): --strict exits 0
-    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == 0
-    assert "target missed" not in capsys.readouterr().err
+    passed = not default_report.target_failures()
+    assert ("(held-out + blind): PASSED" in printed.out) == passed and "each group on its own" in printed.out
+    # --strict exits 2 exactly when the preset misses a target under the rule, naming each miss
+    assert script.main(["--out", str(out), "--strict"], embedder=embedder) == (0 if passed else 2)
+    assert ("target missed" in capsys.readouterr().err) == (not passed)
     assert script.main(["--out", str(out), "--preset", "seed_literal", "--strict"], embedder=embedder) == 2
     err = capsys.readouterr().err
     assert "IMPOSSIBLE" in err
-    assert "target missed: zh T2 relevant recalled: 0.0% (0/24; 95% one-sided 0.0%–10.1%; target ≥ 50%) — missed" in err
+    assert re.search(r"target missed: zh T2 relevant recalled: 0\.0% \(0/\d+; 95% one-sided 0\.0%–[\d.]+%; "
+                     r"target ≥ 50%\) — missed", err)
 
 
-def test_fit_writes_the_default_preset_from_dev_alone_and_reports_its_stability(script, embedder, default_report,
-                                                                                 tmp_path, capsys):
-    study_file = tmp_path / "study.json"
+@pytest.fixture(scope="module")
+def refit(script, embedder, tmp_path_factory):
+    """``--fit --bootstrap 2 --write-preset refit`` into a study file of its own, once for the module: what it
+    printed, the study it wrote and the preset it fitted."""
+    folder = tmp_path_factory.mktemp("refit")
+    study_file = folder / "study.json"
     study_file.write_text(json.dumps({"name": "pilot"}), encoding="utf-8")
-    assert script.main(["--fit", "--bootstrap", "2", "--write-preset", "refit", "--preset-file", str(study_file),
-                        "--out", str(tmp_path / "p.png")], embedder=embedder) == 0
-    printed = capsys.readouterr().out
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = script.main(["--fit", "--bootstrap", "2", "--write-preset", "refit", "--preset-file", str(study_file),
+                            "--out", str(folder / "p.png")], embedder=embedder)
+    assert code == 0
+    study = load_study(study_file)
+    return SimpleNamespace(printed=printed.getvalue(), study=study,
+                           params=resolve_recall_params(study.memory.recall_config, preset="refit"))
+
+
+def test_fit_writes_a_preset_fitted_on_dev_alone_and_reports_its_stability(refit, default_report):
+    printed = refit.printed
     assert "written to" in printed and "stability: refit on 2 bootstrap resamples" in printed
     assert "chosen unit (days)" in printed and "blind zh" in printed
-    study = load_study(study_file)
-    assert study.name == "pilot" and "seed_literal" in study.memory.recall_config["presets"]
-    refit = resolve_recall_params(study.memory.recall_config, preset="refit")
-    configured = load_study().memory.recall
-    # the default preset is this fit, rounded to four decimals
-    assert configured.preset == "anchored" and refit.relevance.method == "anchored"
-    assert (refit.time_unit, refit.relevance.anchor_days) == ("days", 2.0)
-    assert refit.time_scale == pytest.approx(configured.time_scale)
-    assert refit.relevance.false_recall_budget == configured.relevance.false_recall_budget
-    assert refit.relevance.budget_by_language == configured.relevance.budget_by_language
+    # the preset is added to the study file beside the ones it had, and records what it was fitted for
+    assert refit.study.name == "pilot" and "seed_literal" in refit.study.memory.recall_config["presets"]
+    params = refit.params
+    assert params.relevance.method == "anchored"
+    assert (params.time_unit, params.relevance.anchor_days) == ("days", 2.0)
+    assert params.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
     for language in (None, "zh", "en"):
-        mine, theirs = configured.relevance.model.model(language), refit.relevance.model.model(language)
-        assert mine.features == theirs.features
-        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
-        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
-        assert configured.relevance.anchor_score(language) == pytest.approx(refit.relevance.anchor_score(language),
-                                                                              abs=2e-3)
-    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
+        # each language's anchor is its tail's quantile at that language's false-recall budget
+        assert params.relevance.tail(language).exceedance(params.relevance.anchor_score(language)) == \
+            pytest.approx(params.relevance.budget(language))
     # fitted on dev only: the development pairs alone give the same model and tails
     dev = {k: v for k, v in default_report.pairs.items() if k[0] == "dev"}
     model = fit.fit_relevance(dev, fit.DEFAULT_FEATURES)
-    assert model.model("zh").coef == pytest.approx(refit.relevance.model.model("zh").coef, abs=1e-4)
+    assert model.model("zh").coef == pytest.approx(params.relevance.model.model("zh").coef, abs=1e-4)
     tails = fit.fit_tails(dev, model)
-    assert tails["en"].scale == pytest.approx(refit.relevance.tails["en"].scale, abs=1e-4)
+    assert tails["en"].scale == pytest.approx(params.relevance.tails["en"].scale, abs=1e-4)
+
+
+@pytest.mark.snapshot
+def test_snapshot_the_checked_in_default_preset_is_a_fresh_refit(refit):
+    """Snapshot: the default preset in data/study is what ``--fit`` writes on today's sample, rounded to four
+    decimals. It fails when the sample, the retrieval settings or the fit change without the preset being written
+    again (regenerate: ``scripts/calibrate_recall.py --fit --write-preset anchored``), not when recall breaks."""
+    configured = load_study().memory.recall
+    assert configured.preset == "anchored"
+    assert refit.params.time_scale == pytest.approx(configured.time_scale)
+    assert refit.params.relevance.false_recall_budget == configured.relevance.false_recall_budget
+    assert refit.params.relevance.budget_by_language == configured.relevance.budget_by_language
+    for language in (None, "zh", "en"):
+        mine, theirs = configured.relevance.model.model(language), refit.params.relevance.model.model(language)
+        assert mine.features == theirs.features
+        assert mine.intercept == pytest.approx(theirs.intercept, abs=1e-3)
+        assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
+        assert configured.relevance.anchor_score(language) == pytest.approx(
+            refit.params.relevance.anchor_score(language), abs=2e-3)
+    assert configured.relevance.fitted_for == {"retrieval": load_study().memory.retrieval.to_dict()}
 
 
 @pytest.mark.slow
 def test_a_lab_fits_a_preset_for_its_own_embedder_over_the_wire_and_the_preflight_takes_it(
-        script, embedder, tmp_path, monkeypatch, capsys):
+        script, embedder, refit, tmp_path, monkeypatch, capsys):
     # The route docs/recall_calibration.md gives a lab with a remote embedder: --embedder dashscope --fit
     # --write-preset, then the pre-flight's calibration check with that embedder. The DashScope wire server on
-    # 127.0.0.1 serves the offline e5 vectors, so the fit must find the default preset's model again, now named
-    # for the DashScope model; the real SDK, batching and text_index reordering sit in between.
+    # 127.0.0.1 serves the offline e5 vectors, so the fit must find the offline fit's model again (the refit
+    # fixture's), now named for the DashScope model; the real SDK, batching and text_index reordering sit in between.
     from tests import wire_servers as wire
 
     study_file = tmp_path / "study.json"
@@ -297,13 +373,13 @@ def test_a_lab_fits_a_preset_for_its_own_embedder_over_the_wire_and_the_prefligh
         sent = server.requests_to("text-embedding")
         assert {r.body["parameters"]["text_type"] for r in sent} == {"query", "document"}
         lab = resolve_recall_params(load_study(study_file).memory.recall_config, preset="lab")
-        configured = load_study().memory.recall
+        offline = refit.params
         assert lab.relevance.embedder_model == "dashscope/text-embedding-v3"
         for language in (None, "zh", "en"):
-            mine, theirs = configured.relevance.model.model(language), lab.relevance.model.model(language)
+            mine, theirs = offline.relevance.model.model(language), lab.relevance.model.model(language)
             assert mine.coef == pytest.approx(theirs.coef, abs=1e-3)
-            assert configured.relevance.tail(language).scale == pytest.approx(lab.relevance.tail(language).scale,
-                                                                              abs=1e-3)
+            assert offline.relevance.tail(language).scale == pytest.approx(lab.relevance.tail(language).scale,
+                                                                           abs=1e-3)
         # the study made to use it: the pre-flight's check runs with the DashScope embedder, refuses the offline one
         raw = json.loads(study_file.read_text(encoding="utf-8"))
         raw["memory"]["recall"]["preset"] = "lab"
@@ -390,8 +466,13 @@ def test_check_active_preset_scores_the_held_out_and_blind_participants(embedder
     assert set(check.figures["en"]["blind"]) == {"T2", "T3", "T4", "unrelated_max"}
     assert check.failures == default_report.target_failures()
     assert check.passed == (not check.failures)
-    assert len(check.targets) == 12 and {t["verdict"] for t in check.targets} <= {"met", "within_error"}
-    assert [d["language"] for d in check.shape] == ["en", "zh"] and all(d["above"] for d in check.shape)
+    # the check carries the replay's own verdicts: each language's pooled targets and shape
+    judgements = default_report.judgements()
+    assert sorted((t["name"], t["verdict"]) for t in check.targets) == sorted(
+        (v.name, v.verdict) for language in ("zh", "en") for v in judgements[language]["pooled"].targets)
+    assert len(check.targets) == 12
+    assert [(d["language"], d["above"]) for d in check.shape] == [
+        (language, judgements[language]["pooled"].shape.above) for language in ("en", "zh")]
 
 
 def test_folds_keep_each_participant_and_its_bootstrap_draws_together_and_split_each_language(traces):

@@ -119,7 +119,11 @@ def test_build_conversation_resolves_evidence_and_counts_every_drop(tiny):
 
 
 @needs_bench
+@pytest.mark.snapshot
 def test_real_locomo_drops_are_the_documented_ones():
+    """Snapshot of the shared LoCoMo file (../shared/bench): its turn and question counts and the evidence ids the
+    loader repairs or drops, as docs/benchmarks.md records them. A new copy of the data changes these; regenerate
+    from what ``load_locomo`` reports (the behaviour itself is tested on the tiny conversation above)."""
     conversations, report = mb.load_locomo(BENCH, range(10))
     assert sum(len(c.turns) for c in conversations) == 5882
     assert report.items == 1986
