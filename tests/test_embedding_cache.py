@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.recall import recall_model as rm
+from services.recall.candidates import recall_cue
 from services.research import recall_calibration_replay as rp
 from services.study.definition import load_study
 from tests.embedding_cache import FILE, CachedEmbedder, offline_embedder_id, text_key
@@ -18,7 +18,7 @@ def _calibration_texts() -> dict[str, list[str]]:
     schedule = rp.schedule_days(load_study())
     first = min(schedule, key=schedule.get)
     messages = [(task, m[0]) for p in rp.SAMPLE for task, ms in rp.SAMPLE[p].items() for m in ms]
-    return {"query": list(dict.fromkeys(rm.recall_cue(text) for task, text in messages if task != first)),
+    return {"query": list(dict.fromkeys(recall_cue(text) for task, text in messages if task != first)),
             "passage": list(dict.fromkeys(text for _, text in messages))}
 
 
