@@ -6,6 +6,7 @@ Set ``TEST_DATABASE_URL`` to a PostgreSQL URL to run the suite against PostgreSQ
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from datetime import datetime
@@ -76,6 +77,26 @@ def clock():
 @pytest.fixture
 def database_url(tmp_path):
     return os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'test.db'}"
+
+
+@contextlib.contextmanager
+def untraced():
+    """Coverage's tracer paused, when the run measures coverage (scripts/run_tests.sh), around work that tracing
+    slows several times over: the calibration fits and replays (docs/testing.md, "Coverage")."""
+    try:
+        import coverage
+    except ImportError:  # a run without the dev requirements
+        yield
+        return
+    current = coverage.Coverage.current()
+    if current is None:
+        yield
+        return
+    current.stop()
+    try:
+        yield
+    finally:
+        current.start()
 
 
 @pytest.fixture(scope="session")
