@@ -35,15 +35,22 @@ CHECKOUTS = 2
 
 @pytest.fixture
 def served_app(database, clock):
+    yield from _served(database, clock, "L1")
+
+
+def _served(database, clock, condition: str, **settings_overrides):
+    """The app as `make serve` runs it, with only ``condition`` enabled, stopped after the test."""
     from app import create_app
 
     # the check for a newly published study version (one query per process every STUDY_REFRESH_SECONDS) is not
     # a message's cost: kept out of the counted request
     settings = _settings(database.url)
     settings.study_refresh_seconds = 3600.0
+    for name, value in settings_overrides.items():
+        setattr(settings, name, value)
     app = create_app(settings, clock=clock)
     runtime = app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L1"]})
+    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": [condition]})
     yield app
     runtime.background.shutdown()
     runtime.record_failure.flush()
@@ -156,19 +163,10 @@ L4_CHECKOUTS = 3  # measured on both databases (an L1 message takes 2)
 
 @pytest.fixture
 def served_l4_app(database, clock):
-    from app import create_app
     from tests.routes.test_l4_consolidation import DAY_SECONDS
 
-    settings = _settings(database.url)
-    settings.study_refresh_seconds = 3600.0
-    settings.day_seconds = DAY_SECONDS  # pilot mode: T2 opens two real minutes after T1
-    app = create_app(settings, clock=clock)
-    runtime = app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"]})
-    yield app
-    runtime.background.shutdown()
-    runtime.record_failure.flush()
-    runtime.db.dispose()
+    # pilot mode: T2 opens two real minutes after T1
+    yield from _served(database, clock, "L4", day_seconds=DAY_SECONDS)
 
 
 def test_an_l4_reply_loads_its_memory_state_once_and_writes_its_recall_once(served_l4_app, clock, study):
