@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -81,22 +83,18 @@ def database_url(tmp_path):
 
 @contextlib.contextmanager
 def untraced():
-    """Coverage's tracer paused, when the run measures coverage (scripts/run_tests.sh), around work that tracing
-    slows several times over: the calibration fits and replays (docs/testing.md, "Coverage")."""
-    try:
-        import coverage
-    except ImportError:  # a run without the dev requirements
-        yield
-        return
-    current = coverage.Coverage.current()
-    if current is None:
-        yield
-        return
-    current.stop()
+    """No trace function (coverage's tracer, when the run measures coverage: scripts/run_tests.sh) around work
+    that tracing slows several times over: the calibration fits and replays (docs/testing.md, "Coverage"). The
+    tracer is set aside and put back, not stopped through coverage's API: an xdist worker of pytest-cov runs more
+    than one Coverage instance, and stopping the latest leaves the other's tracer in place."""
+    saved, saved_for_threads = sys.gettrace(), threading.gettrace()
+    sys.settrace(None)
+    threading.settrace(None)
     try:
         yield
     finally:
-        current.start()
+        sys.settrace(saved)
+        threading.settrace(saved_for_threads)
 
 
 @pytest.fixture(scope="session")
