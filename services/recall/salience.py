@@ -58,21 +58,25 @@ class SalienceScores:
 
 LEXICON = load_word_lists("salience_lexicon")
 _ZH, _EN = LEXICON.data["zh"], LEXICON.data["en"]
-ZH_INTENSITY: dict[str, float] = dict(_ZH["intensity"])
-ZH_INTENSIFIERS: dict[str, float] = dict(_ZH["intensifiers"])
-ZH_NEGATIONS = set(_ZH["negations"])
-ZH_DISCLOSURE_PHRASES: dict[str, float] = dict(_ZH["disclosure_phrases"])
-ZH_DISCLOSURE_WORDS: dict[str, float] = dict(_ZH["disclosure_words"])
-ZH_VALUE_WORDS: dict[str, float] = dict(_ZH["value_words"])
-ZH_VALUE_PHRASES: dict[str, float] = dict(_ZH["value_phrases"])
 
-EN_INTENSITY: dict[str, float] = dict(_EN["intensity"])
-EN_INTENSIFIERS: dict[str, float] = dict(_EN["intensifiers"])
-EN_NEGATIONS = set(_EN["negations"])
-EN_DISCLOSURE_PHRASES: dict[str, float] = dict(_EN["disclosure_phrases"])
-EN_DISCLOSURE_WORDS: dict[str, float] = dict(_EN["disclosure_words"])
-EN_VALUE_WORDS: dict[str, float] = dict(_EN["value_words"])
-EN_VALUE_PHRASES: dict[str, float] = dict(_EN["value_phrases"])
+
+@dataclass(frozen=True)
+class _Lexicon:
+    """One language's weighted words and phrases (word -> weight in [0, 1])."""
+    intensity: dict[str, float]
+    intensifiers: dict[str, float]
+    negations: set[str]
+    disclosure_phrases: dict[str, float]
+    disclosure_words: dict[str, float]
+    value_words: dict[str, float]
+    value_phrases: dict[str, float]
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> _Lexicon:
+        return cls(**{name: (set if name == "negations" else dict)(data[name]) for name in cls.__dataclass_fields__})
+
+
+ZH, EN = _Lexicon.of(_ZH), _Lexicon.of(_EN)
 
 FIRST_PERSON_ZH = re.compile(_ZH["first_person"])
 OTHER_SUBJECT_ZH = re.compile(_ZH["other_subject"])
@@ -122,24 +126,23 @@ def lexicon_scores(text: str, language: str | None = None) -> SalienceScores:
     """Offline salience scores of one message, each clamped to [0, 1]."""
     lang = language or detect(text, default="zh")
     tokens = _tokens(text, lang)
+    lex = ZH if lang == "zh" else EN
     if lang == "zh":
-        intensity = _word_hits(tokens, ZH_INTENSITY, ZH_NEGATIONS, ZH_INTENSIFIERS)
-        disclosure = _word_hits(tokens, ZH_DISCLOSURE_WORDS, set()) + _phrase_hits(text, ZH_DISCLOSURE_PHRASES)
-        value = _word_hits(tokens, ZH_VALUE_WORDS, set()) + _phrase_hits(text, ZH_VALUE_PHRASES)
+        intensity = _word_hits(tokens, lex.intensity, lex.negations, lex.intensifiers)
         exclaim = text.count("！") + text.count("!")
         # Chinese often drops the subject: a message is about oneself unless it names someone else.
         first_person = bool(FIRST_PERSON_ZH.search(text)) or not OTHER_SUBJECT_ZH.match(text.strip())
     else:
         lowered = " ".join(tokens)
-        intensifiers = {k: v for k, v in EN_INTENSIFIERS.items() if " " not in k}
-        intensity = _word_hits(tokens, EN_INTENSITY, EN_NEGATIONS, intensifiers)
-        for phrase, factor in EN_INTENSIFIERS.items():
+        intensifiers = {k: v for k, v in lex.intensifiers.items() if " " not in k}
+        intensity = _word_hits(tokens, lex.intensity, lex.negations, intensifiers)
+        for phrase, factor in lex.intensifiers.items():
             if " " in phrase and phrase in lowered:
                 intensity = [w * factor for w in intensity]
-        disclosure = _word_hits(tokens, EN_DISCLOSURE_WORDS, set()) + _phrase_hits(text, EN_DISCLOSURE_PHRASES)
-        value = _word_hits(tokens, EN_VALUE_WORDS, set()) + _phrase_hits(text, EN_VALUE_PHRASES)
         exclaim = text.count("!")
         first_person = bool(FIRST_PERSON_EN.search(text))
+    disclosure = _word_hits(tokens, lex.disclosure_words, set()) + _phrase_hits(text, lex.disclosure_phrases)
+    value = _word_hits(tokens, lex.value_words, set()) + _phrase_hits(text, lex.value_phrases)
     intensity_score = _combine(intensity) + (min(exclaim, 2) * 0.1 if intensity else 0.0)
     disclosure_score = _combine(disclosure)
     if not first_person:
