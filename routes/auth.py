@@ -55,6 +55,10 @@ def owner_address() -> bool:
                                             runtime().settings.secret_key)
 
 
+def registered(response) -> bool:
+    return response.status_code == 201
+
+
 def failed_login(response) -> bool:
     return response.status_code == 401
 
@@ -72,7 +76,10 @@ def csrf():
 
 
 @bp.post("/register")
-@limiter.limit(configured_limit("register"), key_func=lambda: f"register:{request.remote_addr}")
+# Only registrations that created an account use up the per-address quota: a request turned away (a 503
+# under back-pressure, a taken name) and sent again must not lock the rest of a class out.
+@limiter.limit(configured_limit("register"), key_func=lambda: f"register:{request.remote_addr}",
+               deduct_when=registered)
 @limiter.limit(configured_limit("register_failures"), key_func=lambda: f"register-failed:{request.remote_addr}",
                deduct_when=failed)
 def register():

@@ -60,6 +60,15 @@ def test_per_address_cap_comes_from_the_environment(limited_app):
     assert statuses == [201, 201, 201, 429]
 
 
+def test_refused_registrations_do_not_use_up_the_per_address_quota(limited_app):
+    # a load balancer's 503 or a taken name, sent again, must not lock the rest of the class out
+    app = limited_app(RATE_LIMIT_REGISTER_PER_ADDRESS="2 per hour")
+    assert _register(app, "quota01", "192.0.2.10").status_code == 201
+    assert [_register(app, "quota01", "192.0.2.10").status_code for _ in range(3)] == [409] * 3
+    assert _register(app, "quota02", "192.0.2.10").status_code == 201
+    assert _register(app, "quota03", "192.0.2.10").status_code == 429
+
+
 def test_messages_are_limited_per_account_not_per_address(limited_app, clock):
     app = limited_app(RATE_LIMIT_MESSAGES_PER_ACCOUNT="3 per minute")
     alice = _register_logged_in(app, "alice01")
