@@ -40,12 +40,17 @@ def _app(database_url: str, model_url: str):
                       CONSOLIDATION_PROVIDERS="offline", EMBEDDING_PROVIDER="offline", RATE_LIMIT_STORAGE="database",
                       RATE_LIMIT_MESSAGES_PER_ACCOUNT="100000 per minute", SCHEDULER_ENABLED="0",
                       SESSION_COOKIE_SECURE="0")
+    import subprocess
+
     from app import create_app
     from services.hosting.serving import warm_up
 
+    # migrated before the app starts, as `make serve` does: an app built on an empty database runs with
+    # study versions off (no study_versions table yet), which is not the path a class takes
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "migrate.py")], cwd=ROOT, env=dict(os.environ),
+                   check=True, capture_output=True)
     app = create_app()
     runtime = app.extensions["memory_lab"]
-    runtime.db.upgrade()
     warm_up(runtime)
     return app
 

@@ -82,7 +82,10 @@ class Bot:
                 self.results.error(f"chat:{type(exc).__name__}")
 
     def register(self) -> bool:
-        self.client.call("GET", "/api/auth/csrf")
+        status, body = self._call_retrying("csrf", "/api/auth/csrf", method="GET")
+        if status != 200:  # without the token (and its session cookie) the registration would be refused
+            self.results.error(f"csrf:{status}:{body.get('error')}")
+            return False
         started = time.monotonic()
         status, body = self._call_retrying("register", "/api/auth/register", {
             "username": self.username, "password": f"load-{self.username}-pw", "consent": True})
@@ -111,10 +114,10 @@ class Bot:
             self.send(number, path)
             time.sleep(self.args.think * self.random.uniform(0.8, 1.2))
 
-    def _call_retrying(self, what: str, path: str, body: Any = None) -> tuple[int, dict]:
-        """POST; a 503 (back-pressure: nothing was saved) is sent again after its Retry-After."""
+    def _call_retrying(self, what: str, path: str, body: Any = None, method: str = "POST") -> tuple[int, dict]:
+        """A 503 (back-pressure: nothing was saved) is sent again after its Retry-After."""
         for attempt in range(SEND_ATTEMPTS):
-            status, answer = self.client.call("POST", path, body)
+            status, answer = self.client.call(method, path, body)
             if status not in RETRYABLE or attempt == SEND_ATTEMPTS - 1:
                 return status, answer
             self.results.retry(f"{what}:{status}")
