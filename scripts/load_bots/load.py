@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from scripts.load_bots.bots import Bot, Results
-from scripts.load_bots.measure import LoadSampler, by_phase, process_tree_cpu_seconds, report, settle, stored_counts
+from scripts.load_bots.measure import (
+    LoadSampler,
+    by_phase,
+    database_cpu_seconds,
+    process_tree_cpu_seconds,
+    report,
+    settle,
+    stored_counts,
+)
 from scripts.load_bots.servers import ModelServer, start_platform
 
 MAX_PARTICIPANTS = 1000
@@ -54,6 +62,9 @@ def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict
             marks["chat_started"] = time.monotonic()
             if proc is not None:
                 marks["cpu_at_chat"] = process_tree_cpu_seconds(proc.pid)
+            database = database_cpu_seconds(db_url)
+            if database is not None:
+                marks["database_cpu_at_chat"] = database
             chaos.begin()
 
         ready = threading.Barrier(args.participants, action=class_ready)
@@ -79,6 +90,11 @@ def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict
                    "chat_phase": round(chat_cpu, 1),
                    "chat_phase_seconds": round(time.monotonic() - marks["chat_started"], 1),
                    "per_reply_ms": round(1000 * chat_cpu / max(1, results.replies), 1)}
+        database = database_cpu_seconds(db_url)
+        if cpu is not None and database is not None and "database_cpu_at_chat" in marks:
+            # PostgreSQL on this machine shares the cores: its backends' CPU in the chat phase, per reply
+            cpu["database_chat_phase"] = round(database - marks["database_cpu_at_chat"], 1)
+            cpu["database_per_reply_ms"] = round(1000 * cpu["database_chat_phase"] / max(1, results.replies), 1)
         load["load_test_own_cpu_seconds"] = round(harness - (process_tree_cpu_seconds(proc.pid) - cpu_start
                                                              if proc is not None else 0.0), 1)
         time.sleep(1)  # replies stored just before the last response

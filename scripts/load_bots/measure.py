@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from scripts.load_bots.bots import Results
 
@@ -85,6 +86,28 @@ def process_tree_cpu_seconds(pid: int) -> float:
             continue
         pids.extend(int(c) for c in children)
     return total
+
+
+def database_cpu_seconds(db_url: str | None) -> float | None:
+    """CPU seconds of the PostgreSQL server on this machine that ``db_url`` names (its postmaster, found by
+    its ``-p PORT``, with its backends, live and exited); None for SQLite or a server not found here."""
+    if not db_url or not db_url.startswith("postgresql"):
+        return None
+    port = str(urlsplit(db_url).port or 5432)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not argv[0].endswith(b"postgres") or b"-p" not in argv or argv[argv.index(b"-p") + 1] != port.encode():
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        tick = os.sysconf("SC_CLK_TCK")
+        exited = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime: the backends that have ended
+        return process_tree_cpu_seconds(int(entry.name)) + exited
+    return None
 
 
 class LoadSampler:
