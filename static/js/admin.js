@@ -6,7 +6,8 @@ import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
 import { showStudyEditor } from "./study_editor.js";
 import {
-  applyDocumentLanguage, formatDateTime, language, onLanguageChange, otherLanguage, setLanguage, t,
+  applyDocumentLanguage, formatDateTime, labelLanguageButton, language, onLanguageChange, otherLanguage, setLanguage,
+  t,
 } from "./i18n.js";
 import { attemptMessage } from "./core/failure_attempt.js";
 import { fmt } from "./core/format.js";
@@ -102,8 +103,7 @@ const who = document.getElementById("who");
 
 function renderHeader(route) {
   applyDocumentLanguage();
-  languageButton.textContent = t("app.switch_language");
-  languageButton.setAttribute("aria-label", t("app.switch_language_label"));
+  labelLanguageButton(languageButton);
   who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
   document.querySelectorAll("nav a[data-route]").forEach((link) => {
     if (link.dataset.route === route) link.setAttribute("aria-current", "page");

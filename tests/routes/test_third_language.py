@@ -22,6 +22,8 @@ def test_the_browser_loads_the_third_catalog_with_english_behind_it(client):
     assert words["error_code.time_up"] == pseudo("The time for this chat is up.")
     assert words[UNTRANSLATED[0]] == body["messages"]["en"][UNTRANSLATED[0]]
     assert set(words) == set(body["messages"]["en"]) == set(body["messages"]["zh"])
+    # each catalog's BCP 47 tag, from its header, for <html lang> and the language button
+    assert body["tags"] == {"en": "en", PSEUDO: PSEUDO, "zh": "zh-CN"}
 
 
 @pytest.mark.parametrize("how", [{"query_string": {"lang": PSEUDO}}, {"headers": {"Accept-Language": "eo,en;q=0.5"}}])
