@@ -382,10 +382,15 @@ class ProviderFailure(Base):
     purpose: Mapped[str] = mapped_column(String(32))  # reply | consolidation | embedding | ...
     error_class: Mapped[str] = mapped_column(String(128))
     status_code: Mapped[int | None] = mapped_column(Integer)
-    message: Mapped[str] = mapped_column(Text)
+    message: Mapped[str] = mapped_column(Text)  # the provider's own error text (data, not interface text)
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
     fallback_provider: Mapped[str | None] = mapped_column(String(64))
+    # which try failed (0: not tried, the provider's circuit was open), what followed (retry | fallback | give_up)
+    # and after how long the retry came: facts, put into words in the reader's language when shown
+    try_number: Mapped[int | None] = mapped_column(Integer)
+    action: Mapped[str | None] = mapped_column(String(16))
+    retry_in_s: Mapped[float | None] = mapped_column(Float)
 
 
 class ReturnLink(Base):

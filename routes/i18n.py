@@ -83,8 +83,8 @@ def text(key: str, language: str | None = None, **params: Any) -> str:
 
 
 def html_lang(language: str) -> str:
-    """The page's ``<html lang>``: Chinese pages are simplified Chinese."""
-    return "zh-CN" if language == "zh" else language.replace("_", "-")
+    """The page's ``<html lang>``: the BCP 47 tag its catalog declares (Chinese pages are ``zh-CN``)."""
+    return catalogs().tag(language)
 
 
 def install(app: Flask, source: Catalogs) -> None:
@@ -106,6 +106,7 @@ def _browser_body(source: Catalogs) -> tuple[bytes, str]:
     made_from, body, etag = _LAST_BODY
     if len(made_from) != len(compiled) or any(a is not b for a, b in zip(made_from, compiled, strict=False)):
         payload = {"languages": languages, "fallback": FALLBACK_LANGUAGE,
+                   "tags": {catalog.language: catalog.tag for catalog in compiled},
                    "messages": {lang: source.messages(lang) for lang in languages}}
         body = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
         etag = hashlib.sha256(body).hexdigest()[:32]
@@ -115,8 +116,8 @@ def _browser_body(source: Catalogs) -> tuple[bytes, str]:
 
 @bp.get("/i18n/messages.json")
 def browser_messages():
-    """Every catalog for the browser: ``{"languages": [...], "fallback": "en", "messages": {lang: {key: text}}}``.
-    Revalidated by ETag, so an edited catalog reaches the next page load."""
+    """Every catalog for the browser: ``{"languages": [...], "fallback": "en", "tags": {lang: BCP 47 tag},
+    "messages": {lang: {key: text}}}``. Revalidated by ETag, so an edited catalog reaches the next page load."""
     body, etag = _browser_body(catalogs())
     response = current_app.response_class(body, mimetype="application/json")
     response.set_etag(etag)

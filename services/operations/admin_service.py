@@ -523,11 +523,13 @@ def _tasks_text(task_ids: list[str], user_id: int | None) -> str:
 
 
 def _failure_view(f: ProviderFailure, participant_code: str | None) -> dict[str, Any]:
+    """One failure row; ``try`` / ``action`` / ``retry_in_s`` are facts the console puts into words."""
     return {
         "id": f.id, "at": utc_iso(f.at), "provider": f.provider, "model": f.model, "purpose": f.purpose,
         "error_class": f.error_class, "status_code": f.status_code, "message": f.message,
         "user_id": f.user_id, "participant_code": participant_code, "message_id": f.message_id,
         "fallback_provider": f.fallback_provider,
+        "try": f.try_number, "action": f.action, "retry_in_s": f.retry_in_s,
     }
 
 

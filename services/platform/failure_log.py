@@ -34,13 +34,14 @@ DEFERRED_WRITE_ATTEMPTS = 5
 
 
 def failure_values(attempt: dict[str, Any], at: datetime) -> dict[str, Any]:
-    """Column values for one attempt dict (as ``LLMService`` reports it)."""
-    message = attempt.get("error") or ""
-    if attempt.get("action") == "retry":
-        message = f"[try {attempt.get('try')}; retried after {attempt.get('retry_in_s')} s] {message}"
-    elif attempt.get("try"):
-        message = f"[try {attempt.get('try')}; {attempt.get('action') or 'gave up'}] {message}"
+    """Column values for one attempt dict (as ``LLMService`` reports it).
+
+    The try, what followed it and the retry's delay are stored as facts, beside the provider's own error text;
+    the admin console puts them into words in the reader's language (``admin.failures.attempt.*``)."""
     status = attempt.get("status_code")
+    try_number = attempt.get("try")
+    action = attempt.get("action") or ("give_up" if try_number else None)  # a try with nothing after it gave up
+    retry_in_s = attempt.get("retry_in_s")
     return {
         "at": at,
         "provider": str(attempt.get("provider") or "unknown")[:64],
@@ -48,10 +49,13 @@ def failure_values(attempt: dict[str, Any], at: datetime) -> dict[str, Any]:
         "purpose": str(attempt.get("purpose") or "reply")[:32],
         "error_class": str(attempt.get("error_class") or "unknown")[:128],
         "status_code": int(status) if status is not None else None,
-        "message": message,
+        "message": attempt.get("error") or "",
         "user_id": attempt.get("user_id"),
         "message_id": attempt.get("message_id"),
         "fallback_provider": (str(attempt["fallback_provider"])[:64] if attempt.get("fallback_provider") else None),
+        "try_number": int(try_number) if try_number is not None else None,
+        "action": str(action)[:16] if action else None,
+        "retry_in_s": float(retry_in_s) if retry_in_s is not None else None,
     }
 
 

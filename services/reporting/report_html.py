@@ -218,5 +218,5 @@ def render(report: dict[str, Any], language: str) -> str:
             + _exposure(report, language) + _recall(report, language) + _mc(report, language)
             + _latency(report, language) + _outcomes(report, language)
             + f'<p class="small">{escape(t("footer", language))}</p>')
-    return (f'<!DOCTYPE html><html lang="{"zh-CN" if language == "zh" else "en"}"><head><meta charset="utf-8">'
+    return (f'<!DOCTYPE html><html lang="{CATALOGS.tag(language)}"><head><meta charset="utf-8">'
             f"<title>{escape(t('title', language))}</title><style>{CSS}</style></head><body>{body}</body></html>\n")

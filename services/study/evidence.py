@@ -125,20 +125,23 @@ def passes(verdicts: list[Verdict], shape: list[Difference] | None = None) -> bo
 
 
 def describe(v: Verdict, language: str = "en") -> str:
-    """One line: the figure, its interval, its n and its verdict (in ``language``: the catalogs' verdict.*)."""
+    """One line: the figure, its interval, its n and its verdict, worded by ``language``'s catalog (verdict.line)."""
+    verdict = CATALOGS.text(language, f"verdict.{v.verdict}")
     if v.estimate is None:
-        return f"{v.name}: " + CATALOGS.text(language, "verdict.no_data")
-    side = "≥" if v.direction == "at_least" else "≤"
-    return (f"{v.name}: {v.estimate:.1%} ({v.successes}/{v.n}; 95% one-sided {v.low:.1%}–{v.high:.1%}; "
-            f"target {side} {v.target:.0%}) — {CATALOGS.text(language, f'verdict.{v.verdict}')}")
+        return CATALOGS.text(language, "verdict.line_no_data", name=v.name, verdict=verdict)
+    return CATALOGS.text(language, "verdict.line", name=v.name, figure=f"{v.estimate:.1%}", successes=v.successes,
+                         n=v.n, low=f"{v.low:.1%}", high=f"{v.high:.1%}",
+                         side="≥" if v.direction == "at_least" else "≤", target=f"{v.target:.0%}", verdict=verdict)
 
 
-def describe_difference(d: Difference | dict[str, Any]) -> str:
-    """One line for the decay shape: the difference, its counts, its one-sided lower bound, and whether it holds."""
+def describe_difference(d: Difference | dict[str, Any], language: str = "en") -> str:
+    """One line for the decay shape: the difference, its counts, its one-sided lower bound, and whether it holds,
+    worded by ``language``'s catalog (verdict.difference)."""
     d = d if isinstance(d, dict) else d.as_dict()
     if d["estimate"] is None:
-        return f"{d['name']}: no data"
+        return CATALOGS.text(language, "verdict.line_no_data", name=d["name"],
+                             verdict=CATALOGS.text(language, "verdict.no_data"))
     (s1, n1), (s2, n2) = d["first"], d["second"]
-    return (f"{d['name']}: {d['estimate']:+.1%} ({s1}/{n1} vs {s2}/{n2}; 95% one-sided lower bound "
-            f"{d['low']:+.1%}) — " + ("above zero by more than its error" if d["above"]
-                                      else "NOT above zero by more than its error"))
+    holds = CATALOGS.text(language, "verdict.difference_above" if d["above"] else "verdict.difference_not_above")
+    return CATALOGS.text(language, "verdict.difference", name=d["name"], figure=f"{d['estimate']:+.1%}", s1=s1,
+                         n1=n1, s2=s2, n2=n2, low=f"{d['low']:+.1%}", holds=holds)

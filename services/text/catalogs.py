@@ -52,6 +52,7 @@ class Catalog:
     language: str
     texts: dict[str, str]  # msgid -> translated text (untranslated entries left out)
     mo: bytes              # the same, compiled (gettext's .mo format), for Flask-Babel and jinja's gettext
+    tag: str               # the BCP 47 tag of its language (<html lang>, the browser's dates): its header's Language
 
 
 def _compile(po_path: Path, language: str) -> Catalog:
@@ -61,7 +62,8 @@ def _compile(po_path: Path, language: str) -> Catalog:
              if message.id and isinstance(message.id, str) and message.string and not message.fuzzy}
     compiled = io.BytesIO()
     write_mo(compiled, catalog)
-    return Catalog(language, texts, compiled.getvalue())
+    tag = (catalog.locale_identifier or language).replace("_", "-")  # "Language: zh_CN" -> zh-CN
+    return Catalog(language, texts, compiled.getvalue(), tag)
 
 
 class Catalogs:
@@ -94,6 +96,10 @@ class Catalogs:
                 cached = (mtime, _compile(po, language))
                 self._compiled[language] = cached
         return cached[1]
+
+    def tag(self, language: str) -> str:
+        """The BCP 47 tag of ``language`` as its catalog declares it (``zh`` -> ``zh-CN``); else the name as a tag."""
+        return self.catalog(language).tag if self.has(language) else language.replace("_", "-")
 
     def translations(self, language: str) -> Translations:
         """The compiled catalog of ``language`` with the English one behind it (Flask-Babel's ``gettext``)."""

@@ -6,8 +6,10 @@ import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
 import { showStudyEditor } from "./study_editor.js";
 import {
-  applyDocumentLanguage, formatDateTime, language, onLanguageChange, otherLanguage, setLanguage, t,
+  applyDocumentLanguage, formatDateTime, labelLanguageButton, language, onLanguageChange, otherLanguage, setLanguage,
+  t,
 } from "./i18n.js";
+import { attemptMessage } from "./core/failure_attempt.js";
 import { fmt } from "./core/format.js";
 import { qualityCell, sessionTime, statusBadge, taskCell } from "./admin/cells.js";
 import { errorText, noticeBox, retell, tell, term } from "./admin/common.js";
@@ -101,8 +103,7 @@ const who = document.getElementById("who");
 
 function renderHeader(route) {
   applyDocumentLanguage();
-  languageButton.textContent = t("app.switch_language");
-  languageButton.setAttribute("aria-label", t("app.switch_language_label"));
+  labelLanguageButton(languageButton);
   who.textContent = state.user ? t("app.logged_in_as", { name: state.user.username }) : "";
   document.querySelectorAll("nav a[data-route]").forEach((link) => {
     if (link.dataset.route === route) link.setAttribute("aria-current", "page");
@@ -558,12 +559,19 @@ async function showParticipant(id) {
 
 // -- failures, plots, export --------------------------------------------------------------------
 
+// which try failed and what followed, in the reader's words (the server stores the facts)
+function attemptCell(failure) {
+  const words = attemptMessage(failure);
+  return words ? t(words.key, words.vars) : "–";
+}
+
 function failuresTable(failures, empty) {
-  return table(headers("time", "participant", "provider", "model", "purpose", "error", "status", "message", "fallback"),
+  return table(headers("time", "participant", "provider", "model", "purpose", "error", "status", "try", "message",
+    "fallback"),
     failures.map((f) => [formatDateTime(f.at, { seconds: true }),
       f.user_id ? h("a", { href: `#/participant/${f.user_id}` }, f.participant_code || `#${f.user_id}`) : "–",
-      f.provider, f.model || "–", term("admin.purpose", f.purpose), f.error_class || "–", fmt(f.status_code), f.message || "",
-      f.fallback_provider || "–"]),
+      f.provider, f.model || "–", term("admin.purpose", f.purpose), f.error_class || "–", fmt(f.status_code),
+      attemptCell(f), f.message || "", f.fallback_provider || "–"]),
     { empty });
 }
 

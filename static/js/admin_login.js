@@ -4,7 +4,8 @@
 
 import { api, forgetCsrfToken } from "./api.js";
 import {
-  applyDocumentLanguage, browserLanguage, hasStoredLanguage, language, otherLanguage, setLanguage, t,
+  applyDocumentLanguage, browserLanguage, hasStoredLanguage, labelLanguageButton, language, otherLanguage, setLanguage,
+  t,
 } from "./i18n.js";
 
 const form = document.getElementById("admin-login-form");
@@ -20,8 +21,7 @@ const staffText = (key) => t(`staff_login.${key}`);
 function render() {
   applyDocumentLanguage();
   document.title = `${t("admin.login.title")} · AI Memory Lab`;
-  toggle.textContent = t("app.switch_language");
-  toggle.setAttribute("aria-label", t("app.switch_language_label"));
+  labelLanguageButton(toggle);
   document.getElementById("admin-login-totp-label").textContent = staffText("totp");
 }
 

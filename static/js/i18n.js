@@ -12,6 +12,8 @@
 // applies, unless the reader chose one on this very page (the link's lang, or the button on the
 // login page): that choice is then sent to the server instead of being overridden.
 
+import { languageTag, nextLanguage } from "./core/language.js";
+
 const STORAGE_KEY = "memorylab.language";
 
 async function loadCatalogs() {
@@ -34,6 +36,9 @@ async function loadCatalogs() {
 const CATALOGS = await loadCatalogs();
 const SUPPORTED = CATALOGS.languages;
 const MESSAGES = CATALOGS.messages;
+const TAGS = CATALOGS.tags || {};  // each catalog's BCP 47 tag (its header's Language), e.g. zh -> zh-CN
+// the languages the language button goes round: every catalog, or those the study speaks once settled
+let offered = SUPPORTED;
 
 const listeners = new Set();
 
@@ -93,22 +98,36 @@ export function language() {
   return current;
 }
 
-/** The language the language button switches to: the next one with a catalog (with two, the other one). */
+/** The language the language button switches to: the next one offered (every catalog; on the participant page,
+ * those the study speaks), going round; with two, the other one. */
 export function otherLanguage() {
-  return SUPPORTED[(SUPPORTED.indexOf(current) + 1) % SUPPORTED.length];
+  return nextLanguage(current, offered);
 }
 
-/** The BCP 47 tag for the page and for dates: Chinese pages are simplified Chinese, English dates day-first. */
+/** The BCP 47 tag for the page and for dates, as the language's catalog declares it; English dates day-first. */
 function localeTag(lang, forDates = false) {
-  if (lang === "zh") return "zh-CN";
-  if (lang === "en") return forDates ? "en-GB" : "en";
-  return lang.replace("_", "-");
+  const tag = languageTag(lang, TAGS);
+  return forDates && tag === "en" ? "en-GB" : tag;
+}
+
+function textIn(lang, key, vars = {}) {
+  const text = MESSAGES[lang]?.[key] ?? MESSAGES[CATALOGS.fallback]?.[key] ?? key;
+  return text.replace(/\{(\w+)\}/g, (match, name) => (name in vars ? String(vars[name]) : match));
 }
 
 /** The text for key in the current language, with {name} placeholders filled from vars. */
 export function t(key, vars = {}) {
-  const text = MESSAGES[current]?.[key] ?? MESSAGES[CATALOGS.fallback]?.[key] ?? key;
-  return text.replace(/\{(\w+)\}/g, (match, name) => (name in vars ? String(vars[name]) : match));
+  return textIn(current, key, vars);
+}
+
+/** The language button names the language it switches to in that language's own words (its catalog's
+ * app.language_name and app.switch_to_language) and marks them with its tag, so no page knows which languages
+ * there are. */
+export function labelLanguageButton(button) {
+  const next = otherLanguage();
+  button.textContent = textIn(next, "app.language_name");
+  button.setAttribute("aria-label", textIn(next, "app.switch_to_language"));
+  button.lang = localeTag(next);
 }
 
 function apply(lang) {
@@ -135,9 +154,11 @@ export function adoptLanguage(lang) {
 }
 
 /** Once the study's languages and default are known: the link's lang, else the remembered choice, else the
- * browser's languages among those offered, else the study's default. Returns the language settled on. */
-export function settleLanguage(offered, fallback) {
-  const languages = (offered || SUPPORTED).filter((lang) => SUPPORTED.includes(lang));
+ * browser's languages among those offered, else the study's default. Returns the language settled on. From then
+ * on the language button goes round the study's languages that have a catalog. */
+export function settleLanguage(studyLanguages, fallback) {
+  const languages = (studyLanguages || SUPPORTED).filter((lang) => SUPPORTED.includes(lang));
+  if (languages.length) offered = languages;
   const stored = storedLanguage();
   const settled = linkLanguage() || (stored && languages.includes(stored) ? stored : null)
     || browserLanguage(languages) || (SUPPORTED.includes(fallback) ? fallback : current);

@@ -5,8 +5,8 @@
 import { api, forgetCsrfToken } from "./api.js";
 import { h, mount } from "./dom.js";
 import {
-  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, language, onLanguageChange,
-  otherLanguage, setLanguage, settleLanguage, t,
+  adoptLanguage, applyDocumentLanguage, chosenOnThisPage, formatDateTime, labelLanguageButton, language,
+  onLanguageChange, otherLanguage, setLanguage, settleLanguage, t,
 } from "./i18n.js";
 import { apiErrorText } from "./error_texts.js";
 import { buildQuestionnaire } from "./questionnaire.js";
@@ -88,9 +88,7 @@ const who = document.getElementById("who");
 
 function renderHeader() {
   applyDocumentLanguage();
-  languageButton.textContent = t("app.switch_language");
-  languageButton.setAttribute("aria-label", t("app.switch_language_label"));
-  languageButton.lang = otherLanguage() === "zh" ? "zh-CN" : "en";
+  labelLanguageButton(languageButton);
   logoutButton.hidden = !state.user;
   // the participant code (what the lab knows them by), never the username: a panel account's is its panel id
   const code = state.user?.participant_code;

@@ -4,7 +4,7 @@
 import { api } from "./api.js";
 import { h, mount } from "./dom.js";
 import {
-  applyDocumentLanguage, browserLanguage, hasStoredLanguage, otherLanguage, setLanguage, t,
+  applyDocumentLanguage, browserLanguage, hasStoredLanguage, labelLanguageButton, otherLanguage, setLanguage, t,
 } from "./i18n.js";
 
 // the page's words: the catalogs' staff_accept.<key>
@@ -23,7 +23,7 @@ function render() {
     ["staff-accept-intro", "intro"], ["staff-accept-password-label", "label"], ["staff-accept-submit", "submit"]]) {
     document.getElementById(id).textContent = tr(key);
   }
-  toggle.textContent = tr("switch");
+  labelLanguageButton(toggle);
 }
 
 toggle.addEventListener("click", () => { setLanguage(otherLanguage()); render(); });

@@ -146,6 +146,50 @@ def test_0016_adds_reply_timing_and_exposure_and_keeps_the_messages(tmp_path):
     db.upgrade()
 
 
+@pytest.mark.postgres
+def test_0024_moves_the_try_out_of_the_failure_message_and_back(tmp_path):
+    """0024 on a failure log written before it: the English "[try N; ...]" prefix becomes try_number / action /
+    retry_in_s beside the provider's own text; downgrade writes the prefix back as it was."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from database.db_manager import alembic_config
+
+    url = os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'm0024.db'}"
+    db = Database(url)
+    if not url.startswith("sqlite"):
+        from tests.conftest import _reset_schema
+
+        _reset_schema(db)
+    db.upgrade("0023")
+    old = {1: "[try 1; retried after 0.5 s] HTTP 503: busy", 2: "[try 2; fallback] APITimeoutError: timed out",
+           3: "[try 3; give_up] HTTP 500: [internal] error", 4: "[try 1; gave up] refused",
+           5: "skipped: 5 consecutive failures, circuit open for another 30 s", 6: "unusable JSON; missing facts"}
+    with db.engine.begin() as conn:
+        for row_id, message in old.items():
+            conn.execute(text("INSERT INTO provider_failures (id, at, provider, purpose, error_class, message) "
+                              "VALUES (:id, '2026-03-03 09:00:00', 'dashscope', 'reply', 'x', :message)"),
+                         {"id": row_id, "message": message})
+    db.upgrade("0024")
+    with db.engine.connect() as conn:
+        rows = {r[0]: tuple(r[1:]) for r in conn.execute(text(
+            "SELECT id, try_number, action, retry_in_s, message FROM provider_failures"))}
+    assert rows == {1: (1, "retry", 0.5, "HTTP 503: busy"), 2: (2, "fallback", None, "APITimeoutError: timed out"),
+                    3: (3, "give_up", None, "HTTP 500: [internal] error"), 4: (1, "give_up", None, "refused"),
+                    5: (None, None, None, old[5]), 6: (None, None, None, old[6])}
+    with db.engine.begin() as conn:  # a row written after the upgrade: the skipped try of an open circuit
+        conn.execute(text("INSERT INTO provider_failures (id, at, provider, purpose, error_class, message, "
+                          "try_number, action) VALUES (7, '2026-03-03 09:00:00', 'dashscope', 'reply', "
+                          "'circuit_open', 'skipped', 0, 'fallback')"))
+    command.downgrade(alembic_config(url), "0023")
+    assert "try_number" not in {c["name"] for c in inspect(db.engine).get_columns("provider_failures")}
+    with db.engine.connect() as conn:
+        messages = dict(conn.execute(text("SELECT id, message FROM provider_failures")).all())
+    assert messages == {**old, 4: "[try 1; give_up] refused", 7: "skipped"}  # "gave up" was an action-less try
+    db.upgrade()
+    db.dispose()
+
+
 # --- the chain itself -------------------------------------------------------------------------------------------
 # Revisions 0001-0015 were written before this rule and their chain runs 0008 -> 0011 -> 0015 -> 0012 -> 0010 ->
 # 0009; from 0016 on, a file's number is its place in the chain: each new revision follows the head and carries a

@@ -8,7 +8,8 @@ const core = new URL("../../static/js/core/", import.meta.url);
 const modules = readdirSync(core).filter((name) => name.endsWith(".js"));
 
 test("core/ holds the modules the page tests import", () => {
-  for (const name of ["format.js", "language.js", "monitor_rows.js", "sending.js", "timing.js", "typing_signals.js"]) {
+  for (const name of ["failure_attempt.js", "format.js", "language.js", "monitor_rows.js", "sending.js", "timing.js",
+    "typing_signals.js"]) {
     assert.ok(modules.includes(name), name);
   }
 });

@@ -22,6 +22,8 @@ def test_the_browser_loads_the_third_catalog_with_english_behind_it(client):
     assert words["error_code.time_up"] == pseudo("The time for this chat is up.")
     assert words[UNTRANSLATED[0]] == body["messages"]["en"][UNTRANSLATED[0]]
     assert set(words) == set(body["messages"]["en"]) == set(body["messages"]["zh"])
+    # each catalog's BCP 47 tag, from its header, for <html lang> and the language button
+    assert body["tags"] == {"en": "en", PSEUDO: PSEUDO, "zh": "zh-CN"}
 
 
 @pytest.mark.parametrize("how", [{"query_string": {"lang": PSEUDO}}, {"headers": {"Accept-Language": "eo,en;q=0.5"}}])
@@ -62,3 +64,17 @@ def test_an_edited_catalog_is_read_again_and_the_browser_told_by_its_etag(client
     again = client.get("/i18n/messages.json", headers={"If-None-Match": first.headers["ETag"]})
     assert again.status_code == 200 and again.get_json()["messages"][PSEUDO]["error_page.404.title"] == "⟦Page gone⟧"
     assert "<h1>⟦Page gone⟧</h1>" in client.get("/nowhere", query_string={"lang": PSEUDO}).get_data(as_text=True)
+
+
+def test_a_pre_flight_verdict_line_is_worded_wholly_by_the_third_catalog(settings, monkeypatch):
+    """The CLI's and the report's target and shape lines: figures filled into the catalog's sentence."""
+    from services.study import evidence
+    from services.text.catalogs import Catalogs
+
+    monkeypatch.setattr(evidence, "CATALOGS", Catalogs(settings.translations_dir))
+    target = evidence.judge("zh T3 relevant recalled", 9, 64, 0.15)
+    assert evidence.describe(target, PSEUDO) == pseudo(
+        f"zh T3 relevant recalled: 14.1% (9/64; 95% one-sided 8.4%–22.7%; target ≥ 15%) — {pseudo('within error')}")
+    shape = evidence.describe_difference(evidence.difference("zh T2 above T4", (30, 40), (10, 40)), PSEUDO)
+    assert shape.startswith(pseudo("zh T2 above T4: +50.0% (30/40 vs 10/40; 95% one-sided lower bound")[:-1])
+    assert shape.endswith(f"— {pseudo('above zero by more than its error')}⟧")

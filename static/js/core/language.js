@@ -15,3 +15,16 @@ export function accountLanguage(chosenHere, user) {
   if (user.language) return { adopt: user.language };
   return {};
 }
+
+/** The language after `current` in `languages`, going round (the language button); the first when `current`
+ * is not among them. With two languages, the other one. */
+export function nextLanguage(current, languages) {
+  if (!languages.length) return current;
+  return languages[(languages.indexOf(current) + 1) % languages.length];
+}
+
+/** The BCP 47 tag of a catalog language: the tag its catalog declares (`tags`, from /i18n/messages.json), else
+ * the folder name written as a tag (pt_BR -> pt-BR). */
+export function languageTag(lang, tags = {}) {
+  return tags[lang] || String(lang).replace(/_/g, "-");
+}

@@ -48,7 +48,7 @@ def failure(session, clock, *, provider: str, purpose: str = "reply", user_id: i
             seconds: float = 0.0) -> None:
     session.add(ProviderFailure(at=clock.now() + timedelta(seconds=seconds), provider=provider, model="m",
                                 purpose=purpose, error_class="timeout", message="timed out", user_id=user_id,
-                                fallback_provider="offline"))
+                                fallback_provider="offline", try_number=2, action="retry", retry_in_s=1.5))
 
 
 # -- monitor ---------------------------------------------------------------------------------------
@@ -206,6 +206,9 @@ def test_the_failure_log_is_newest_first_with_a_reply_failure_rate_per_provider(
     assert log["total"] == 2
     assert [f["purpose"] for f in log["failures"]] == ["consolidation", "reply"]
     assert log["failures"][1]["participant_code"] == people[0].participant_code
+    # the try as facts beside the provider's text: the console words them in the admin's language
+    assert {k: log["failures"][1][k] for k in ("message", "try", "action", "retry_in_s")} == {
+        "message": "timed out", "try": 2, "action": "retry", "retry_in_s": 1.5}
     [dashscope] = log["by_provider"]
     assert (dashscope["replies"], dashscope["failures"], dashscope["prompt_tokens"]) == (3, 2, 300)
     assert dashscope["reply_failure_rate"] == 0.25  # 1 failed reply out of 4 tries

@@ -41,7 +41,9 @@ def test_a_row_survives_the_rollback_of_the_callers_transaction(database, clock)
     [row] = rows(database)  # written synchronously: no flush needed when nobody holds the lock
     assert (row.at, row.provider, row.model, row.error_class, row.user_id, row.fallback_provider, row.purpose) == (
         clock.now(), "dashscope", "qwen-plus", "timeout", user_id, "openai_compatible", "reply")
-    assert row.message == "[try 1; fallback] APITimeoutError: Request timed out."
+    # the provider's own text, and the try's facts beside it (the admin console words them in its reader's language)
+    assert row.message == "APITimeoutError: Request timed out."
+    assert (row.try_number, row.action, row.retry_in_s) == (1, "fallback", None)
 
 
 def test_the_caller_holding_the_write_lock_does_not_stall_the_reply(database, clock):
@@ -68,9 +70,18 @@ def test_a_row_that_cannot_be_written_is_logged_not_raised(database, clock, capl
     assert "could not record" in caplog.text
 
 
-def test_retries_are_labelled_and_long_values_fit_their_columns(clock):
+def test_retries_are_stored_as_facts_and_long_values_fit_their_columns(clock):
     values = failure_values(attempt(action="retry", retry_in_s=0.5, error_class="x" * 300, provider="p" * 100,
                                     fallback_provider=None, purpose=None), clock.now())
-    assert values["message"].startswith("[try 1; retried after 0.5 s]")
+    assert (values["try_number"], values["action"], values["retry_in_s"]) == (1, "retry", 0.5)
+    assert values["message"] == "APITimeoutError: Request timed out."  # no words of ours in the stored text
     assert len(values["error_class"]) == 128 and len(values["provider"]) == 64
     assert values["purpose"] == "reply" and values["fallback_provider"] is None
+
+
+def test_a_try_reported_without_an_action_gave_up_and_a_failure_outside_a_call_has_no_try(clock):
+    assert failure_values(attempt(action=None, **{"try": 2}), clock.now())["action"] == "give_up"
+    step = {"provider": "consolidation", "error_class": "StepFailed", "error": "no facts"}  # no provider call
+    values = failure_values(step, clock.now())
+    assert (values["try_number"], values["action"], values["retry_in_s"], values["message"]) == (
+        None, None, None, "no facts")

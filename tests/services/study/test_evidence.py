@@ -3,7 +3,15 @@ import math
 
 import pytest
 
-from services.study.evidence import Z_ONE_SIDED_95, difference, judge, passes, wilson_bounds
+from services.study.evidence import (
+    Z_ONE_SIDED_95,
+    describe,
+    describe_difference,
+    difference,
+    judge,
+    passes,
+    wilson_bounds,
+)
 
 
 def test_wilson_bounds_match_the_closed_form_at_zero_and_all():
@@ -96,3 +104,26 @@ def test_the_check_passes_only_without_a_miss_and_with_the_shape():
     assert not passes(ok + [judge("c", 30, 100, 0.5)], shape)
     assert not passes(ok, [difference("T2-T4", (6, 12), (4, 12))])
     assert math.isclose(ok[0].as_dict()["estimate"], 0.6)
+
+
+# -- the lines, worded by the catalogs -----------------------------------------------------------------------------
+
+
+def test_a_target_line_in_english_and_in_chinese_with_the_same_figures():
+    verdict = judge("zh T3 relevant recalled", 9, 64, 0.15)
+    assert describe(verdict, "en") == (
+        "zh T3 relevant recalled: 14.1% (9/64; 95% one-sided 8.4%–22.7%; target ≥ 15%) — within error")
+    assert describe(verdict, "zh") == (
+        "zh T3 relevant recalled：14.1%（9/64；单侧 95% 区间 8.4%–22.7%；目标 ≥ 15%）— 在误差范围内")
+    assert describe(judge("en T2 probe hit", 0, 0, 0.5), "zh") == "en T2 probe hit：无数据"
+
+
+def test_a_difference_line_in_both_languages_says_whether_it_holds():
+    shape = difference("zh T2 above T4", (20, 40), (18, 40))
+    english, chinese = describe_difference(shape, "en"), describe_difference(shape.as_dict(), "zh")
+    assert english.startswith("zh T2 above T4: +5.0% (20/40 vs 18/40; 95% one-sided lower bound -")
+    assert english.endswith("— NOT above zero by more than its error")
+    assert chinese.startswith("zh T2 above T4：+5.0%（20/40 对 18/40；单侧 95% 下界 -")
+    assert chinese.endswith("— 未能在误差范围之外高于零")
+    assert describe_difference(difference("T2 above T4", (0, 0), (3, 9)), "zh") == "T2 above T4：无数据"
+    assert describe_difference(difference("T2 above T4", (0, 0), (3, 9))) == "T2 above T4: no data"

@@ -60,3 +60,19 @@ def test_a_catalog_edited_on_disk_is_read_again(tmp_path):
     assert catalogs.text("en", "a") == "second" and catalogs.translations("en").gettext("a") == "second"
     shutil.rmtree(tmp_path / "en")
     assert catalogs.languages() == [] and catalogs.text("en", "a") == "a"
+
+
+def test_a_language_s_tag_is_its_catalog_s_language_header_else_its_folder_name(tmp_path):
+    assert (CATALOGS.tag("zh"), CATALOGS.tag("en")) == ("zh-CN", "en")  # Chinese pages are simplified Chinese
+    _write(tmp_path / "pt_BR" / "LC_MESSAGES" / "messages.po", "pt_BR", {"a": "A"})
+    _write(tmp_path / "eo" / "LC_MESSAGES" / "messages.po", "eo", {"a": "A"})
+    po = tmp_path / "fr" / "LC_MESSAGES" / "messages.po"
+    _write(po, "fr", {"a": "A"})
+    po.write_text(po.read_text(encoding="utf-8").replace('"Language: fr\\n"\n', ""), encoding="utf-8")
+    catalogs = Catalogs(tmp_path)
+    assert [catalogs.tag(lang) for lang in ("pt_BR", "eo", "fr", "de_AT")] == ["pt-BR", "eo", "fr", "de-AT"]
+
+
+def test_every_catalog_names_its_own_language_for_the_language_button():
+    assert CATALOGS.text("zh", "app.language_name") == "中文" and CATALOGS.text("en", "app.language_name") == "English"
+    assert CATALOGS.text("zh", "app.switch_to_language") == "切换到中文"
