@@ -66,6 +66,9 @@ def _compile(po_path: Path, language: str) -> Catalog:
     return Catalog(language, texts, compiled.getvalue(), tag)
 
 
+LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]{2,8})?")
+
+
 class Catalogs:
     """The catalogs under one translations directory, each compiled once per version of its file."""
 
@@ -85,7 +88,8 @@ class Catalogs:
         return sorted(entry.name for entry in self.directory.iterdir() if self._po(entry.name).is_file())
 
     def has(self, language: str | None) -> bool:
-        return bool(language) and self._po(str(language)).is_file()
+        # a language is a tag (``zh``, ``pt_BR``), never a path: a request's value is looked up here
+        return bool(language) and bool(LANGUAGE_TAG.fullmatch(str(language))) and self._po(str(language)).is_file()
 
     def catalog(self, language: str) -> Catalog:
         po = self._po(language)

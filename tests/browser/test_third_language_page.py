@@ -95,7 +95,8 @@ def test_the_failure_log_words_a_try_in_the_third_language(pseudo_app, pseudo_pa
     runtime = pseudo_app.extensions["memory_lab"]
     with runtime.db.Session() as session:
         admin = create_admin(session, ADMIN_USERNAME, ADMIN_PASSWORD, runtime.clock)
-        # an account keeps only a language the study speaks (POST /api/auth/language): the admin's is set here
+        # the admin's account in the third language from the start (POST /api/auth/language keeps it too:
+        # tests/routes/test_third_language.py)
         admin.language = PSEUDO
         session.add(ProviderFailure(**failure_values(
             {"provider": "dashscope", "model": "qwen-plus", "error_class": "server_error", "error": "HTTP 503: busy",

@@ -78,3 +78,17 @@ def test_a_pre_flight_verdict_line_is_worded_wholly_by_the_third_catalog(setting
     shape = evidence.describe_difference(evidence.difference("zh T2 above T4", (30, 40), (10, 40)), PSEUDO)
     assert shape.startswith(pseudo("zh T2 above T4: +50.0% (30/40 vs 10/40; 95% one-sided lower bound")[:-1])
     assert shape.endswith(f"— {pseudo('above zero by more than its error')}⟧")
+
+
+def test_staff_keep_a_third_language_participants_keep_the_studys(admin_client, make_participant):
+    # the admin pages speak any language with a catalog, so an admin's choice of one is kept
+    answer = admin_client.post("/api/auth/language", json={"language": PSEUDO})
+    assert answer.status_code == 200, answer.get_json()
+    assert admin_client.get("/api/auth/me").get_json()["user"]["language"] == PSEUDO
+    for stray in ("xx", "../en", ["en"]):
+        assert admin_client.post("/api/auth/language", json={"language": stray}).status_code == 400
+    # a participant chats in the study's languages only: the dummy catalog is not one of them
+    participant = make_participant()
+    refused = participant.post("/api/auth/language", json={"language": PSEUDO})
+    assert refused.status_code == 400 and refused.get_json()["error"] == "invalid_language"
+    assert participant.post("/api/auth/language", json={"language": "en"}).status_code == 200
