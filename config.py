@@ -85,7 +85,7 @@ def serving_from_env(environ: Mapping[str, str] | None = None) -> ServingConfig:
     env = os.environ if environ is None else environ
     d = ServingConfig()
     return ServingConfig(
-        threads=max(1, _int(env, "WEB_THREADS", d.threads)),
+        threads=max(1, _int(env, "WEB_THREADS", 0)) if (env.get("WEB_THREADS") or "").strip() else None,
         connection_limit=max(10, _int(env, "WEB_CONNECTION_LIMIT", d.connection_limit)),
         idle_timeout=max(1, _int(env, "WEB_IDLE_TIMEOUT", d.idle_timeout)),
         workers=max(1, _int(env, "WEB_WORKERS", d.workers)),

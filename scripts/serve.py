@@ -1,7 +1,7 @@
 """`make serve`: production mode. Several gunicorn worker processes on PostgreSQL.
 
     DATABASE_URL=postgresql+psycopg://memlab:PW@127.0.0.1/memlab SECRET_KEY=... make serve
-    WEB_WORKERS=4 WEB_THREADS=256 HOST=127.0.0.1 PORT=8000 make serve
+    WEB_WORKERS=4 WEB_THREADS=64 HOST=127.0.0.1 PORT=8000 make serve
 
 Refuses to start (exit 2, saying why) without a PostgreSQL ``DATABASE_URL`` or without
 ``SECRET_KEY`` in the environment: every process and every host must share both; and when
@@ -129,7 +129,8 @@ def main() -> int:
         return 2
     raise_open_file_limit(serving.connection_limit * serving.workers)
     bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
-    print(f"AI Memory Lab (production) on http://{bind}: {serving.workers} worker processes x {serving.threads} "
+    threads = serving.threads_per_process(serving.workers)
+    print(f"AI Memory Lab (production) on http://{bind}: {serving.workers} worker processes x {threads} "
           f"threads, PostgreSQL, secure cookie {'on' if os.environ['SESSION_COOKIE_SECURE'] != '0' else 'OFF'}",
           flush=True)
     build_application(serving, bind).run()

@@ -3,7 +3,8 @@
 
 A reply spends ~99 % of its time waiting for the model, so what limits a cohort is how many
 replies can *wait* at once, not CPU. Both servers give every request its own thread
-(WEB_THREADS per process; a waiting thread costs a little memory and no CPU) and keep idle
+(256 per host unless WEB_THREADS sets them per process: waiting costs no CPU, but every thread
+of a process contends for its interpreter lock while it works) and keep idle
 keep-alive connections out of the threads altogether (waitress's event loop, gunicorn's
 poller), with a connection limit far above a class and a short idle timeout, so idle or
 slow clients cannot lock others out. Measurements: docs/benchmarks.md ("Serving a cohort").

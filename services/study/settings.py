@@ -36,11 +36,20 @@ class ReminderConfig:
     webhook_timeout: float = 10.0
 
 
+# Replies that can wait for the model at once on one host, when WEB_THREADS is not set (ServingConfig)
+HOST_THREADS = 256
+MIN_THREADS = 16
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """Web server settings (env vars documented in README, "Serving a class")."""
 
-    threads: int = 256  # per process: replies that can wait for the model at once
+    # WEB_THREADS: threads per process. Unset: HOST_THREADS per host, shared by its processes (make run's
+    # one process 256; make serve's 4 workers 64 each). Every thread of a process contends for one
+    # interpreter lock: on two cores 4 x 256 threads spent more CPU per reply handing it over than
+    # replying (docs/benchmarks.md, "Threads per worker")
+    threads: int | None = None
     connection_limit: int = 2000  # open connections per process, idle ones included
     idle_timeout: int = 30  # seconds an idle keep-alive connection stays open
     workers: int = 4  # make serve: processes (each with `threads` threads)
@@ -56,9 +65,15 @@ class ServingConfig:
     # (services.hosting.drain)
     drain_seconds: float = 5.0
 
+    def threads_per_process(self, processes: int) -> int:
+        """WEB_THREADS when set, else the host's HOST_THREADS shared by ``processes`` (at least MIN_THREADS)."""
+        if self.threads is not None:
+            return self.threads
+        return max(MIN_THREADS, HOST_THREADS // max(1, processes))
+
     def waitress_options(self) -> dict[str, object]:
         return {
-            "threads": self.threads,
+            "threads": self.threads_per_process(1),
             "connection_limit": self.connection_limit,
             # waitress's event loop, not a thread, watches idle connections; this closes them
             "channel_timeout": self.idle_timeout,
@@ -74,7 +89,7 @@ class ServingConfig:
             "bind": bind,
             "workers": self.workers,
             "worker_class": "gthread",
-            "threads": self.threads,
+            "threads": self.threads_per_process(self.workers),
             "worker_connections": self.connection_limit,
             "keepalive": self.idle_timeout,
             "backlog": 2048,

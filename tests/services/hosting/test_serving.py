@@ -15,10 +15,14 @@ from tests.test_server_start import ROOT
 
 def test_serving_defaults_leave_room_for_a_class_and_env_overrides_them():
     default = serving_from_env({})
-    assert default.threads >= 200 and default.connection_limit >= 1000 and default.idle_timeout <= 60
+    assert default.connection_limit >= 1000 and default.idle_timeout <= 60
     waitress = default.waitress_options()
     assert waitress["asyncore_use_poll"] is True  # select() breaks above 1024 descriptors
     assert waitress["connection_limit"] == default.connection_limit
+    # unset, the threads are a budget per host: make run's one process has all 256, make serve's workers share it
+    assert waitress["threads"] == 256
+    assert default.gunicorn_options("127.0.0.1:9000")["threads"] * default.workers == 256
+    assert serving_from_env({"WEB_WORKERS": "32"}).gunicorn_options("127.0.0.1:9000")["threads"] == 16  # a floor
     custom = serving_from_env({"WEB_THREADS": "32", "WEB_WORKERS": "2", "WEB_IDLE_TIMEOUT": "10",
                                "PROXY_HOPS": "1"})
     assert (custom.threads, custom.workers, custom.idle_timeout, custom.proxy_hops) == (32, 2, 10, 1)
