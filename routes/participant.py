@@ -48,7 +48,9 @@ def _running_task_version():
     """A task started under an earlier study version runs to its end under that version."""
     task_id = (request.view_args or {}).get("task_id")
     studies = runtime().studies
-    if task_id is None or studies is None or studies.only_version or not current_user.is_authenticated:
+    # versions off (no table: every task runs under the file's study) or one version: nothing to look up
+    if (task_id is None or studies is None or not studies.enabled or studies.only_version
+            or not current_user.is_authenticated):
         return
     # in the request's session, whose transaction the login's read began (one connection for the request)
     version = db_session().scalar(_RUNNING_VERSION, {"user_id": current_user.id, "task_id": task_id})
