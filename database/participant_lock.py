@@ -29,7 +29,7 @@ from datetime import datetime
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import event, insert, literal, select, update
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
@@ -43,6 +43,9 @@ PARTICIPANT_TABLES = frozenset(table.name for table in Base.metadata.sorted_tabl
                                if "user_id" in table.c and table.name not in TOMBSTONE_TABLES)
 _USERS = User.__table__
 _HELD = "participant_lock.held"  # Session.info: the participants locked in the current transaction
+# a stored message's lock and activity in one statement (``hold_active_participant``), built once
+_ACTIVE_AT = (update(_USERS).where(_USERS.c.id == bindparam("user_id")).values(last_active_at=bindparam("active_at"))
+              .returning(_USERS.c.status))
 
 
 class ParticipantErased(Exception):
@@ -82,8 +85,7 @@ def hold_active_participant(session: Session, user_id: int, active_at: datetime)
     own writes then take turns on the row), which the update of ``last_active_at`` would take anyway in
     the same transaction; the ORM's copy of the row is updated as loaded, so no flush writes it again."""
     with session.no_autoflush:  # the lock comes before the transaction's other writes
-        status = session.execute(update(_USERS).where(_USERS.c.id == user_id).values(last_active_at=active_at)
-                                 .returning(_USERS.c.status)).scalar()
+        status = session.execute(_ACTIVE_AT, {"user_id": user_id, "active_at": active_at}).scalar()
     if status == "erased":
         raise ParticipantErased(user_id)
     session.info.setdefault(_HELD, set()).add(user_id)
@@ -98,18 +100,33 @@ def insert_held(session: Session, model: type[Base], values: dict[str, Any], use
     on PostgreSQL, under SQLite's write lock), so the lock costs no statement of its own. Returns the row as
     stored; ParticipantErased when nothing was inserted (erased, or no such user)."""
     table = model.__table__
-    names = [name for name, value in values.items() if value is not None]
-    # typed by the column (psycopg's dialect casts each parameter to it: PostgreSQL would otherwise take a
-    # SELECT list's JSON document for text)
-    source = select(*[literal(values[name], table.c[name].type) for name in names]).where(
-        _USERS.c.id == user_id, _USERS.c.status != "erased")
-    if session.get_bind().dialect.name == "postgresql":
-        source = source.with_for_update(read=True, key_share=True)
-    row = session.execute(insert(table).from_select(names, source).returning(*table.c)).first()
+    names = tuple(name for name, value in values.items() if value is not None)
+    postgresql = session.get_bind().dialect.name == "postgresql"
+    statement = _held_inserts.get((table, names, postgresql))
+    if statement is None:
+        statement = _held_inserts[table, names, postgresql] = _held_insert(table, names, postgresql)
+    row = session.execute(statement, {"held_user_id": user_id, **{f"held_{name}": values[name] for name in names}}
+                          ).first()
     if row is None:
         raise ParticipantErased(user_id)
     session.info.setdefault(_HELD, set()).add(user_id)
     return attach(session, model, row)
+
+
+# The statements of ``insert_held``, one per table, set of columns given and dialect (a handful in all), built once:
+# a statement built per call has its ~40 parameters coerced and its cache key made anew every time, more CPU than
+# sending it (docs/benchmarks.md, "CPU per reply, session 12").
+_held_inserts: dict[tuple[Any, tuple[str, ...], bool], Any] = {}
+
+
+def _held_insert(table: Any, names: tuple[str, ...], postgresql: bool) -> Any:
+    # each value typed by its column (psycopg's dialect casts each parameter to it: PostgreSQL would otherwise
+    # take a SELECT list's JSON document for text)
+    source = select(*[bindparam(f"held_{name}", type_=table.c[name].type) for name in names]).where(
+        _USERS.c.id == bindparam("held_user_id"), _USERS.c.status != "erased")
+    if postgresql:
+        source = source.with_for_update(read=True, key_share=True)
+    return insert(table).from_select(list(names), source).returning(*table.c)
 
 
 def attach(session: Session, model: type[Base], row: Any) -> Any:

@@ -37,7 +37,7 @@ from typing import Any
 
 from flask import g, has_request_context
 from limits.storage import Storage
-from sqlalchemy import delete, event, select, text
+from sqlalchemy import Float, Integer, String, bindparam, delete, event, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -60,7 +60,9 @@ _UPSERT_COUNT = text(
     "ELSE rate_limit_counters.count + :amount END, "
     "expires_at = CASE WHEN rate_limit_counters.expires_at <= :now THEN :ends "
     "ELSE rate_limit_counters.expires_at END "
-    "RETURNING count, expires_at")
+    "RETURNING count, expires_at").bindparams(  # typed once; the values are the execution's parameters
+    bindparam("key", type_=String), bindparam("amount", type_=Integer), bindparam("now", type_=Float),
+    bindparam("ends", type_=Float))
 _PENDING = "rate_limit.pending"  # Session.info: increments made in the session's open transaction
 _LOST = "rate_limit.lost"  # Session.info: increments whose transaction ended without a commit
 
@@ -175,17 +177,17 @@ class DatabaseRateLimitStorage(Storage):
 
     def _incr(self, key: str, expiry: int, amount: int, session: Session | None) -> int:
         now = time.time()
-        statement = _UPSERT_COUNT.bindparams(key=stored_key(key), amount=amount, now=now, ends=now + expiry)
+        values = {"key": stored_key(key), "amount": amount, "now": now, "ends": now + expiry}
         sweep = now >= self._next_sweep
         if sweep:
             self._next_sweep = now + SWEEP_SECONDS
         if session is not None:  # the sweep too: the request's connection is the one it holds
-            row = session.execute(statement).one()
+            row = session.execute(_UPSERT_COUNT, values).one()
             if sweep:
                 session.execute(_expired(now))
         else:
             with self.engine.begin() as connection:
-                row = connection.execute(statement).one()
+                row = connection.execute(_UPSERT_COUNT, values).one()
                 if sweep:
                     connection.execute(_expired(now))
         count = int(row.count)

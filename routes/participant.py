@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response, request, stream_with_context
 from flask_login import current_user
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from database.models import Message, TaskSession
@@ -36,6 +36,11 @@ from services.platform.clock import utc_iso
 from services.study.questionnaire_service import items_for_session, store_answers, validate_answers
 
 bp = Blueprint("participant", __name__, url_prefix="/api")
+# on every task request once a second study version is published; built once (a statement built per call is
+# coerced and given its cache key anew each time: docs/benchmarks.md, "CPU per reply, session 12")
+_RUNNING_VERSION = select(TaskSession.study_version).where(
+    TaskSession.user_id == bindparam("user_id"), TaskSession.task_id == bindparam("task_id"),
+    TaskSession.status == "in_progress")
 
 
 @bp.before_request
@@ -43,12 +48,12 @@ def _running_task_version():
     """A task started under an earlier study version runs to its end under that version."""
     task_id = (request.view_args or {}).get("task_id")
     studies = runtime().studies
-    if task_id is None or studies is None or studies.only_version or not current_user.is_authenticated:
+    # versions off (no table: every task runs under the file's study) or one version: nothing to look up
+    if (task_id is None or studies is None or not studies.enabled or studies.only_version
+            or not current_user.is_authenticated):
         return
     # in the request's session, whose transaction the login's read began (one connection for the request)
-    version = db_session().scalar(select(TaskSession.study_version).where(
-        TaskSession.user_id == current_user.id, TaskSession.task_id == task_id,
-        TaskSession.status == "in_progress"))
+    version = db_session().scalar(_RUNNING_VERSION, {"user_id": current_user.id, "task_id": task_id})
     if version is not None and version != studies.live_version:
         pin_study(studies.study(version))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
@@ -51,6 +51,11 @@ ERASED = "this participant's data has been erased"
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _REPLY_ROWS = "chat.reply_rows"  # Session.info: the rows accept_message loaded, for the reply's prompt
 _MESSAGES = Message.__table__
+# The message path's statements, built once: a statement built per call is coerced and given its cache key anew
+# every time, as much CPU as sending it (docs/benchmarks.md, "CPU per reply, session 12").
+_TASK_SO_FAR = (select(Message.role, Message.content).where(Message.task_session_id == bindparam("task_session_id"))
+                .order_by(Message.id))
+_INSERT_MESSAGE = insert(_MESSAGES).returning(*_MESSAGES.c)
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
 ANSWER_GRACE_SECONDS = 60.0
 
@@ -187,16 +192,16 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     # the task so far, read once: the near-duplicate check looks at the participant's earlier messages,
     # the reply's prompt at all of them (the participant's writes take turns on the lock just taken, so
     # none of theirs is stored between this read and the insert)
-    history = [{"role": role, "content": earlier} for role, earlier in session.execute(
-        select(Message.role, Message.content).where(Message.task_session_id == ts.id).order_by(Message.id))]
+    history = [{"role": role, "content": earlier}
+               for role, earlier in session.execute(_TASK_SO_FAR, {"task_session_id": ts.id})]
     earlier = [m["content"] for m in history if m["role"] == "user"]
     flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     values = dict(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user", content=text,
                   created_at=now, idempotency_key=key, content_flags=flags or None, **quality)
     # no look-up of the key first: the unique (user, key) constraint decides (a Core insert, whose compiled
-    # form is cached: database.participant_lock.attach)
+    # form is cached: database.participant_lock.attach; the values are parameters of the one statement)
     try:
-        row = session.execute(insert(_MESSAGES).values(**values).returning(*_MESSAGES.c)).one()
+        row = session.execute(_INSERT_MESSAGE, values).one()
     except IntegrityError as error:
         if key is None:
             raise

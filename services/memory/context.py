@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from database.models import Message, ProfileVersion, TaskSession
@@ -183,13 +183,23 @@ def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
     )
 
 
+# The messages of the participant's completed tasks before a given one (``earlier_done_sessions``), with the
+# columns a turn is made of: whole rows would decode every reply's stored prompt and context (JSON that grows
+# with the conversation). Built once, as it runs for every reply of L2-L4: a statement built per call is
+# coerced and given its cache key anew every time (docs/benchmarks.md, "CPU per reply, session 12").
+_EARLIER_MESSAGES = (
+    select(Message.id, Message.role, Message.content, Message.task_id, Message.reply_to_id)
+    .where(Message.user_id == bindparam("user_id"), Message.task_session_id.in_(
+        select(TaskSession.id).where(TaskSession.user_id == bindparam("user_id"), TaskSession.status == "done",
+                                     TaskSession.id != bindparam("task_session_id"),
+                                     TaskSession.started_at <= bindparam("started_at"))))
+    .order_by(Message.id))
+
+
 def earlier_turns(session: Session, user_id: int, before_session: TaskSession) -> list[dict[str, Any]]:
     """User/assistant turns from the participant's completed tasks before this one, oldest first."""
-    rows = session.scalars(
-        select(Message).where(Message.user_id == user_id,
-                              Message.task_session_id.in_(earlier_done_sessions(user_id, before_session)))
-        .order_by(Message.id)
-    ).all()
+    rows = session.execute(_EARLIER_MESSAGES, {"user_id": user_id, "task_session_id": before_session.id,
+                                               "started_at": before_session.started_at}).all()
     return pair_turns(rows)
 
 
@@ -200,8 +210,9 @@ def recent_turns(session: Session, user_id: int, task_session: TaskSession, n: i
     return earlier_turns(session, user_id, task_session)[-n:]
 
 
-def pair_turns(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Group messages into turns (a user message and the reply to it)."""
+def pair_turns(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Group messages (``Message`` rows, or rows of their ``id``, ``role``, ``content``, ``task_id`` and
+    ``reply_to_id``) into turns (a user message and the reply to it)."""
     turns: list[dict[str, Any]] = []
     by_user_id: dict[int, dict[str, Any]] = {}
     for msg in messages:

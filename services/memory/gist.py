@@ -7,19 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from database.models import ProfileVersion
 from services.memory.base import BuildRequest, ManipulationCheck, MemoryCondition
 from services.memory.context import MemoryContext, note, recent_turns, render_turns
 from services.memory.profile.schema import render_profile
 
+# on every reply of L3 and L4; built once (a statement built per call is coerced and given its cache key anew
+# every time: docs/benchmarks.md, "CPU per reply, session 12")
+_LATEST_GIST = (select(ProfileVersion)
+                .where(ProfileVersion.user_id == bindparam("user_id"), ProfileVersion.kind == "gist")
+                .order_by(ProfileVersion.version.desc()).limit(1))
+
 
 def latest_profile(request: BuildRequest, context: MemoryContext) -> dict[str, Any] | None:
     """The newest gist profile version, rendered in the participant's language and capped."""
-    version = request.session.scalar(
-        select(ProfileVersion).where(ProfileVersion.user_id == request.user_id, ProfileVersion.kind == "gist")
-        .order_by(ProfileVersion.version.desc()).limit(1))
+    version = request.session.scalar(_LATEST_GIST, {"user_id": request.user_id})
     if version is None:
         context.notes.append(note("no_profile"))
         return None

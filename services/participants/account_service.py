@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, joinedload
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -362,6 +362,12 @@ def end_sessions(user: User) -> None:
     user.session_version = (user.session_version or 0) + 1
 
 
+# The login's read, on every signed-in request, with the assignment (one joined read): a reply's prompt and pacing
+# need the participant's memory group. Built once: a statement built per call is coerced and given its cache key
+# anew every time, as much CPU as the read itself (docs/benchmarks.md, "CPU per reply, session 12").
+_SESSION_USER = select(User).options(joinedload(User.assignment)).where(User.id == bindparam("user_id"))
+
+
 def session_user(session: Session, cookie_id: str) -> User | None:
     """The user a login cookie names, or None when the cookie is malformed or its session was ended."""
     user_part, _, version_part = cookie_id.partition(".")
@@ -369,8 +375,7 @@ def session_user(session: Session, cookie_id: str) -> User | None:
         return None
     if int(user_part) > MAX_DB_ID:
         return None
-    # with the assignment (one joined read): a reply's prompt and pacing need the participant's memory group
-    user = session.get(User, int(user_part), options=[joinedload(User.assignment)])
+    user = session.scalars(_SESSION_USER, {"user_id": int(user_part)}).one_or_none()
     if user is None or (user.session_version or 0) != int(version_part):
         return None
     return user

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,11 @@ from database.participant_lock import ParticipantErased
 from services.platform.clock import Clock, utc_iso
 from services.platform.errors import Conflict, Forbidden, NotFound
 from services.study.definition import Study, Task
+
+# every attempt not reset, oldest first; on every task request. Built once: a statement built per call is coerced
+# and given its cache key anew each time (docs/benchmarks.md, "CPU per reply, session 12")
+_LIVE_SESSIONS = select(TaskSession).where(TaskSession.user_id == bindparam("user_id"),
+                                           TaskSession.status != "reset").order_by(TaskSession.attempt)
 
 
 class TaskService:
@@ -64,8 +69,7 @@ class TaskService:
         in one query (the task overview runs on every task request; a query per task was most of a
         start's CPU). A participant has a handful of attempts, so one task's is looked up here too."""
         live: dict[str, TaskSession] = {}
-        for ts in self.session.scalars(select(TaskSession).where(
-                TaskSession.user_id == user_id, TaskSession.status != "reset").order_by(TaskSession.attempt)):
+        for ts in self.session.scalars(_LIVE_SESSIONS, {"user_id": user_id}):
             live[ts.task_id] = ts  # a later attempt replaces an earlier one
         return live
 

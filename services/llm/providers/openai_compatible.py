@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack
 from typing import Any
 
+import httpx2
 import numpy as np
 import openai
-from openai.types.chat import ChatCompletion
 
 from services.llm.embedding_service import checked_batch, normalise
 from services.llm.retry import NO_RETRIES, RetryPolicy, run_with_retries
@@ -45,6 +45,7 @@ NAME = "openai_compatible"
 # Local servers (Ollama, vLLM without --api-key, llama.cpp) accept any bearer token; the SDK
 # insists on having one.
 PLACEHOLDER_KEY = "no-key-needed"
+CHAT_PATH = "/chat/completions"
 
 
 def _client(api_key: str | None, base_url: str | None, timeout: float) -> openai.OpenAI:
@@ -79,42 +80,75 @@ def translate_error(exc: BaseException, *, secrets: tuple[str | None, ...], mid_
     return ProviderError(text, provider=NAME, kind=type(exc).__name__)
 
 
-def _lines(response: Any) -> Iterator[str]:
-    """The body's lines; a broken or stalled connection raises the SDK's own error types."""
+def _body_reads(response: Any) -> Iterator[bytes]:
+    """The body as it is read from the connection; a broken or stalled connection raises the SDK's own error types."""
     # the SDK's mapping of its HTTP library's transport errors (pinned openai version)
     from openai._httpx2 import request_exceptions, timeout_exceptions
 
     try:
-        yield from response.iter_lines()
+        yield from response.iter_bytes()
     except timeout_exceptions() as err:
-        raise openai.APITimeoutError(request=response.http_request) from err
+        raise openai.APITimeoutError(request=response.request) from err
     except request_exceptions() as err:
-        raise openai.APIConnectionError(request=response.http_request) from err
+        raise openai.APIConnectionError(request=response.request) from err
 
 
-def _sse_chunks(response: Any) -> Iterator[dict[str, Any]]:
-    """The JSON objects of an OpenAI chat stream's ``data:`` lines, up to ``[DONE]``.
+def _chunk(data: bytes, response: Any) -> dict[str, Any]:
+    """One ``data:`` line's JSON object; an error object inside the stream raises ``openai.APIError``, as the
+    SDK's own reader does."""
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict):
+        raise ValueError(f"stream chunk is not a JSON object: {data[:120].decode(errors='replace')!r}")
+    if chunk.get("error"):
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise openai.APIError(message=message if isinstance(message, str) and message
+                              else "An error occurred during streaming",
+                              request=response.request, body=error)
+    return chunk
 
-    An error object inside the stream raises ``openai.APIError``, as the SDK's own reader does."""
-    lines = _lines(response)
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
-        data = line[5:].strip()
-        if data.startswith("[DONE]"):
-            for _ in lines:  # read to the end, so the connection goes back to the pool
-                pass
-            return
-        chunk = json.loads(data)
-        if not isinstance(chunk, dict):
-            raise ValueError(f"stream chunk is not a JSON object: {data[:120]!r}")
-        if chunk.get("error"):
-            error = chunk["error"]
-            message = error.get("message") if isinstance(error, dict) else None
-            raise openai.APIError(message=message if isinstance(message, str) and message
-                                  else "An error occurred during streaming",
-                                  request=response.http_request, body=error)
-        yield chunk
+
+def _sse_reads(response: Any) -> Iterator[list[dict[str, Any]]]:
+    """The JSON objects of an OpenAI chat stream's ``data:`` lines, up to ``[DONE]``: one list per read of the
+    body, holding the lines that read completed.
+
+    The body is split into lines here, a read at a time, instead of by the HTTP library's text and line
+    decoders, which cost a few generator hops per line; and what one read brings leaves as one batch, so the
+    layers above handle a read once, not each token in it (docs/benchmarks.md, "CPU per reply, session 12")."""
+    body = _body_reads(response)
+    rest = b""
+    done = False
+    for data in body:
+        if done:
+            continue  # read to the end, so the connection goes back to the pool
+        lines = (rest + data).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        rest = lines.pop()  # a line the next read ends
+        done = yield from _batch(lines, response)
+    if not done and rest:
+        yield from _batch([rest], response)  # the body ended without a last newline
+
+
+def _batch(lines: list[bytes], response: Any) -> Generator[list[dict[str, Any]], None, bool]:
+    """Yield the JSON objects of ``lines``' ``data:`` lines as one list; return whether ``[DONE]`` came. The
+    objects before a bad line are yielded before its error is raised."""
+    chunks: list[dict[str, Any]] = []
+    done = False
+    try:
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
+            data = line[5:].strip()
+            if data.startswith(b"[DONE]"):
+                done = True
+                break
+            chunks.append(_chunk(data, response))
+    except Exception:
+        if chunks:
+            yield chunks
+        raise
+    if chunks:
+        yield chunks
+    return done
 
 
 class OpenAICompatibleChatProvider(StreamUsage):
@@ -146,41 +180,41 @@ class OpenAICompatibleChatProvider(StreamUsage):
             params["json_instruction_added"] = json_instruction(request.messages, request.language)[1]
         return params
 
-    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
+    def _request_body(self, request: ChatRequest, **streaming: Any) -> dict[str, Any]:
+        """The request's JSON body. It goes through the SDK's plain ``post`` (its requests, auth and HTTP
+        errors): the typed ``create`` walks every argument against its type hints (the messages too: ~8 ms
+        of CPU per reply, growing with the conversation, docs/benchmarks.md "Serving a cohort"), and builds
+        typed objects from the answer, for nothing read here (docs/benchmarks.md, "CPU per reply, session 12")."""
         messages = request.messages
-        arguments: dict[str, Any] = {"model": self.model, "temperature": request.temperature,
-                                     "max_tokens": request.max_tokens}
+        body: dict[str, Any] = {"model": self.model, "temperature": request.temperature,
+                                "max_tokens": request.max_tokens}
         if request.json_mode:
             messages, _ = json_instruction(messages, request.language)
-            arguments["response_format"] = {"type": "json_object"}
-        # The messages go in the body as they are (plain role/content strings): passed as the typed
-        # ``messages`` parameter the SDK walks every message against its type hints, ~8 ms of CPU per
-        # reply and growing with the conversation (docs/benchmarks.md, "Serving a cohort").
-        arguments["messages"] = []
-        arguments["extra_body"] = {"messages": messages}
-        return arguments
+            body["response_format"] = {"type": "json_object"}
+        body["messages"] = messages
+        body.update(streaming)
+        return body
 
     def complete(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()
         try:
-            completion = self.client.chat.completions.create(**self._arguments(request))
+            completion = self.client.post(CHAT_PATH, body=self._request_body(request), cast_to=httpx2.Response).json()
         except Exception as exc:
             raise translate_error(exc, secrets=self._secrets) from exc
-        # A server that answers 200 with a non-JSON content type makes the SDK hand back a str.
-        if not isinstance(completion, ChatCompletion) or not completion.choices:
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise ProviderError(f"malformed response: expected a chat completion, got {str(completion)[:120]!r}",
                                 provider=self.name, kind=MALFORMED_RESPONSE)
-        message = completion.choices[0].message
-        text = message.content if message is not None else None
+        message = choices[0].get("message")
+        text = message.get("content") if isinstance(message, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise ProviderError("empty completion", provider=self.name, kind=EMPTY_COMPLETION)
-        usage = completion.usage
+        usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
         return ChatResult(
             text=text, provider=self.name, model=self.model,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
+            prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             latency_ms=round((time.perf_counter() - started) * 1000, 1),
-            params={**self.request_params(request), "finish_reason": completion.choices[0].finish_reason},
+            params={**self.request_params(request), "finish_reason": choices[0].get("finish_reason")},
         )
 
     def stream(self, request: ChatRequest) -> Iterator[str]:
@@ -191,24 +225,30 @@ class OpenAICompatibleChatProvider(StreamUsage):
         self.last_usage = {}
         with ExitStack() as stack:
             try:
-                response = stack.enter_context(self.client.chat.completions.with_streaming_response.create(
-                    **self._arguments(request), stream=True, stream_options={"include_usage": True}))
+                response = self.client.post(CHAT_PATH, body=self._request_body(
+                    request, stream=True, stream_options={"include_usage": True}), cast_to=httpx2.Response,
+                    stream=True)
             except Exception as exc:
                 raise translate_error(exc, secrets=self._secrets) from exc
+            stack.callback(response.close)
             finished = False
             yielded = False
             try:
-                for chunk in _sse_chunks(response):
-                    if chunk.get("usage"):
-                        self.last_usage = {"prompt_tokens": chunk["usage"].get("prompt_tokens"),
-                                           "completion_tokens": chunk["usage"].get("completion_tokens")}
-                    for choice in chunk.get("choices") or []:
-                        if choice.get("finish_reason"):
-                            finished = True
-                        content = (choice.get("delta") or {}).get("content")
-                        if content:
-                            yielded = True
-                            yield content
+                for chunks in _sse_reads(response):
+                    text = []
+                    for chunk in chunks:
+                        if chunk.get("usage"):
+                            self.last_usage = {"prompt_tokens": chunk["usage"].get("prompt_tokens"),
+                                               "completion_tokens": chunk["usage"].get("completion_tokens")}
+                        for choice in chunk.get("choices") or []:
+                            if choice.get("finish_reason"):
+                                finished = True
+                            content = (choice.get("delta") or {}).get("content")
+                            if content:
+                                text.append(content)
+                    if text:  # one delta per read of the body, however many tokens it brought
+                        yielded = True
+                        yield "".join(text)
             except Exception as exc:
                 raise translate_error(exc, secrets=self._secrets, mid_stream=yielded) from exc
         if not finished:
