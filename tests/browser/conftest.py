@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 from werkzeug.serving import make_server
 
 from config import Settings
@@ -38,6 +39,11 @@ DAY_SECONDS = 864.0
 TIME_SCALE = DAY_SECONDS / 86400
 ADMIN_USERNAME = "labadmin"
 ADMIN_PASSWORD = "admin-password-1"
+# How long a page's action (click, fill) and an expect() wait for their condition at most, unless a test says
+# otherwise. expect()'s own default, 5 s, was what failed under heavy load (a reply or a re-rendered list taking
+# longer on a machine shared by several test runs); the condition is still checked as soon as it holds.
+WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)
 
 
 class SwitchableReplies:
@@ -147,7 +153,7 @@ def page_factory(browser, base_url: str, **context_options):
     def factory(width: int = 1280, height: int = 900, locale: str = "zh-CN"):
         context = browser.new_context(base_url=base_url, locale=locale, viewport={"width": width, "height": height},
                                       **context_options)
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(WAIT_MS)
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))
