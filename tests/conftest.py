@@ -254,6 +254,7 @@ class ApiClient:
 def app(settings, clock, database):
     from app import create_app
 
+    settings.run_migrations_on_start = False  # ``database`` is a migrated copy: Alembic would find nothing to do
     flask_app = create_app(settings, clock=clock)
     yield flask_app
     runtime = flask_app.extensions["memory_lab"]
