@@ -11,25 +11,39 @@ WORKERS=${TEST_WORKERS:-auto}
 parallel=()
 if [ "$WORKERS" != "0" ]; then parallel=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); fi
 status=0
-# the documentation site builds without a warning (broken links, missing pages), as `make docs` does
-if .venv/bin/mkdocs build --strict --quiet; then echo "== docs: mkdocs build --strict passed"; else
-  echo "== docs: mkdocs build --strict FAILED" >&2; status=1; fi
-# the pages' pure JavaScript (static/js/core/) under node's own test runner, with its line coverage; node is part
-# of the machine (Debian's nodejs, 20 or newer), so a missing node fails the run rather than skipping the tests
-if command -v node >/dev/null 2>&1; then
-  lcov=$(mktemp)
-  if node --test --experimental-test-coverage --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=lcov --test-reporter-destination="$lcov" tests/js/; then
-    echo "== js: node --test passed; line coverage of static/js/core: $(awk -F: '/^SF:/ {app = ($2 ~ /^static\/js\/core\//)}
-      app && /^LF:/ {found += $2} app && /^LH:/ {hit += $2}
-      END {if (found) printf "%.1f%% of %d lines", 100 * hit / found, found; else print "no lines"}' "$lcov")"
+# The docs build and the JavaScript tests (~30 s, mostly one core) and the PostgreSQL server's start-up run beside
+# the SQLite pass, which waits on timers, servers and browsers for much of its time; what they print comes after it.
+docs_and_js() {
+  local failed=0
+  # the documentation site builds without a warning (broken links, missing pages), as `make docs` does
+  if .venv/bin/mkdocs build --strict --quiet; then echo "== docs: mkdocs build --strict passed"; else
+    echo "== docs: mkdocs build --strict FAILED" >&2; failed=1; fi
+  # the pages' pure JavaScript (static/js/core/) under node's own test runner, with its line coverage; node is part
+  # of the machine (Debian's nodejs, 20 or newer), so a missing node fails the run rather than skipping the tests
+  if command -v node >/dev/null 2>&1; then
+    local lcov
+    lcov=$(mktemp)
+    if node --test --experimental-test-coverage --test-reporter=spec --test-reporter-destination=stdout \
+        --test-reporter=lcov --test-reporter-destination="$lcov" tests/js/; then
+      echo "== js: node --test passed; line coverage of static/js/core: $(awk -F: '/^SF:/ {app = ($2 ~ /^static\/js\/core\//)}
+        app && /^LF:/ {found += $2} app && /^LH:/ {hit += $2}
+        END {if (found) printf "%.1f%% of %d lines", 100 * hit / found, found; else print "no lines"}' "$lcov")"
+    else
+      echo "== js: node --test FAILED" >&2; failed=1
+    fi
+    rm -f "$lcov"
   else
-    echo "== js: node --test FAILED" >&2; status=1
+    echo "== js: node not found: the JavaScript unit tests (tests/js/) cannot run (apt-get install nodejs)" >&2; failed=1
   fi
-  rm -f "$lcov"
-else
-  echo "== js: node not found: the JavaScript unit tests (tests/js/) cannot run (apt-get install nodejs)" >&2; status=1
-fi
+  return $failed
+}
+side_output=$(mktemp)
+pg_output=$(mktemp)
+docs_and_js >"$side_output" 2>&1 &
+side=$!
+bash scripts/pg_test_server.sh start >"$pg_output" 2>&1 &
+pg_start=$!
+trap 'bash scripts/pg_test_server.sh stop; rm -f "$side_output" "$pg_output"' EXIT  # a run cut short too
 # COVERAGE=0: no coverage. Otherwise the SQLite pass runs under pytest-cov (it runs every test; the PostgreSQL pass
 # repeats the marked ones, so tracing it too would cost time for the same lines) and the figure is printed after
 # it: the total and one line per package (scripts/coverage_summary.py; the overhead: docs/benchmarks.md).
@@ -44,13 +58,15 @@ if [ ${#cov[@]} -gt 0 ]; then
   rm -f "$COVERAGE_FILE" "$COVERAGE_FILE".*
   unset COVERAGE_FILE
 fi
-if out=$(bash scripts/pg_test_server.sh start); then
-  export $out
+wait $side || status=1
+cat "$side_output"
+if wait $pg_start; then
+  export $(grep '^TEST_POSTGRES_URL=' "$pg_output")
   echo "== PostgreSQL: tests marked postgres against $TEST_POSTGRES_URL"
   # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py)
   TEST_DATABASE_URL=$TEST_POSTGRES_URL FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider -m postgres "${parallel[@]}" "$@" || status=$?
-  bash scripts/pg_test_server.sh stop
 else
+  cat "$pg_output" >&2
   echo "PostgreSQL test server could not start" >&2
   status=1
 fi

@@ -43,12 +43,23 @@ def _worker_database(url: str, worker: str) -> str:
     return base.set(database=name).render_as_string(hide_password=False)
 
 
+TESTS = Path(__file__).resolve().parent
+# Folders whose modules all run untraced, as if each carried ``pytestmark = pytest.mark.untraced``: the browser
+# tests serve the app from threads of the pytest process while Chromium drives its pages, and the lines those
+# requests run are counted by the route and service tests (docs/testing.md, "Coverage").
+UNTRACED_FOLDERS = (TESTS / "browser",)
+
+
 def pytest_collection_modifyitems(config, items):
     """The files holding a test marked ``slow`` run first (each file's tests stay together and in order): with
     several workers (scripts/run_tests.sh) the long files then overlap the many short ones instead of running
-    alone at the end while the other workers wait."""
+    alone at the end while the other workers wait. The modules under UNTRACED_FOLDERS get the ``untraced``
+    marker."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+    for module in {item.getparent(pytest.Module) for item in items}:
+        if module is not None and any(module.path.is_relative_to(folder) for folder in UNTRACED_FOLDERS):
+            module.add_marker(pytest.mark.untraced)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -84,9 +95,10 @@ def database_url(tmp_path):
 @contextlib.contextmanager
 def untraced():
     """No trace function (coverage's tracer, when the run measures coverage: scripts/run_tests.sh) around work
-    that tracing slows several times over: the calibration fits and replays (docs/testing.md, "Coverage"). The
-    tracer is set aside and put back, not stopped through coverage's API: an xdist worker of pytest-cov runs more
-    than one Coverage instance, and stopping the latest leaves the other's tracer in place."""
+    that tracing slows several times over and whose lines other tests count: the ``untraced`` modules
+    (docs/testing.md, "Coverage"). The tracer is set aside and put back, not stopped through coverage's API: an
+    xdist worker of pytest-cov runs more than one Coverage instance, and stopping the latest leaves the other's
+    tracer in place. Threads started inside get no trace function either (``threading.settrace``)."""
     saved, saved_for_threads = sys.gettrace(), threading.gettrace()
     sys.settrace(None)
     threading.settrace(None)
@@ -95,6 +107,19 @@ def untraced():
     finally:
         sys.settrace(saved)
         threading.settrace(saved_for_threads)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _untraced_module(request):
+    """A module marked ``untraced`` (``pytestmark``, or a folder of UNTRACED_FOLDERS) runs without the trace
+    function: its module and function fixtures, its tests and the threads they start (a live server's request
+    threads). Session fixtures it is the first to use are built before, traced. Only the module's mark counts:
+    a mark on one test would come after its module's fixtures were built."""
+    if request.node.get_closest_marker("untraced") is None:
+        yield
+        return
+    with untraced():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -229,6 +254,7 @@ class ApiClient:
 def app(settings, clock, database):
     from app import create_app
 
+    settings.run_migrations_on_start = False  # ``database`` is a migrated copy: Alembic would find nothing to do
     flask_app = create_app(settings, clock=clock)
     yield flask_app
     runtime = flask_app.extensions["memory_lab"]

@@ -11,15 +11,10 @@ from sqlalchemy import func, select
 from app import create_app
 from database.models import PreflightReport, User
 from services.study import preflight_gate
-from tests.conftest import untraced
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _untraced_runs():
-    """The pre-flight replays the calibration sample and walks bots and probe personas: untraced when the
-    suite measures coverage (tests.conftest.untraced; docs/testing.md)."""
-    with untraced():
-        yield
+# the pre-flight replays the calibration sample and walks bots and probe personas: untraced when the suite
+# measures coverage (tests/conftest.py; docs/testing.md, "Coverage")
+pytestmark = pytest.mark.untraced
 
 
 L3_AND_L4 = {"enabled_conditions": ["L3", "L4"]}

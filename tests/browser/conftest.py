@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import os
+import shutil
 import threading
 import time
 import urllib.error
@@ -23,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 from werkzeug.serving import make_server
 
+from config import Settings
 from services.llm.types import ChatRequest, ChatResult, ProviderError
 
 CHROMIUM = "/usr/bin/chromium"
@@ -36,6 +39,11 @@ DAY_SECONDS = 864.0
 TIME_SCALE = DAY_SECONDS / 86400
 ADMIN_USERNAME = "labadmin"
 ADMIN_PASSWORD = "admin-password-1"
+# How long a page's action (click, fill) and an expect() wait for their condition at most, unless a test says
+# otherwise. expect()'s own default, 5 s, was what failed under heavy load (a reply or a re-rendered list taking
+# longer on a machine shared by several test runs); the condition is still checked as soon as it holds.
+WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)
 
 
 class SwitchableReplies:
@@ -78,23 +86,26 @@ class LiveServer:
         return self.base_url + path
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory) -> LiveServer:
-    from app import create_app
-    from config import Settings
-    from database.db_manager import Database
-
-    database_url = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'browser.db'}"
-    migrations = Database(database_url)
-    migrations.upgrade()
-    migrations.dispose()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="browser-test-secret", testing=True, scheduler_enabled=False,
+def browser_settings(folder: Path, template: Path, **overrides) -> Settings:
+    """The settings of an app a browser test serves: its SQLite database ``folder``/browser.db, a copy of the
+    run's migrated ``template`` (the ``migrated_sqlite_template`` fixture: migrating is the slow part), offline
+    providers, pilot days of DAY_SECONDS, no scheduler, no rate limits, no retries; ``overrides`` are
+    Settings.from_env's keywords."""
+    database = folder / "browser.db"
+    shutil.copyfile(template, database)
+    options = dict(
+        database_url=f"sqlite:///{database}", secret_key="browser-test-secret", testing=True, scheduler_enabled=False,
         consolidate_inline=True, rate_limits_enabled=False, day_seconds=DAY_SECONDS, assignment_seed=7,
-        llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0,
-        run_migrations_on_start=False,
+        llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0, run_migrations_on_start=False,
     )
-    app = create_app(settings)
+    return Settings.from_env(**{**options, **overrides})
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory, migrated_sqlite_template) -> LiveServer:
+    from app import create_app
+
+    app = create_app(browser_settings(tmp_path_factory.mktemp("browser"), migrated_sqlite_template))
     runtime = app.extensions["memory_lab"]
     replies = SwitchableReplies(runtime.llm.providers[0])
     runtime.llm.providers[0] = replies
@@ -142,7 +153,7 @@ def page_factory(browser, base_url: str, **context_options):
     def factory(width: int = 1280, height: int = 900, locale: str = "zh-CN"):
         context = browser.new_context(base_url=base_url, locale=locale, viewport={"width": width, "height": height},
                                       **context_options)
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(WAIT_MS)
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))

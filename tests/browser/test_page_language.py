@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import User
-from tests.browser.conftest import DAY_SECONDS, page_factory, served
+from tests.browser.conftest import browser_settings, page_factory, served
 
 pytestmark = pytest.mark.browser
 
@@ -69,18 +69,10 @@ def test_a_switch_on_the_login_page_wins_over_the_account_s_older_language_and_i
 
 
 @pytest.fixture(scope="module")
-def english_study_server(tmp_path_factory):
+def english_study_server(tmp_path_factory, migrated_sqlite_template):
     from app import create_app
-    from config import Settings
-    from database.db_manager import Database
 
-    database_url = f"sqlite:///{tmp_path_factory.mktemp('english') / 'english.db'}"
-    Database(database_url).upgrade()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="english-browser-secret", testing=True, scheduler_enabled=False,
-        consolidate_inline=True, rate_limits_enabled=False, day_seconds=DAY_SECONDS, assignment_seed=5,
-        llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0, run_migrations_on_start=False,
-    )
+    settings = browser_settings(tmp_path_factory.mktemp("english"), migrated_sqlite_template, assignment_seed=5)
     settings.study = settings.study.with_overrides({"default_language": "en"})
     app = create_app(settings)
     yield from served(app, "english-study-server")

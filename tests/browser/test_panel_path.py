@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import Message, TaskSession, User
-from tests.browser.conftest import page_factory, served
+from tests.browser.conftest import browser_settings, page_factory, served
 from tests.browser.test_participant_page import answer_questionnaire, assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -31,19 +31,11 @@ T2_CODE = "C2-WAVE-TWO"
 
 
 @pytest.fixture(scope="module")
-def panel_server(tmp_path_factory):
+def panel_server(tmp_path_factory, migrated_sqlite_template):
     from app import create_app
-    from config import Settings
-    from database.db_manager import Database
 
-    database_url = f"sqlite:///{tmp_path_factory.mktemp('panel') / 'panel.db'}"
-    Database(database_url).upgrade()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="panel-browser-secret", testing=True, scheduler_enabled=False,
-        consolidate_inline=True, rate_limits_enabled=False, day_seconds=DAY_SECONDS, pilot_timer_scale=TIMER_SCALE,
-        assignment_seed=11, llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0,
-        run_migrations_on_start=False,
-    )
+    settings = browser_settings(tmp_path_factory.mktemp("panel"), migrated_sqlite_template, day_seconds=DAY_SECONDS,
+                                pilot_timer_scale=TIMER_SCALE, assignment_seed=11)
     settings.study = settings.study.with_overrides({"panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
         "T1": {"completion_code": T1_CODE, "redirect_url": "https://panel.example.org/done?cc={completion_code}"},
         "T2": {"completion_code": T2_CODE},

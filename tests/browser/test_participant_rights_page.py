@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import User
-from tests.browser.conftest import HttpParticipant, page_factory, served
+from tests.browser.conftest import HttpParticipant, browser_settings, page_factory, served
 from tests.browser.test_participant_page import assert_condition_hidden
 
 pytestmark = pytest.mark.browser
@@ -27,20 +27,11 @@ LINES = ["你好，我叫小周，喜欢骑车。", "最近在准备考试。", 
 
 
 @pytest.fixture(scope="module")
-def rights_server(tmp_path_factory):
-
+def rights_server(tmp_path_factory, migrated_sqlite_template):
     from app import create_app
-    from config import Settings
-    from database.db_manager import Database
 
-    database_url = f"sqlite:///{tmp_path_factory.mktemp('rights') / 'rights.db'}"
-    Database(database_url).upgrade()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="rights-browser-secret", testing=True, scheduler_enabled=False,
-        consolidate_inline=True, rate_limits_enabled=False, day_seconds=60.0, pilot_timer_scale=TIMER_SCALE,
-        assignment_seed=5, llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0,
-        run_migrations_on_start=False,
-    )
+    settings = browser_settings(tmp_path_factory.mktemp("rights"), migrated_sqlite_template, day_seconds=60.0,
+                                pilot_timer_scale=TIMER_SCALE, assignment_seed=5)
     tasks = settings.study.as_dict()["tasks"]
     for task in tasks:
         task["unlock_offset_days"] = 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USERNAME, DAY_SECONDS, TIME_SCALE, page_factory, served
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USERNAME, TIME_SCALE, browser_settings, page_factory, served
 from tests.browser.test_accessibility import AXE, Scan
 
 pytestmark = pytest.mark.browser
@@ -23,22 +23,11 @@ TITLE = {"zh": "初次相识（新版）", "en": "First meeting, new wording"}
 
 
 @pytest.fixture
-def editor_server(tmp_path):
+def editor_server(tmp_path, migrated_sqlite_template):
     from app import create_app
-    from config import Settings
-    from database.db_manager import Database
     from services.participants.account_service import create_admin
 
-    database_url = f"sqlite:///{tmp_path / 'editor.db'}"
-    migrations = Database(database_url)
-    migrations.upgrade()
-    migrations.dispose()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="editor-test-secret", testing=True, scheduler_enabled=False,
-        consolidate_inline=True, rate_limits_enabled=False, day_seconds=DAY_SECONDS, assignment_seed=7,
-        llm_providers=["offline"], embedding_provider="offline", llm_max_retries=0, run_migrations_on_start=False,
-        study_refresh_seconds=0.0)
-    app = create_app(settings)
+    app = create_app(browser_settings(tmp_path, migrated_sqlite_template, study_refresh_seconds=0.0))
     runtime = app.extensions["memory_lab"]
     with runtime.db.Session() as session:
         create_admin(session, ADMIN_USERNAME, ADMIN_PASSWORD, runtime.clock)

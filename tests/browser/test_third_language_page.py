@@ -10,27 +10,18 @@ import dataclasses
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USERNAME, page_factory, served
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USERNAME, browser_settings, page_factory, served
 from tests.pseudo_catalog import PSEUDO, UNTRANSLATED, pseudo, translations_with_a_third_language
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def pseudo_app(tmp_path_factory):
+def pseudo_app(tmp_path_factory, migrated_sqlite_template):
     from app import create_app
-    from config import Settings
-    from database.db_manager import Database
 
     folder = tmp_path_factory.mktemp("third-language")
-    database_url = f"sqlite:///{folder / 'browser.db'}"
-    migrations = Database(database_url)
-    migrations.upgrade()
-    migrations.dispose()
-    settings = Settings.from_env(
-        database_url=database_url, secret_key="browser-test-secret", testing=True, scheduler_enabled=False,
-        rate_limits_enabled=False, llm_providers=["offline"], embedding_provider="offline",
-        run_migrations_on_start=False)
+    settings = browser_settings(folder, migrated_sqlite_template)
     settings = dataclasses.replace(settings, translations_dir=str(translations_with_a_third_language(folder)))
     return create_app(settings)
 

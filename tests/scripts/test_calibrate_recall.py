@@ -34,18 +34,13 @@ from services.research import recall_calibration_replay as rp
 from services.research import recall_calibration_report as rep
 from services.research import recall_operating_curve as curve_mod
 from services.study.definition import load_study
-from tests.conftest import untraced
+
+# This module replays and refits the whole calibration sample several times: under coverage's tracer its fits took
+# over the 300 s timeout (an outside run's errors), so it runs untraced (tests/conftest.py); the code it drives is
+# traced in the smaller tests of services/research and services/recall.
+pytestmark = pytest.mark.untraced
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_recall.py"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _untraced_fits():
-    """This module replays and refits the whole calibration sample several times: under coverage's tracer its fits
-    took over the 300 s timeout (an outside run's errors), so it runs untraced; the code it drives is traced
-    in the smaller tests of services/research and services/recall."""
-    with untraced():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,11 @@ import pytest
 from services.research.bots.client import Bot, SentTurn
 from services.research.probes import recall as pr
 from services.research.probes.personas import load_probe_file
-from tests.conftest import untraced
+
+# probe personas walk T1-T4 through the chat path with the CPU embedder: untraced when the suite measures coverage
+pytestmark = pytest.mark.untraced
 
 FIXTURE = "tests/fixtures/probe_personas_small.json"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _untraced_runs():
-    """Probe personas walk T1-T4 through the chat path with the CPU embedder: untraced when the suite
-    measures coverage (tests.conftest.untraced; docs/testing.md)."""
-    with untraced():
-        yield
-
 
 
 def walked(persona, recalled_at):
