@@ -89,6 +89,7 @@ def test_preflight_refuses_an_embedder_the_preset_was_not_fitted_for(settings, d
         assert report.checks["calibration"]["verdict"] == "refused"
         assert "calibrate_recall.py --fit --write-preset" in report.checks["calibration"]["message"]
         assert report.checks["manipulation"]["verdict"] == "not_run"
+        assert report.checks["probe"]["verdict"] == "not_run"  # L4 on another embedder's preset means nothing
         with app.extensions["memory_lab"].db.Session() as session:
             assert preflight_gate.preflight_status(session, mismatched, report.embedder_model)["state"] == "failed"
     finally:

@@ -134,10 +134,10 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
                   day_seconds: float = 5.0, log_line: Callable[[str], None] = print,
                   simulate: Callable[..., dict[str, Any]] = simulation.run_simulation,
                   check_probes: ProbeChecker | None = None) -> PreflightOutcome:
-    """Run (a) and (b) (module docstring) and store the report through ``db_session`` (the study's database).
-    The bots run on a temporary database built by ``make_app`` (app.create_app) with ``settings``' providers
-    (``simulate``: ``simulation.run_simulation``); a refused calibration skips them. The report passes when
-    every check in it passed."""
+    """Run (a), (b) and (c) (module docstring) and store the report through ``db_session`` (the study's
+    database). The bots run on a temporary database built by ``make_app`` (app.create_app) with ``settings``'
+    providers (``simulate``: ``simulation.run_simulation``); a refused calibration skips (b) and (c)
+    (``not_run``). The report passes when every check in it passed."""
     clock = clock or Clock()
     started = time.monotonic()
     embedder = embedder or build_embedder(settings)
@@ -148,9 +148,13 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
                                  "consolidation": list(settings.consolidation_providers or settings.llm_providers)}
     log_line(f"(a) {check_label('calibration')} of preset {settings.study.memory.recall.preset!r}: "
              f"{checks['calibration']['verdict']}")
-    if checks["calibration"]["verdict"] == "refused":
-        checks["manipulation"] = {"verdict": "not_run", "passed": False,
-                                  "reason": "the calibration check refused the configured embedder"}
+    refused = checks["calibration"]["verdict"] == "refused"
+    if refused:
+        # (b) and (c) would run L4 on a preset fitted for another embedder: figures that mean nothing
+        not_run = {"verdict": "not_run", "passed": False,
+                   "reason": "the calibration check refused the configured embedder"}
+        checks["manipulation"] = dict(not_run)
+        checks["probe"] = dict(not_run)
     else:
         report = simulate(per_group=per_group, language="both", day_seconds=day_seconds,
                           conditions=list(settings.study.enabled_conditions), make_app=make_app,
@@ -158,7 +162,7 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         providers.update(report["config"]["providers"] or {})
         checks["manipulation"] = _manipulation(report)
         log_line(f"(b) {check_label('manipulation')}: {checks['manipulation']['verdict']}")
-    checks["probe"] = _probe_recall(settings, make_app, day_seconds, log_line, check_probes)
+        checks["probe"] = _probe_recall(settings, make_app, day_seconds, log_line, check_probes)
     passed = all(check["passed"] for check in checks.values())
     stored = PreflightReport(created_at=clock.now(), study_hash=study_hash(settings.study), passed=passed,
                              embedder_model=embedder.model, chat_model=_first_model(providers.get("reply")),
@@ -167,8 +171,8 @@ def run_preflight(settings: Settings, db_session: Callable[[], Any], make_app: s
         session.add(stored)
         session.flush()
         view = report_view(stored)
-    refused = checks["calibration"].get("message") if checks["calibration"]["verdict"] == "refused" else None
-    return PreflightOutcome(passed=passed, report=view, refused=refused)
+    return PreflightOutcome(passed=passed, report=view,
+                            refused=checks["calibration"].get("message") if refused else None)
 
 
 # -- (c) probe recall (issue 27, part 3; services.research.probes.recall) --------------------------------------
