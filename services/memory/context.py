@@ -171,35 +171,39 @@ def render_tagged(items: Sequence[dict[str, Any]]) -> str:
     return "\n".join(f"[{item['task_id']}] {item['text']}" for item in items)
 
 
+# The participant's completed task sessions before a given one: the rule of what is memory, once. Only tasks that
+# are done count (an abandoned or reset attempt is not memory). Built once with bind parameters: the hot read
+# below embeds it as is, and ``earlier_done_sessions`` fills it in for the other readers.
+_EARLIER_DONE = select(TaskSession.id).where(
+    TaskSession.user_id == bindparam("user_id"),
+    TaskSession.status == "done",
+    TaskSession.id != bindparam("task_session_id"),
+    TaskSession.started_at <= bindparam("started_at"),
+)
+
+
 def earlier_done_sessions(user_id: int, task_session: TaskSession) -> Select:
-    """SELECT of the participant's completed task sessions before ``task_session`` (the memory).
-
-    Only tasks that are done count (an abandoned or reset attempt is not memory)."""
-    return select(TaskSession.id).where(
-        TaskSession.user_id == user_id,
-        TaskSession.status == "done",
-        TaskSession.id != task_session.id,
-        TaskSession.started_at <= task_session.started_at,
-    )
+    """SELECT of the participant's completed task sessions before ``task_session`` (the memory)."""
+    return _EARLIER_DONE.params(_earlier_done_values(user_id, task_session))
 
 
-# The messages of the participant's completed tasks before a given one (``earlier_done_sessions``), with the
-# columns a turn is made of: whole rows would decode every reply's stored prompt and context (JSON that grows
-# with the conversation). Built once, as it runs for every reply of L2-L4: a statement built per call is
-# coerced and given its cache key anew every time (docs/benchmarks.md, "CPU per reply, session 12").
+def _earlier_done_values(user_id: int, task_session: TaskSession) -> dict[str, Any]:
+    return {"user_id": user_id, "task_session_id": task_session.id, "started_at": task_session.started_at}
+
+
+# The messages of those sessions, with the columns a turn is made of: whole rows would decode every reply's
+# stored prompt and context (JSON that grows with the conversation). Built once, as it runs for every reply of
+# L2-L4: a statement built per call is coerced and given its cache key anew every time (docs/benchmarks.md,
+# "CPU per reply, session 12").
 _EARLIER_MESSAGES = (
     select(Message.id, Message.role, Message.content, Message.task_id, Message.reply_to_id)
-    .where(Message.user_id == bindparam("user_id"), Message.task_session_id.in_(
-        select(TaskSession.id).where(TaskSession.user_id == bindparam("user_id"), TaskSession.status == "done",
-                                     TaskSession.id != bindparam("task_session_id"),
-                                     TaskSession.started_at <= bindparam("started_at"))))
+    .where(Message.user_id == bindparam("user_id"), Message.task_session_id.in_(_EARLIER_DONE))
     .order_by(Message.id))
 
 
 def earlier_turns(session: Session, user_id: int, before_session: TaskSession) -> list[dict[str, Any]]:
     """User/assistant turns from the participant's completed tasks before this one, oldest first."""
-    rows = session.execute(_EARLIER_MESSAGES, {"user_id": user_id, "task_session_id": before_session.id,
-                                               "started_at": before_session.started_at}).all()
+    rows = session.execute(_EARLIER_MESSAGES, _earlier_done_values(user_id, before_session)).all()
     return pair_turns(rows)
 
 
