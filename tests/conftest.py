@@ -33,6 +33,21 @@ def pytest_configure(config):
     url = os.environ.get("TEST_DATABASE_URL", "")
     if worker and url.startswith("postgresql"):
         os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
+    _cheap_password_hashes()
+
+
+# scrypt with N = 128 instead of 2^15: the same algorithm through the same code, 1/256 of the work (werkzeug's
+# memory bound refuses a smaller N). Every registration and log-in of the suite hashed at the production cost,
+# ~0.13 s of CPU each, thousands of times over. Servers the tests start as subprocesses (make serve, make run)
+# keep the production cost, and tests/services/participants/test_account_service.py checks that a fresh
+# process hashes with it.
+TEST_PASSWORD_METHOD = "scrypt:128:8:1"
+
+
+def _cheap_password_hashes() -> None:
+    from services.participants import account_service
+
+    account_service.PASSWORD_METHOD = TEST_PASSWORD_METHOD
 
 
 def _worker_database(url: str, worker: str) -> str:

@@ -44,12 +44,21 @@ MAX_PASSWORD = 256  # a longer one would only cost hashing time (scrypt reads al
 # zxcvbn scores 0-4; 0 and 1 mean "guessed within about a million tries" (12345678, password, qwertyuiop)
 MIN_PASSWORD_SCORE = 2
 ZXCVBN_MAX_CHARS = 72  # zxcvbn's own input limit; a password this long is judged by its start
-# Compared against when the username does not exist, so a wrong name costs as long as a wrong password.
-_DUMMY_HASH = generate_password_hash("not-a-real-password")
+# How passwords are hashed: scrypt with N = 2^15, r = 8, p = 1 (werkzeug's default, ~0.1 s of CPU, written out so
+# a library upgrade cannot change it unseen). A stored hash names its own parameters, so check_password_hash
+# verifies any hash whatever this is. The test suite lowers N (tests/conftest.py: the same algorithm and code,
+# 1/256 of the work; a test checks that a fresh process hashes with this value).
+PASSWORD_METHOD = "scrypt:32768:8:1"
 
 
 def hash_password(password: str) -> str:
-    return generate_password_hash(password)
+    return generate_password_hash(password, method=PASSWORD_METHOD)
+
+
+@lru_cache(maxsize=2)
+def _dummy_hash(method: str) -> str:
+    """Compared against when the username does not exist, so a wrong name costs as long as a wrong password."""
+    return generate_password_hash("not-a-real-password", method=method)
 
 
 # names a participant may not take, nor anything that looks like them (username_skeleton)
@@ -244,7 +253,7 @@ def authenticate(session: Session, username: object, password: object) -> User:
         raise Unauthorised("wrong username or password", code="invalid_credentials")
     user = find_user(session, username)
     if user is None:
-        check_password_hash(_DUMMY_HASH, password)
+        check_password_hash(_dummy_hash(PASSWORD_METHOD), password)
         raise Unauthorised("wrong username or password", code="invalid_credentials")
     if not check_password_hash(user.password_hash, password):
         raise Unauthorised("wrong username or password", code="invalid_credentials")

@@ -1,6 +1,8 @@
 """Accounts at the service level: registration behind consent, login, admins."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import func, select
 
@@ -119,3 +121,23 @@ def test_bootstrap_creates_one_admin_with_a_generated_password_only_once(db_sess
     assert authenticate(db_session, username, password).role == "admin"
     assert len(password) >= 12
     assert bootstrap_admin(db_session, clock) is None
+
+
+def test_passwords_are_hashed_at_the_production_cost_outside_the_test_suite():
+    """The suite hashes with a cheap scrypt (tests/conftest.py); a fresh process, as the app runs, must not."""
+    import subprocess
+    import sys
+
+    from services.participants import account_service
+    from tests.conftest import TEST_PASSWORD_METHOD
+
+    code = ("from services.participants.account_service import hash_password, PASSWORD_METHOD;"
+            "print(PASSWORD_METHOD); print(hash_password('correct-horse-1'))")
+    method, hashed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    cwd=Path(__file__).resolve().parents[3]).stdout.split()
+    assert method == "scrypt:32768:8:1" and hashed.startswith("scrypt:32768:8:1$")
+    assert account_service.PASSWORD_METHOD == TEST_PASSWORD_METHOD  # this process: the suite's cheap one
+    # a hash made at either cost verifies under the other setting: the stored hash names its parameters
+    assert account_service.check_password_hash(hashed, "correct-horse-1")
+    assert not account_service.check_password_hash(hashed, "correct-horse-2")
+
