@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
-from database.participant_lock import ParticipantErased, attach, hold_active_participant, insert_held
+from database.participant_lock import ParticipantErased, attach, generated_columns, hold_active_participant, insert_held
 from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
@@ -55,7 +55,7 @@ _MESSAGES = Message.__table__
 # every time, as much CPU as sending it (docs/benchmarks.md, "CPU per reply, session 12").
 _TASK_SO_FAR = (select(Message.role, Message.content).where(Message.task_session_id == bindparam("task_session_id"))
                 .order_by(Message.id))
-_INSERT_MESSAGE = insert(_MESSAGES).returning(*_MESSAGES.c)
+_INSERT_MESSAGE = insert(_MESSAGES).returning(*generated_columns(_MESSAGES))
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
 ANSWER_GRACE_SECONDS = 60.0
 
@@ -206,7 +206,7 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
         if key is None:
             raise
         raise KeyTaken(key, error) from error
-    message = attach(session, Message, row)
+    message = attach(session, Message, values, row)
     session.commit()
     session.info[_REPLY_ROWS] = _Loaded(message, user, ts, history)
     return message
