@@ -32,7 +32,7 @@ from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
-from services.memory.context import MemoryContext, memory_exposure, with_coded_notes
+from services.memory.context import MemoryContext, memory_exposure, read_task_and_earlier_turns, with_coded_notes
 from services.memory.engine import MemoryEngine
 from services.participants.quality import clamp_pasted, content_flags, parse_signals
 from services.platform.backpressure import retry_after
@@ -192,8 +192,12 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     # the task so far, read once: the near-duplicate check looks at the participant's earlier messages,
     # the reply's prompt at all of them (the participant's writes take turns on the lock just taken, so
     # none of theirs is stored between this read and the insert)
-    history = [{"role": role, "content": earlier}
-               for role, earlier in session.execute(_TASK_SO_FAR, {"task_session_id": ts.id})]
+    if _keeps_earlier_turns(runtime.study, user.memory_group):
+        # with the earlier tasks' turns the reply's context shows (memory.context.earlier_turns), in this statement
+        so_far = read_task_and_earlier_turns(session, user.id, ts)
+    else:
+        so_far = session.execute(_TASK_SO_FAR, {"task_session_id": ts.id}).all()
+    history = [{"role": role, "content": earlier} for role, earlier in so_far]
     earlier = [m["content"] for m in history if m["role"] == "user"]
     flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     values = dict(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user", content=text,
@@ -210,6 +214,15 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     session.commit()
     session.info[_REPLY_ROWS] = _Loaded(message, user, ts, history)
     return message
+
+
+def _keeps_earlier_turns(study: Study, group: str | None) -> bool:
+    """Whether a reply in ``group`` shows turns of earlier tasks, so storing the message reads them too (a group
+    the study or the registry does not know is left to the reply, which reads what it needs)."""
+    if group is None or group not in registry.ids() or group not in study.conditions:
+        return False
+    condition = registry.get(group)
+    return condition.reads_earlier_turns and condition.recent_turns(study) > 0
 
 
 def unanswered_message(session: Session, user: User, task_id: str, message_id: int) -> Message:
