@@ -104,9 +104,10 @@ class Database:
         ``idle_ping_seconds``; a ping that fails replaces the connection without the caller seeing an
         error (SQLAlchemy's pessimistic disconnect handling, a checkout event instead of ``pool_pre_ping``).
 
-        ``pool_pre_ping`` pings at every check-out, a ``SELECT 1`` round trip each time (~1 ms of CPU per
-        reply: docs/benchmarks.md, "CPU per reply, session 13"). A busy pool hands each connection out
-        again within moments, and a connection in use a moment ago is almost surely alive; the ping is for
+        ``pool_pre_ping`` pings at every check-out, a ``SELECT 1`` round trip each time (2.8 per reply, ~0.3 ms of
+        this process's CPU and ~0.1 ms of the server's: docs/benchmarks.md, "CPU per reply, session 13"). A busy
+        pool hands each connection out again within moments, and a connection in use a moment ago is almost
+        surely alive; the ping is for
         the connection that sat unused while the server restarted or an idle timeout (a firewall's,
         pgbouncer's, ``idle_session_timeout``) closed it. The trade-off: when the server closes connections
         that were in use less than ``idle_ping_seconds`` ago (a restart under load), the first statement on
