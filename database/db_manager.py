@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -36,6 +36,8 @@ POOL_TIMEOUT_SECONDS = 10.0
 # upkeep) apart from the requests' pool, plus one for the scheduler lease's renewal
 BACKGROUND_POOL_SIZE = 3
 LEASE_POOL_SIZE = 1
+# a pooled connection that sat idle longer than this is pinged before it is handed out (see _ping_if_idle)
+IDLE_PING_SECONDS = 5.0
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -55,19 +57,23 @@ def is_unavailable(exc: BaseException) -> bool:
 
 class Database:
     def __init__(self, url: str, *, busy_timeout: float = 10.0, pool_size: int = 10, max_overflow: int = 10,
-                 pool_timeout: float = POOL_TIMEOUT_SECONDS, prepared_statements: bool = True) -> None:
+                 pool_timeout: float = POOL_TIMEOUT_SECONDS, prepared_statements: bool = True,
+                 idle_ping_seconds: float = IDLE_PING_SECONDS) -> None:
         """``busy_timeout``: seconds a write waits for another writer's lock before it fails
         (the request then answers 503 "not saved, try again" rather than hanging). ``pool_size`` and
         ``max_overflow``: connections kept per process (every waiting reply is a thread; each holds a
         connection only while it reads or writes, never while it waits for the model or for a second
         connection). ``pool_timeout``: seconds to wait for a free one before a retryable error.
         ``prepared_statements=False``: psycopg never prepares statements on the server (pgbouncer
-        before 1.21 in transaction mode hands a client a different server connection per transaction)."""
+        before 1.21 in transaction mode hands a client a different server connection per transaction).
+        ``idle_ping_seconds``: a server connection that sat in the pool longer than this is pinged before
+        use, and replaced silently if the server closed it (``_ping_if_idle``)."""
         self.url = url
         self.busy_timeout = busy_timeout
         self.pool_size = pool_size
         self.max_overflow = max_overflow
         self.prepared_statements = prepared_statements
+        self.idle_ping_seconds = idle_ping_seconds
         self._siblings: list[Database] = []
         kwargs: dict = {"future": True}
         if not self.in_memory:
@@ -79,7 +85,6 @@ class Database:
             if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         else:
-            kwargs["pool_pre_ping"] = True
             if url.startswith("postgresql"):
                 # the same bound as SQLite's busy timeout: a row or table lock held longer fails the
                 # statement with 55P03, which is_unavailable() turns into a retryable 503, not a hang
@@ -89,8 +94,44 @@ class Database:
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas(int(busy_timeout * 1000)))
+        else:
+            self._ping_if_idle()
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
         guard_flushes(self.Session)  # a participant's rows are written only while they are not erased
+
+    def _ping_if_idle(self) -> None:
+        """Ping a pooled server connection before use only if it sat idle in the pool longer than
+        ``idle_ping_seconds``; a ping that fails replaces the connection without the caller seeing an
+        error (SQLAlchemy's pessimistic disconnect handling, a checkout event instead of ``pool_pre_ping``).
+
+        ``pool_pre_ping`` pings at every check-out, a ``SELECT 1`` round trip each time (2.8 per reply, ~0.3 ms of
+        this process's CPU and ~0.1 ms of the server's: docs/benchmarks.md, "CPU per reply, session 13"). A busy
+        pool hands each connection out again within moments, and a connection in use a moment ago is almost
+        surely alive; the ping is for
+        the connection that sat unused while the server restarted or an idle timeout (a firewall's,
+        pgbouncer's, ``idle_session_timeout``) closed it. The trade-off: when the server closes connections
+        that were in use less than ``idle_ping_seconds`` ago (a restart under load), the first statement on
+        one of them fails; SQLAlchemy then invalidates the whole pool, as for any disconnect, so one request
+        per pool answers a retryable 503 (``is_unavailable``) and the next ones reconnect. Under
+        ``pool_pre_ping`` that request would have reconnected too."""
+        dialect = self.engine.dialect
+
+        @event.listens_for(self.engine, "checkin")
+        def on_checkin(dbapi_connection, record) -> None:
+            if dbapi_connection is not None:  # None: the connection was invalidated
+                record.info["idle_since"] = time.monotonic()
+
+        @event.listens_for(self.engine, "checkout")
+        def on_checkout(dbapi_connection, record, _proxy) -> None:
+            idle_since = record.info.get("idle_since")  # absent for a new connection: not pinged
+            if idle_since is None or time.monotonic() - idle_since <= self.idle_ping_seconds:
+                return
+            try:
+                dialect.do_ping(dbapi_connection)
+            except dialect.loaded_dbapi.Error as exc:
+                # the pool invalidates this connection and checks out a new one (up to twice more)
+                raise DisconnectionError(f"a pooled connection idle {time.monotonic() - idle_since:.0f} s "
+                                         f"failed its ping: {exc}") from exc
 
     @property
     def in_memory(self) -> bool:
@@ -108,7 +149,8 @@ class Database:
         if self.in_memory:
             return self
         sibling = Database(self.url, busy_timeout=self.busy_timeout, pool_size=pool_size, max_overflow=0,
-                           pool_timeout=pool_timeout, prepared_statements=self.prepared_statements)
+                           pool_timeout=pool_timeout, prepared_statements=self.prepared_statements,
+                           idle_ping_seconds=self.idle_ping_seconds)
         self._siblings.append(sibling)
         return sibling
 

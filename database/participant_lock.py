@@ -98,19 +98,21 @@ def insert_held(session: Session, model: type[Base], values: dict[str, Any], use
     """Insert one row of ``model`` (a participant table) for ``user_id`` and take the participant's lock in the
     same statement: ``INSERT ... SELECT <values> FROM users WHERE`` the participant is not erased (share-locked
     on PostgreSQL, under SQLite's write lock), so the lock costs no statement of its own. Returns the row as
-    stored; ParticipantErased when nothing was inserted (erased, or no such user)."""
+    stored (``attach``: built from the values sent and the generated columns the insert returned);
+    ParticipantErased when nothing was inserted (erased, or no such user)."""
     table = model.__table__
     names = tuple(name for name, value in values.items() if value is not None)
     postgresql = session.get_bind().dialect.name == "postgresql"
     statement = _held_inserts.get((table, names, postgresql))
     if statement is None:
         statement = _held_inserts[table, names, postgresql] = _held_insert(table, names, postgresql)
-    row = session.execute(statement, {"held_user_id": user_id, **{f"held_{name}": values[name] for name in names}}
+    given = {name: values[name] for name in names}
+    row = session.execute(statement, {"held_user_id": user_id, **{f"held_{name}": given[name] for name in names}}
                           ).first()
     if row is None:
         raise ParticipantErased(user_id)
     session.info.setdefault(_HELD, set()).add(user_id)
-    return attach(session, model, row)
+    return attach(session, model, given, row)
 
 
 # The statements of ``insert_held``, one per table, set of columns given and dialect (a handful in all), built once:
@@ -126,14 +128,36 @@ def _held_insert(table: Any, names: tuple[str, ...], postgresql: bool) -> Any:
         _USERS.c.id == bindparam("held_user_id"), _USERS.c.status != "erased")
     if postgresql:
         source = source.with_for_update(read=True, key_share=True)
-    return insert(table).from_select(list(names), source).returning(*table.c)
+    return insert(table).from_select(list(names), source).returning(*generated_columns(table))
 
 
-def attach(session: Session, model: type[Base], row: Any) -> Any:
-    """The row an ``INSERT ... RETURNING`` of every column gave, as a loaded, unchanged instance of ``model`` in
-    ``session``. The insert is a Core statement: SQLAlchemy compiles an ORM-enabled INSERT anew every time (no
-    cache key), which cost more CPU than the statement it saves."""
-    instance = model(**row._mapping)
+def generated_columns(table: Any) -> list[Any]:
+    """The columns of ``table`` whose stored value an INSERT decides and its caller does not know: the primary key,
+    server defaults, and defaults that are functions or SQL. What an insert returns (``RETURNING``), instead of
+    every column: a reply's row sent back whole carried its prompt and memory context back from the server, to be
+    decoded again (docs/benchmarks.md, "CPU per reply, session 13")."""
+    return [column for column in table.c if column.primary_key or column.server_default is not None
+            or (column.default is not None and not column.default.is_scalar)]
+
+
+_unset_columns: dict[Any, dict[str, Any]] = {}  # per table: what a column not given holds once inserted
+
+
+def attach(session: Session, model: type[Base], values: dict[str, Any], row: Any) -> Any:
+    """The row inserted by a Core ``INSERT`` of ``values`` (a column given as None is stored as NULL; one not
+    given holds its scalar default, or NULL), whose ``RETURNING`` of ``generated_columns`` gave ``row``, as a
+    loaded, unchanged instance of ``model`` in ``session``, without reading the row back. ``values`` must be what
+    the database gives back: JSON documents of dicts with string keys, lists, strings, numbers, booleans and None
+    (tests/database/test_participant_lock.py compares each column with a fresh read). The insert is a Core
+    statement: SQLAlchemy compiles an ORM-enabled INSERT anew every time (no cache key), which cost more CPU than
+    the statement it saves."""
+    table = model.__table__
+    unset = _unset_columns.get(table)
+    if unset is None:
+        unset = _unset_columns[table] = {
+            column.key: column.default.arg if column.default is not None and column.default.is_scalar else None
+            for column in table.c}
+    instance = model(**{**unset, **values, **row._mapping})
     make_transient_to_detached(instance)
     session.add(instance)
     return instance

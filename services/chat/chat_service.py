@@ -25,14 +25,14 @@ from sqlalchemy.orm import Session, aliased
 
 from database.db_manager import is_unavailable
 from database.models import AuditLog, Message, TaskSession, User
-from database.participant_lock import ParticipantErased, attach, hold_active_participant, insert_held
+from database.participant_lock import ParticipantErased, attach, generated_columns, hold_active_participant, insert_held
 from services.chat.pacing import PacingPlan, ReplyTiming, plan_for
 from services.hosting.runtime import Runtime
 from services.llm.types import AllProvidersFailed, ChatRequest, ChatResult
 from services.memory import registry
 from services.memory.base import Upkeep
 from services.memory.consolidation_service import ConsolidationService
-from services.memory.context import MemoryContext, memory_exposure, with_coded_notes
+from services.memory.context import MemoryContext, memory_exposure, read_task_and_earlier_turns, with_coded_notes
 from services.memory.engine import MemoryEngine
 from services.participants.quality import clamp_pasted, content_flags, parse_signals
 from services.platform.backpressure import retry_after
@@ -55,7 +55,7 @@ _MESSAGES = Message.__table__
 # every time, as much CPU as sending it (docs/benchmarks.md, "CPU per reply, session 12").
 _TASK_SO_FAR = (select(Message.role, Message.content).where(Message.task_session_id == bindparam("task_session_id"))
                 .order_by(Message.id))
-_INSERT_MESSAGE = insert(_MESSAGES).returning(*_MESSAGES.c)
+_INSERT_MESSAGE = insert(_MESSAGES).returning(*generated_columns(_MESSAGES))
 # the scheduler answers a stored message left without a reply this long (the page and the bots ask again sooner)
 ANSWER_GRACE_SECONDS = 60.0
 
@@ -192,8 +192,12 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
     # the task so far, read once: the near-duplicate check looks at the participant's earlier messages,
     # the reply's prompt at all of them (the participant's writes take turns on the lock just taken, so
     # none of theirs is stored between this read and the insert)
-    history = [{"role": role, "content": earlier}
-               for role, earlier in session.execute(_TASK_SO_FAR, {"task_session_id": ts.id})]
+    if _keeps_earlier_turns(runtime.study, user.memory_group):
+        # with the earlier tasks' turns the reply's context shows (memory.context.earlier_turns), in this statement
+        so_far = read_task_and_earlier_turns(session, user.id, ts)
+    else:
+        so_far = session.execute(_TASK_SO_FAR, {"task_session_id": ts.id}).all()
+    history = [{"role": role, "content": earlier} for role, earlier in so_far]
     earlier = [m["content"] for m in history if m["role"] == "user"]
     flags = content_flags(text, earlier, runtime.study.timing) + clamp_pasted(quality, len(text))
     values = dict(user_id=user.id, task_session_id=ts.id, task_id=ts.task_id, role="user", content=text,
@@ -206,10 +210,19 @@ def accept_message(session: Session, runtime: Runtime, user: User, task_id: str,
         if key is None:
             raise
         raise KeyTaken(key, error) from error
-    message = attach(session, Message, row)
+    message = attach(session, Message, values, row)
     session.commit()
     session.info[_REPLY_ROWS] = _Loaded(message, user, ts, history)
     return message
+
+
+def _keeps_earlier_turns(study: Study, group: str | None) -> bool:
+    """Whether a reply in ``group`` shows turns of earlier tasks, so storing the message reads them too (a group
+    the study or the registry does not know is left to the reply, which reads what it needs)."""
+    if group is None or group not in registry.ids() or group not in study.conditions:
+        return False
+    condition = registry.get(group)
+    return condition.reads_earlier_turns and condition.recent_turns(study) > 0
 
 
 def unanswered_message(session: Session, user: User, task_id: str, message_id: int) -> Message:

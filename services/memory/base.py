@@ -98,6 +98,9 @@ class MemoryCondition:
     name: ClassVar[str]
     consolidates_profile: ClassVar[bool] = False
     has_turn_upkeep: ClassVar[bool] = False
+    # its context holds verbatim turns of earlier tasks (``context.recent_turns``): storing a message reads them
+    # with the task so far, in one statement (``context.read_task_and_earlier_turns``)
+    reads_earlier_turns: ClassVar[bool] = False
     manipulation_check: ClassVar[ManipulationCheck] = ManipulationCheck()
 
     @property

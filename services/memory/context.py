@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, bindparam, select, union_all
 from sqlalchemy.orm import Session
 
 from database.models import Message, ProfileVersion, TaskSession
@@ -201,8 +201,34 @@ _EARLIER_MESSAGES = (
     .order_by(Message.id))
 
 
+# The task so far and the earlier turns in one statement, for a message whose condition keeps earlier turns: the
+# reply's context then needs no read of its own for them (``read_task_and_earlier_turns``).
+_TASK_COLUMNS = (Message.id, Message.role, Message.content, Message.task_id, Message.reply_to_id,
+                 Message.task_session_id)
+_TASK_AND_EARLIER = union_all(
+    select(*_TASK_COLUMNS).where(Message.task_session_id == bindparam("task_session_id")),
+    select(*_TASK_COLUMNS).where(Message.user_id == bindparam("user_id"), Message.task_session_id.in_(_EARLIER_DONE)),
+).order_by("id")
+_PRELOADED = "memory.context.earlier_turns"  # Session.info: (user id, task session id, turns), used once
+
+
+def read_task_and_earlier_turns(session: Session, user_id: int, task_session: TaskSession) -> list[tuple[str, str]]:
+    """The (role, content) of ``task_session``'s messages so far, oldest first, read with the participant's earlier
+    turns (``earlier_turns``) in one statement; the turns are kept in the session for the next ``earlier_turns`` of
+    this participant and task in it (the reply's context, in the same request)."""
+    rows = session.execute(_TASK_AND_EARLIER, _earlier_done_values(user_id, task_session)).all()
+    task = [(row.role, row.content) for row in rows if row.task_session_id == task_session.id]
+    earlier = [row for row in rows if row.task_session_id != task_session.id]
+    session.info[_PRELOADED] = (user_id, task_session.id, pair_turns(earlier))
+    return task
+
+
 def earlier_turns(session: Session, user_id: int, before_session: TaskSession) -> list[dict[str, Any]]:
-    """User/assistant turns from the participant's completed tasks before this one, oldest first."""
+    """User/assistant turns from the participant's completed tasks before this one, oldest first: as
+    ``read_task_and_earlier_turns`` left them in ``session`` for this participant and task (once), or read now."""
+    preloaded = session.info.pop(_PRELOADED, None)
+    if preloaded is not None and preloaded[:2] == (user_id, before_session.id):
+        return preloaded[2]
     rows = session.execute(_EARLIER_MESSAGES, _earlier_done_values(user_id, before_session)).all()
     return pair_turns(rows)
 

@@ -46,6 +46,7 @@ class GistCondition(MemoryCondition):
 
     id = "L3"
     name = "gist"
+    reads_earlier_turns = True
     consolidates_profile = True
     manipulation_check = ManipulationCheck("early T1 facts through its profile at T2-T4",
                                            profile_holds_early_facts=True)

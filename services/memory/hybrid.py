@@ -391,6 +391,7 @@ class HybridCondition(MemoryCondition):
     id = "L4"
     name = "hybrid"
     consolidates_profile = True
+    reads_earlier_turns = True
     # The check that can fail: below these shares of probe replies holding a planted specific that L3's
     # context for the same message lacks, per task, L4 is L3 with extra words.
     manipulation_check = ManipulationCheck(

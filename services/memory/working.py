@@ -8,6 +8,7 @@ from services.memory.context import MemoryContext, recent_turns, render_turns
 class WorkingCondition(MemoryCondition):
     id = "L2"
     name = "working"
+    reads_earlier_turns = True
     manipulation_check = ManipulationCheck(
         "at T2 exactly the facts of T1's last turns, never one from outside its recent-turn window",
         recent_window_only=True)

@@ -207,3 +207,73 @@ def test_a_backend_terminated_mid_reply_answers_503_with_the_message_id(pool_app
     assert response.status_code == 503, response.get_json()
     assert response.get_json()["details"]["message_id"] and response.headers["Retry-After"]
     assert _messages(pool_app, "user") == 1
+
+
+def _pooled_backend_pid(db) -> int:
+    """The server process behind the one-connection pool's connection (checked out and back in)."""
+    with db.engine.connect() as conn:
+        return conn.connection.dbapi_connection.info.backend_pid
+
+
+def _terminate(database_url: str, pid: int) -> None:
+    with psycopg.connect(database_url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_without_an_error(pool_app, clock, database):
+    """A pooled connection idle longer than ``idle_ping_seconds`` is pinged at check-out; the server closed
+    it (an idle timeout, a restart), so the pool replaces it and the participant's next request succeeds."""
+    if not database.url.startswith("postgresql"):
+        pytest.skip("pg_terminate_backend is PostgreSQL's")
+    db = pool_app.extensions["memory_lab"].db
+    api = _participant(pool_app, clock)
+    first = _pooled_backend_pid(db)
+    _terminate(database.url, first)
+    db.idle_ping_seconds = 0.0  # every connection back in the pool counts as idle
+    clock.advance(5)
+    response = api.post("/api/tasks/T1/messages", json={"content": "我回来了。"})
+    assert response.status_code == 201, response.get_json()
+    assert _pooled_backend_pid(db) != first
+    assert _messages(pool_app, "assistant") == 1
+
+
+def test_a_connection_closed_moments_after_its_last_use_costs_one_retryable_503(pool_app, clock, database):
+    """The trade-off of pinging idle connections only: a connection the server closed within
+    ``idle_ping_seconds`` of its last use is not pinged, so the request that takes it answers 503 with
+    Retry-After (nothing stored half), SQLAlchemy invalidates the pool, and the next request reconnects."""
+    if not database.url.startswith("postgresql"):
+        pytest.skip("pg_terminate_backend is PostgreSQL's")
+    db = pool_app.extensions["memory_lab"].db
+    api = _participant(pool_app, clock)
+    _terminate(database.url, _pooled_backend_pid(db))
+    db.idle_ping_seconds = 3600.0
+    clock.advance(5)
+    refused = api.post("/api/tasks/T1/messages", json={"content": "服务器重启了。"})
+    assert refused.status_code == 503 and refused.headers["Retry-After"], refused.get_data(as_text=True)[:300]
+    clock.advance(5)
+    again = api.post("/api/tasks/T1/messages", json={"content": "服务器重启了。"})
+    assert again.status_code == 201, again.get_json()
+    assert _messages(pool_app, "user") == 1 and _messages(pool_app, "assistant") == 1
+
+
+def test_a_busy_pool_is_not_pinged(pool_app, clock, database, monkeypatch):
+    """Connections back in the pool moments ago go out again without a ping (``pool_pre_ping`` sent a
+    ``SELECT 1`` at every check-out); one idle longer than ``idle_ping_seconds`` is pinged."""
+    if not database.url.startswith("postgresql"):
+        pytest.skip("the ping is for server connections")
+    db = pool_app.extensions["memory_lab"].db
+    dialect = db.engine.dialect
+    pings = []
+    real_ping = dialect.do_ping
+    monkeypatch.setattr(dialect, "do_ping", lambda dbapi_connection: pings.append(1) or real_ping(dbapi_connection))
+    api = _participant(pool_app, clock)
+    for text in ("今天下雨了。", "我没带伞。"):
+        clock.advance(5)
+        assert api.post("/api/tasks/T1/messages", json={"content": text}).status_code == 201
+    clock.advance(5)
+    assert sse_events(api.post("/api/tasks/T1/messages?stream=1", json={"content": "衣服湿了。"}))[-1][0] == "reply"
+    assert pings == []
+    db.idle_ping_seconds = 0.0
+    clock.advance(5)
+    assert api.post("/api/tasks/T1/messages", json={"content": "还好回家了。"}).status_code == 201
+    assert pings  # the same check-outs, now counted as idle, are pinged

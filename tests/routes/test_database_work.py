@@ -153,8 +153,9 @@ def test_a_refused_message_is_counted_all_the_same(served_app, clock):
 # participant's memory state (services.memory.hybrid.ForgettingCurveSearch.load: with the participant's
 # index cached in the process, one statement reads the candidate rows with the checks of that index), scoring
 # without the database, and one write with the reply (the recalled memories' UPDATE and the RecallEvent
-# INSERT, under the participant lock the reply holds already). Measured: 14 on SQLite and on PostgreSQL.
-L4_STATEMENTS = 14
+# INSERT, under the participant lock the reply holds already); its earlier turns come with the task so far.
+# Measured: 13 on SQLite and on PostgreSQL (14 while the reply read the earlier turns on its own).
+L4_STATEMENTS = 13
 # A reply whose cached index is stale (the first after a consolidation run) reads it again: the consolidation
 # runs, the memories, their replies, and the candidate rows once more.
 L4_INDEX_LOAD = 4
@@ -200,3 +201,52 @@ def test_an_l4_reply_loads_its_memory_state_once_and_writes_its_recall_once(serv
         # one write: the recalled memories and the events, each one statement (something is recalled)
         assert sum(s.lstrip().startswith("UPDATE messages SET consolidation_g") for s in statements) == 1, statements
         assert sum(s.lstrip().startswith("INSERT INTO recall_events") for s in statements) == 1, statements
+
+
+# L2 and L3 (and L4 above) show verbatim turns of earlier tasks: storing the message reads them with the task so
+# far, in the same statement (memory.context.read_task_and_earlier_turns), so the reply's context reads none of its
+# own. L2 adds nothing else to L1's path: the same 8 statements and 2 check-outs.
+L2_STATEMENTS = STATEMENTS
+
+
+@pytest.fixture
+def served_l2_app(database, clock):
+    from tests.routes.test_l4_consolidation import DAY_SECONDS
+
+    yield from _served(database, clock, "L2", day_seconds=DAY_SECONDS)
+
+
+def test_an_l2_reply_reads_the_earlier_turns_with_the_task_so_far(served_l2_app, clock, study):
+    from database.models import Message, TaskSession
+    from services.memory.context import earlier_turns
+    from tests.routes.test_l4_consolidation import DAY_SECONDS, PERSONAS, pilot_walk
+
+    api = ApiClient(served_l2_app.test_client())
+    assert api.register("counted_l2", language="en").status_code == 201
+    pilot_walk(api, clock, study, "T1", PERSONAS["en"]["T1"])
+    clock.advance(2 * DAY_SECONDS + 1)
+    assert api.post("/api/tasks/T2/start").status_code == 201
+    for number, text in enumerate(["Do you remember what I told you last time?", "What else did I say?"]):
+        clock.advance(0.1)  # pilot mode: a task lasts about a real second
+        answers = []
+
+        def send(text=text, number=number, answers=answers) -> None:
+            answers.append(api.post("/api/tasks/T2/messages", json={"content": text},
+                                    headers={"Idempotency-Key": f"counted-l2-{number}"}))
+
+        counts, statements = _counted(served_l2_app, send)
+        assert answers[0].status_code == 201, answers[0].get_json()
+        assert counts["statements"] <= L2_STATEMENTS, statements
+        assert counts["checkouts"] <= CHECKOUTS, counts
+        reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "FROM messages" in s]
+        assert len(reads) == 1 and "UNION ALL" in reads[0], reads
+    # the context the reply stored holds the same turns as a read of its own gives
+    db = served_l2_app.extensions["memory_lab"].db
+    with db.Session() as session:
+        reply = session.scalars(select(Message).where(Message.role == "assistant", Message.task_id == "T2")
+                                .order_by(Message.id.desc())).first()
+        ts = session.get(TaskSession, reply.task_session_id)
+        turns = earlier_turns(session, reply.user_id, ts)
+        window = study.conditions["L2"].recent_turns
+        stored = reply.memory_context["recent_turns"]
+    assert turns and stored == turns[-window:]
