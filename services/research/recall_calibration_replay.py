@@ -37,7 +37,7 @@ from services.recall.formulas import (
 )
 from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
-from services.recall.salience import lexicon_scores
+from services.recall.salience import SalienceScores, lexicon_scores
 from services.recall.scoring import score_candidates
 from services.study.definition import Study
 from services.text.languages import detect
@@ -301,10 +301,18 @@ def study_gaps(study: Study) -> list[float]:
     return sorted({0.0} | {b - a for i, a in enumerate(offsets) for b in offsets[i + 1:]})
 
 
+@lru_cache(maxsize=16384)  # the sample holds ~8,500 messages
+def _sample_lexicon_scores(text: str) -> SalienceScores:
+    """``lexicon_scores`` of a sample message, once per process (a frozen value): a calibration run scores every
+    sample message when it traces the sample and again for the candidate rule's count, and a session of runs
+    (the fit's tests, a researcher's notebook) traces the sample several times."""
+    return lexicon_scores(text)
+
+
 def sample_salience(text: str, scores: tuple[float, float, float] | None, weights: dict[str, float] | None) -> float:
     """Hand scores where the sample gives them, else the offline lexicon scorer's (as offline consolidation)."""
     if scores is None:
-        lexicon = lexicon_scores(text)
+        lexicon = _sample_lexicon_scores(text)
         scores = (lexicon.intensity, lexicon.disclosure, lexicon.value)
     return emotional_salience(*scores, weights=weights)
 
