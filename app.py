@@ -8,6 +8,7 @@ first admin (printing a generated password once) and serves on
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -368,7 +369,10 @@ def _register_preflight_cli(app: Flask) -> None:
         """Prove the manipulation before recruiting: calibration of the active recall preset for the configured
         embedder, then the bot manipulation check of every enabled condition (a temporary database, the
         environment's providers); the report is stored in the study's database. Exit 1 when a check fails."""
-        outcome = preflight.run_preflight(runtime.settings, runtime.db.session, create_app, clock=runtime.clock,
+        # the bots' temporary servers keep the study's providers (simulation._temporary_settings), so they share
+        # this app's embedder rather than loading the same model again for each server
+        make_app = functools.partial(create_app, embedder=runtime.embedder)
+        outcome = preflight.run_preflight(runtime.settings, runtime.db.session, make_app, clock=runtime.clock,
                                           embedder=runtime.embedder, per_group=per_group, day_seconds=day_seconds,
                                           log_line=click.echo)
         click.echo(preflight.describe(outcome))

@@ -34,7 +34,8 @@ FILE = ROOT / "tests" / "fixtures" / "embeddings.npz"
 # Set by the generator: the session's cache writes what it served to this path when the session ends.
 RECORD_ENV = "EMBEDDING_CACHE_RECORD"
 # The tests whose embeddings the file holds: every user of the calibration_embedder fixture (tests/conftest.py).
-RECORDED_TESTS = ["tests/scripts/test_calibrate_recall.py", "tests/test_preflight_cli.py"]
+RECORDED_TESTS = ["tests/scripts/test_calibrate_recall.py", "tests/test_preflight_cli.py",
+                  "tests/scripts/test_simulate_participants.py"]
 KINDS = ("query", "passage")
 
 

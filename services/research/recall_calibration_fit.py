@@ -27,8 +27,8 @@ from services.research.recall_calibration_replay import (
     Trace,
     group_outcomes,
     labelled_pairs,
-    replay,
     replay_all,
+    replay_counts,
     rises_beyond_noise,
     schedule_days,
 )
@@ -109,14 +109,12 @@ CHECK_GROUP_SIZE = 8
 CV_FOLDS = 4
 
 
-def _counts(dev: list[Trace], params: RecallParams, study: Study, day_seconds: float) -> np.ndarray:
-    """Per trace and task: relevant recalled, relevant, unrelated recalls, unrelated candidates."""
-    rows = []
-    for trace in dev:
-        tasks = replay(trace, params, study, day_seconds=day_seconds, events=False)
-        rows.append([[len(tasks[t].relevant_recalled), len(tasks[t].relevant), tasks[t].unrelated_recalls,
-                      tasks[t].unrelated_candidates] for t in TASKS])
-    return np.array(rows, dtype=np.float64)
+def _counts(dev: list[Trace], cells: Mapping[tuple[float, float], RecallParams], study: Study,
+            day_seconds: float) -> dict[tuple[float, float], np.ndarray]:
+    """Per cell, trace and task: relevant recalled, relevant, unrelated recalls, unrelated candidates (every cell
+    replayed along each trace at once, ``replay_counts``)."""
+    found = replay_counts(dev, list(cells.values()), study, day_seconds=day_seconds, tasks=TASKS)
+    return dict(zip(cells, found, strict=True))
 
 
 def _original(participant: str) -> str:
@@ -168,9 +166,8 @@ def out_of_fold_counts(dev: list[Trace], base: RecallParams, study: Study, embed
         model, tails = _fitted([t for t, f in zip(dev, fold, strict=True) if f != k], features)
         cells = _cells(base, model, tails, grid, anchor_days, embedder_model, retrieval)
         missing.update(cell for cell in grid if cell not in cells)
-        for cell, params in cells.items():
-            found = counts.setdefault(cell, np.zeros((len(dev), len(TASKS), 4)))
-            found[held] = _counts([dev[i] for i in held], params, study, day_seconds)
+        for cell, replayed in _counts([dev[i] for i in held], cells, study, day_seconds).items():
+            counts.setdefault(cell, np.zeros((len(dev), len(TASKS), 4)))[held] = replayed
     return {cell: c for cell, c in counts.items() if cell not in missing}
 
 
@@ -301,8 +298,8 @@ def fit_anchored(traces: list[Trace], base: RecallParams, study: Study, embedder
         counts = out_of_fold_counts(dev, base, study, embedder_model, retrieval, grid, features=features,
                                     anchor_days=anchor_days, day_seconds=day_seconds, folds=folds, seed=seed)
     else:
-        counts = {cell: _counts(dev, params, study, day_seconds) for cell, params in
-                  _cells(base, model, tails, grid, anchor_days, embedder_model, retrieval).items()}
+        counts = _counts(dev, _cells(base, model, tails, grid, anchor_days, embedder_model, retrieval), study,
+                         day_seconds)
     stats = {cell: language_stats(c, weights) for cell, c in counts.items()}
     rows = _rows(stats, budgets, units, per_language)
     best = choose(rows)

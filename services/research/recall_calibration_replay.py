@@ -26,10 +26,18 @@ from numpy.typing import ArrayLike
 
 from services.platform.clock import SECONDS_PER_DAY, ManualClock
 from services.recall.candidates import CandidateRule, recall_cue
-from services.recall.formulas import elapsed_time, emotional_salience, initial_g, study_days
+from services.recall.formulas import (
+    elapsed_time,
+    emotional_salience,
+    final_probability,
+    initial_g,
+    recall_probability,
+    study_days,
+    updated_g,
+)
 from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import HybridRetriever, RetrievalDoc, exchange_text, neighbour_text
-from services.recall.salience import lexicon_scores
+from services.recall.salience import SalienceScores, lexicon_scores
 from services.recall.scoring import score_candidates
 from services.study.definition import Study
 from services.text.languages import detect
@@ -293,10 +301,18 @@ def study_gaps(study: Study) -> list[float]:
     return sorted({0.0} | {b - a for i, a in enumerate(offsets) for b in offsets[i + 1:]})
 
 
+@lru_cache(maxsize=16384)  # the sample holds ~8,500 messages
+def _sample_lexicon_scores(text: str) -> SalienceScores:
+    """``lexicon_scores`` of a sample message, once per process (a frozen value): a calibration run scores every
+    sample message when it traces the sample and again for the candidate rule's count, and a session of runs
+    (the fit's tests, a researcher's notebook) traces the sample several times."""
+    return lexicon_scores(text)
+
+
 def sample_salience(text: str, scores: tuple[float, float, float] | None, weights: dict[str, float] | None) -> float:
     """Hand scores where the sample gives them, else the offline lexicon scorer's (as offline consolidation)."""
     if scores is None:
-        lexicon = lexicon_scores(text)
+        lexicon = _sample_lexicon_scores(text)
         scores = (lexicon.intensity, lexicon.disclosure, lexicon.value)
     return emotional_salience(*scores, weights=weights)
 
@@ -499,3 +515,97 @@ def check_candidate_rule(rule: CandidateRule) -> dict[str, dict[str, dict[str, l
                 "content_dropped": [m for m in content if not rule.admits_text(m, 0.0)],
             }
     return result
+
+
+def _microseconds(at: datetime) -> int:
+    """A time as whole microseconds since 2000-01-01: differences of these over 1e6 are exactly
+    ``timedelta.total_seconds()`` of the same two datetimes."""
+    delta = at - datetime(2000, 1, 1)
+    return (delta.days * 86400 + delta.seconds) * 10**6 + delta.microseconds
+
+
+def counts_of(outcomes: dict[str, TaskOutcome], tasks: tuple[str, ...]) -> list[list[int]]:
+    """Per task: relevant recalled, relevant, unrelated recalls, unrelated candidates."""
+    return [[len(outcomes[t].relevant_recalled), len(outcomes[t].relevant), outcomes[t].unrelated_recalls,
+             outcomes[t].unrelated_candidates] for t in tasks]
+
+
+def _relevance_per_cell(traces: list[Trace], cells: list[RecallParams]) -> np.ndarray:
+    """r of every candidate of every query of ``traces`` (in order) under each cell's relevance: (cells,
+    candidates). r depends on the candidate's scores and the message's language alone, not on the replay."""
+    flat = [(q.language, scores) for trace in traces for q in trace.queries for _, scores in q.candidates]
+    r = np.zeros((len(cells), len(flat)))
+    for language in {lang for lang, _ in flat}:
+        where = np.array([lang == language for lang, _ in flat])
+        columns = {name: np.array([s[name] for lang, s in flat if lang == language], dtype=np.float64)
+                   for name in FEATURE_NAMES}
+        cosine = columns.pop("cosine")
+        for c, params in enumerate(cells):
+            r[c, where] = np.atleast_1d(np.asarray(params.relevance.to_r(cosine, language, columns),
+                                                   dtype=np.float64))
+    return r
+
+
+def replay_counts(traces: list[Trace], cells: list[RecallParams], study: Study, *,
+                  day_seconds: float = SECONDS_PER_DAY, tasks: tuple[str, ...] | None = None) -> np.ndarray:
+    """``replay`` of every trace under every parameter set of ``cells`` at once (reinforcement on), reduced to
+    what a fit judges: per cell, trace and task, (relevant recalled, relevant, unrelated recalls, unrelated
+    candidates), shape (cells, traces, tasks, 4). ``tasks``: default every task after the first, in schedule order.
+
+    The same formulas as ``replay`` on the same numbers, element for element, so the counts are the same: r does
+    not depend on the replay's state, so it is computed once per cell over every candidate of every trace, and
+    the forgetting curve then walks each trace's queries once with a row of g and of last-recall times per cell,
+    instead of once per cell (the fit tries up to 84 cells per fold). Cells must share everything but the
+    relevance and the time scale (``fit_anchored``'s grid does); otherwise each is replayed on its own."""
+    schedule = schedule_days(study)
+    tasks = tasks or tuple(sorted(schedule, key=schedule.get)[1:])
+    found = np.zeros((len(cells), len(traces), len(tasks), 4))
+    if not cells or not traces:
+        return found
+    first = cells[0]
+    shared = ("time_unit", "threshold", "salience_bonus", "g_update_salience")
+    if first.time_unit == "turns" or any(getattr(c, k) != getattr(first, k) for c in cells for k in shared):
+        for c, params in enumerate(cells):  # not one grid: each cell on its own
+            found[c] = [counts_of(replay(trace, params, study, day_seconds=day_seconds, events=False), tasks)
+                        for trace in traces]
+        return found
+    r = _relevance_per_cell(traces, cells)
+    scale = np.array([[c.time_scale] for c in cells])
+    starts, offset = [], 0  # where each trace's queries' candidates begin in ``r``
+    for trace in traces:
+        starts.append([])
+        for query in trace.queries:
+            starts[-1].append(offset)
+            offset += len(query.candidates)
+    for n, trace in enumerate(traces):
+        g = np.tile(np.array([m.g0 for m in trace.memories], dtype=np.float64), (len(cells), 1))
+        salience = np.array([m.salience for m in trace.memories], dtype=np.float64)
+        created = np.array([_microseconds(m.created_at) for m in trace.memories], dtype=np.int64)
+        last = np.tile(created, (len(cells), 1))  # the reference time: the last recall, else the creation
+        topicless = np.array([not m.topics for m in trace.memories], dtype=bool)
+        for k, task_id in enumerate(tasks):
+            queries = [(j, q) for j, q in enumerate(trace.queries) if q.task_id == task_id]
+            relevant = sorted(set().union(*(q.relevant for _, q in queries))) if queries else []
+            recalled = np.zeros((len(cells), len(trace.memories)), dtype=bool)
+            for j, query in queries:
+                if not query.candidates:
+                    continue
+                chosen = np.array([i for i, _ in query.candidates], dtype=np.int64)
+                rows = r[:, starts[n][j]:starts[n][j] + chosen.size]
+                elapsed = (_microseconds(query.at) - last[:, chosen]) / 10**6
+                t = np.asarray(elapsed_time(elapsed, unit=first.time_unit, time_scale=scale, day_seconds=day_seconds))
+                g_before = g[:, chosen]
+                e = np.broadcast_to(salience[chosen], rows.shape)
+                p = np.asarray(recall_probability(rows, t, g_before))
+                hit = np.asarray(final_probability(p, e, first.salience_bonus)) >= first.threshold
+                g_after = np.asarray(updated_g(g_before, np.asarray(study_days(elapsed, day_seconds)), e,
+                                               first.g_update_salience))
+                unrelated = ~np.isin(chosen, list(query.relevant)) & ~(topicless[chosen] & (not query.topics))
+                found[:, n, k, 3] += unrelated.sum()
+                found[:, n, k, 2] += (hit & unrelated).sum(axis=1)
+                recalled[:, chosen] |= hit
+                g[:, chosen] = np.where(hit, g_after, g_before)
+                last[:, chosen] = np.where(hit, _microseconds(query.at), last[:, chosen])
+            found[:, n, k, 1] = len(relevant)
+            found[:, n, k, 0] = recalled[:, relevant].sum(axis=1) if relevant else 0
+    return found

@@ -511,9 +511,9 @@ def test_out_of_fold_counts_replay_each_participant_under_a_model_fitted_without
     replayed: list[tuple[set[str], int]] = []
     real_counts = fit._counts
 
-    def counting(group, params, study_, day_seconds):
+    def counting(group, cells, study_, day_seconds):
         replayed.append(({t.participant for t in group}, len(fitted_on)))
-        return real_counts(group, params, study_, day_seconds)
+        return real_counts(group, cells, study_, day_seconds)
 
     monkeypatch.setattr(fit, "_fitted", recording)
     monkeypatch.setattr(fit, "_counts", counting)
@@ -594,3 +594,28 @@ def test_the_operating_curve_replays_the_preset_with_only_its_budget_changed(emb
     assert "operating curve of preset 'anchored'" in text and "en held-out: T2 ≥ 50%" in text
     with pytest.raises(curve_mod.NotAnchored):
         cal.calibrate(study, preset="seed_literal", embedder=embedder, traces=traces, curve=True)
+
+
+def test_replaying_every_cell_at_once_counts_what_replaying_each_cell_alone_counts(embedder, traces):
+    """The fit replays its whole grid along each trace at once (``replay_counts``); the counts must be those of
+    ``replay`` run once per cell, trace by trace, to the recall. Three cells that differ in the time unit, the
+    budget and the model (the configured preset, and two of a grid fitted on half the development participants),
+    on every trace of the sample at real days, and on 24 participants traced at pilot days of 120 s (message times
+    in fractions of a second): a slip in r, t, g or the reference times would move some of the recalls."""
+    study = load_study()
+    dev = [t for t in traces if t.split == "dev"]
+    model, tails = fit._fitted(dev[::2], fit.DEFAULT_FEATURES)
+    grid = fit._cells(study.memory.recall, model, tails, [(0.01, 14.0), (0.04, 365.0)], 2.0, "m",
+                      study.memory.retrieval)
+    cells = [study.memory.recall, *grid.values()]
+    assert len(cells) == 3 and len({c.time_scale for c in cells}) == 3
+    pilot = rp.traces_for(study, embedder, study.memory.recall, study.memory.retrieval, day_seconds=120.0,
+                          participants=list(rp.SAMPLE)[::8])
+    for group, day_seconds in ((traces, 86400.0), (pilot, 120.0)):
+        batched = rp.replay_counts(group, cells, study, day_seconds=day_seconds, tasks=fit.TASKS)
+        for c, params in enumerate(cells):
+            alone = [rp.counts_of(rp.replay(t, params, study, day_seconds=day_seconds, events=False), fit.TASKS)
+                     for t in group]
+            assert np.array_equal(batched[c], np.array(alone)), (c, day_seconds)
+            assert batched[c, ..., 0].sum() > 0  # every cell recalls
+        assert batched[..., 2].sum() > 0  # and unrelated recalls happen

@@ -2,6 +2,7 @@
 manipulation pattern (L1 nothing, L2 only its recent-turn window, L3/L4 the profile, L4 recall)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import threading
 from collections import Counter
@@ -144,10 +145,12 @@ def test_recalled_memories_are_judged_by_the_rule_the_reply_was_built_with():
     assert sim.carries_content({"text": "好的", "salience": 0.0}, {"candidates": {"min_content_words": 0}})
 
 
-def test_a_small_offline_run_shows_the_expected_pattern():
+def test_a_small_offline_run_shows_the_expected_pattern(calibration_embedder):
+    # The offline embedder answering from tests/fixtures/embeddings.npz (tests/embedding_cache.py: the same vectors
+    # as the CPU model, checked there), as the pre-flight test's bots do: the bots' texts are not embedded afresh.
     lines = []
     report = sim.run_simulation(per_group=1, language="both", day_seconds=1.0, conditions=["L1", "L2", "L3", "L4"],
-                                log=lines.append, make_app=create_app)
+                                log=lines.append, make_app=functools.partial(create_app, embedder=calibration_embedder))
     assert report["config"]["bots"] == 8 and report["config"]["languages"] == ["zh", "en"]
     assert report["config"]["day_seconds"] == 1.0
     assert not [p["errors"] for p in report["participants"] if p["errors"]]
