@@ -5,7 +5,7 @@ through the panel link in a browser that entered as them before and land in the 
 consent page; another browser with the same id gets the refusal page in its own language.
 
 Its own live server: one study day lasts DAY_SECONDS real seconds, so T2 unlocks a few seconds after T1,
-and PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
+and PILOT_TIMER_SCALE with a 100 s minimum keeps each task's minimum chat time at one second.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.browser.test_participant_page import answer_questionnaire, assert_con
 pytestmark = pytest.mark.browser
 
 DAY_SECONDS = 3.0  # T2 unlocks 2 study days = 6 real seconds after T1
-TIMER_SCALE = 0.01  # a 900 s task lasts 9 real seconds, its 300 s minimum 3
+TIMER_SCALE = 0.01  # a 900 s task lasts 9 real seconds, its 100 s minimum (set below) 1
 PANEL_ID = "PANEL5f1a2b3c"
 T1_CODE = "C1-WAVE-ONE"
 T2_CODE = "C2-WAVE-TWO"
@@ -39,7 +39,7 @@ def panel_server(tmp_path_factory, migrated_sqlite_template):
     settings.study = settings.study.with_overrides({"panel": {"id_parameter": "PROLIFIC_PID", "tasks": {
         "T1": {"completion_code": T1_CODE, "redirect_url": "https://panel.example.org/done?cc={completion_code}"},
         "T2": {"completion_code": T2_CODE},
-    }}, "timing": {"min_participant_messages": 1}})  # one message per task keeps this walk short
+    }}, "timing": {"min_participant_messages": 1, "min_active_seconds": 100}})  # one message, one second a task
     app = create_app(settings)
     for base_url in served(app, "panel-browser-server"):
         yield app, base_url

@@ -3,7 +3,8 @@ contact and a printable, downloadable copy of what was agreed; withdrawal with e
 confirmation step and ends at the debrief; the debrief follows the last task; the IOS item's drawing.
 
 Its own live server: the study unlocks T2-T4 right after the previous task (unlock offsets 0), and
-PILOT_TIMER_SCALE keeps each task's minimum chat time at a few seconds.
+PILOT_TIMER_SCALE and a 100 s minimum keep each task's minimum chat time at one second (four tasks are done
+here; the minimum itself is tested in test_finish_dialog.py).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tests.browser.test_participant_page import assert_condition_hidden
 
 pytestmark = pytest.mark.browser
 
-TIMER_SCALE = 0.01  # a 900 s task lasts 9 real seconds, its 300 s minimum 3
+TIMER_SCALE = 0.01  # a 900 s task lasts 9 real seconds
+MIN_ACTIVE_SECONDS = 100  # and its minimum 1 real second
 PASSWORD = "rights-pass-1"
 LINES = ["你好，我叫小周，喜欢骑车。", "最近在准备考试。", "周末想去海边走走。"]
 
@@ -35,7 +37,8 @@ def rights_server(tmp_path_factory, migrated_sqlite_template):
     tasks = settings.study.as_dict()["tasks"]
     for task in tasks:
         task["unlock_offset_days"] = 0
-    settings.study = settings.study.with_overrides({"tasks": tasks})
+    settings.study = settings.study.with_overrides(
+        {"tasks": tasks, "timing": {"min_active_seconds": MIN_ACTIVE_SECONDS}})
     app = create_app(settings)
     for base_url in served(app, "rights-browser-server"):
         yield app, base_url

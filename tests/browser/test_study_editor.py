@@ -3,7 +3,9 @@ field, editing an item and a task title, publishing with a reason, a participant
 the new text, an L4 preview whose T2 shows what L4 remembers of T1, and an axe-core scan of the editor.
 
 The editor publishes, which changes the study for every later request, so these tests run on a server of
-their own (a fresh SQLite database per language), not on the shared live server."""
+their own (a fresh SQLite database per language), not on the shared live server. Its study's minimum chat time
+is 100 study seconds (1 real second), not the default's 300: each test finishes a T1 and waits the minimum out.
+"""
 from __future__ import annotations
 
 import re
@@ -18,6 +20,7 @@ from tests.browser.test_accessibility import AXE, Scan
 
 pytestmark = pytest.mark.browser
 
+MIN_ACTIVE_SECONDS = 100
 WORDING = {"zh": "这个助手真的听懂了我的话。", "en": "The assistant truly got what I said."}
 TITLE = {"zh": "初次相识（新版）", "en": "First meeting, new wording"}
 
@@ -27,7 +30,9 @@ def editor_server(tmp_path, migrated_sqlite_template):
     from app import create_app
     from services.participants.account_service import create_admin
 
-    app = create_app(browser_settings(tmp_path, migrated_sqlite_template, study_refresh_seconds=0.0))
+    settings = browser_settings(tmp_path, migrated_sqlite_template, study_refresh_seconds=0.0)
+    settings.study = settings.study.with_overrides({"timing": {"min_active_seconds": MIN_ACTIVE_SECONDS}})
+    app = create_app(settings)
     runtime = app.extensions["memory_lab"]
     with runtime.db.Session() as session:
         create_admin(session, ADMIN_USERNAME, ADMIN_PASSWORD, runtime.clock)
@@ -66,6 +71,7 @@ def test_edit_validate_publish_and_a_newcomer_sees_it(pages, editor_server, lang
     # a validation error, shown beside its field, in the admin's language
     page.click("#study-timing summary")
     minimum = _field(page, "timing.min_active_seconds")
+    expect(minimum).to_have_value(str(MIN_ACTIVE_SECONDS))
     minimum.fill("99999")
     page.click("#study-save")
     problem = page.locator("[data-problem-for='timing.min_active_seconds']")
@@ -74,7 +80,7 @@ def test_edit_validate_publish_and_a_newcomer_sees_it(pages, editor_server, lang
     expect(minimum).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#study-publish")).to_be_disabled()
     screenshot(page, f"study_editor_problem_{lang}")
-    minimum.fill("300")
+    minimum.fill(str(MIN_ACTIVE_SECONDS))
     # edit an item (both languages side by side) and T1's title
     page.click("#study-instruments summary")
     page.click("[data-key='instruments.perceived_understanding'] > summary")
@@ -116,7 +122,7 @@ def test_edit_validate_publish_and_a_newcomer_sees_it(pages, editor_server, lang
     headers = {"X-CSRFToken": token}
     assert api.post("/api/tasks/T1/start", headers=headers).status == 201
     assert api.post("/api/tasks/T1/messages", headers=headers, data={"content": "hello"}).status == 201
-    minimum_real = 300 * TIME_SCALE
+    minimum_real = MIN_ACTIVE_SECONDS * TIME_SCALE
     time.sleep(minimum_real + 0.3)
     deadline = time.monotonic() + 10
     while api.post("/api/tasks/T1/finish", headers=headers).status != 200 and time.monotonic() < deadline:
@@ -145,7 +151,7 @@ def test_an_l4_preview_at_t2_shows_what_l4_remembers(pages, editor_server, lang)
     expect(preview.locator(".msg.assistant:not(.pending) .msg-text").first).not_to_have_text("")
     api = preview.request
     headers = {"X-CSRFToken": api.get("/api/auth/csrf").json()["csrf_token"]}
-    time.sleep(300 * TIME_SCALE + 0.3)
+    time.sleep(MIN_ACTIVE_SECONDS * TIME_SCALE + 0.3)
     deadline = time.monotonic() + 10
     while api.post("/api/tasks/T1/finish", headers=headers).status != 200 and time.monotonic() < deadline:
         time.sleep(0.3)
