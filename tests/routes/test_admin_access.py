@@ -1,9 +1,15 @@
 """Every admin route refuses anonymous callers (401) and participants (403), and answers admins."""
 from __future__ import annotations
 
-import pytest
+import shutil
+from datetime import datetime
 
-from tests.conftest import walk_task
+import pytest
+import sqlalchemy as sa
+
+from config import Settings
+from services.platform.clock import ManualClock
+from tests.conftest import ADMIN_PASSWORD, ApiClient, walk_task
 from tests.routes.test_study_design_access import STUDY_DESIGN_PATHS
 
 # (method, path, body); {pid} is a participant's id, {other} another participant's
@@ -55,25 +61,75 @@ def _call(api, method, path, body):
     return api.get(path) if method == "GET" else api.post(path, json=body)
 
 
-@pytest.fixture
-def people(make_participant, client):
-    participant = make_participant("alice")
-    other = make_participant("bob")
+def _people(participant: ApiClient, other: ApiClient, anonymous: ApiClient) -> dict:
     pid = participant.get("/api/auth/me").get_json()["user"]["id"]
     other_id = other.get("/api/auth/me").get_json()["user"]["id"]
-    return {"participant": participant, "pid": pid, "other_id": other_id, "anonymous": client}
+    return {"participant": participant, "other": other, "pid": pid, "other_id": other_id, "anonymous": anonymous}
+
+
+@pytest.fixture
+def people(make_participant, client):
+    return _people(make_participant("alice"), make_participant("bob"), client)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, migrated_sqlite_template):
+    """One app, admin and two participants for the module's refused cases, which change nothing (``refused``
+    checks that after each); building them per case was most of the file's time."""
+    from app import create_app
+    from services.participants.account_service import create_admin
+
+    path = tmp_path_factory.mktemp("admin_access") / "shared.db"
+    shutil.copyfile(migrated_sqlite_template, path)
+    app = create_app(Settings.from_env(
+        database_url=f"sqlite:///{path}", secret_key="test-secret", testing=True, scheduler_enabled=False,
+        consolidate_inline=True, assignment_seed=1234, llm_providers=["offline"], embedding_provider="offline",
+        rate_limits_enabled=False, run_migrations_on_start=False), clock=ManualClock(datetime(2026, 3, 2, 9, 0, 0)))
+    accounts = []
+    for username in ("alice", "bob"):
+        api = ApiClient(app.test_client())
+        assert api.register(username).status_code == 201
+        accounts.append(api)
+    runtime = app.extensions["memory_lab"]
+    with runtime.db.Session() as session:
+        create_admin(session, "labadmin", ADMIN_PASSWORD, runtime.clock)
+    admin = ApiClient(app.test_client())
+    assert admin.login("labadmin", ADMIN_PASSWORD).status_code == 200
+    yield {**_people(*accounts, ApiClient(app.test_client())), "admin": admin, "app": app}
+    runtime.background.shutdown()
+    runtime.record_failure.flush()
+    runtime.db.dispose()
+
+
+def _state(shared: dict) -> tuple:
+    """Every row of every table, and who each client is signed in as."""
+    runtime = shared["app"].extensions["memory_lab"]
+    with runtime.db.engine.connect() as conn:
+        rows = {table: conn.execute(sa.text(f'SELECT * FROM "{table}"')).all()
+                for table in sorted(sa.inspect(conn).get_table_names())}
+    signed_in = [(role, shared[role].get("/api/auth/me").get_json())
+                 for role in ("participant", "other", "anonymous", "admin")]
+    return rows, signed_in
+
+
+@pytest.fixture
+def refused(shared):
+    """The shared accounts, checked unchanged (database and sessions) after the case."""
+    before = _state(shared)
+    yield shared
+    assert _state(shared) == before
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ADMIN_ROUTES, ids=ROUTE_IDS)
-def test_anonymous_gets_401(people, method, path, body):
-    response = _call(people["anonymous"], method, path.format(pid=people["pid"]), body)
+def test_anonymous_gets_401(refused, method, path, body):
+    response = _call(refused["anonymous"], method, path.format(pid=refused["pid"]), body)
     assert response.status_code == 401
     assert response.get_json()["error"] == "login_required"
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ADMIN_ROUTES, ids=ROUTE_IDS)
-def test_participant_gets_403(people, method, path, body):
-    response = _call(people["participant"], method, path.format(pid=people["pid"]), body)
+def test_participant_gets_403(refused, method, path, body):
+    response = _call(refused["participant"], method, path.format(pid=refused["pid"]), body)
     assert response.status_code == 403
     assert response.get_json()["error"] == "forbidden"
 
@@ -95,12 +151,12 @@ def test_admin_is_served(people, admin_client, method, path, body, clock, study)
         assert response.is_json
 
 
-def test_participant_cannot_read_another_participants_record(people):
-    api = people["participant"]
-    assert api.get(f"/api/admin/participants/{people['other_id']}").status_code == 403
-    assert api.get(f"/api/admin/plots/forgetting_curves.png?user_id={people['other_id']}").status_code == 403
+def test_participant_cannot_read_another_participants_record(refused):
+    api = refused["participant"]
+    assert api.get(f"/api/admin/participants/{refused['other_id']}").status_code == 403
+    assert api.get(f"/api/admin/plots/forgetting_curves.png?user_id={refused['other_id']}").status_code == 403
     # nor their own record through the admin API: the memory condition must stay hidden
-    own = api.get(f"/api/admin/participants/{people['pid']}")
+    own = api.get(f"/api/admin/participants/{refused['pid']}")
     assert own.status_code == 403
     assert "memory_group" not in own.get_data(as_text=True)
 
@@ -117,16 +173,16 @@ def test_participant_cannot_touch_another_participants_messages(make_participant
     assert all(m["content"] != "我叫鲍勃" for m in detail["messages"])
 
 
-def test_admin_page_redirects_participants_and_anonymous(people, admin_client):
-    for api in (people["participant"], people["anonymous"]):
+def test_admin_page_redirects_participants_and_anonymous(refused):
+    for api in (refused["participant"], refused["anonymous"]):
         response = api.get("/admin", headers={"Accept": "text/html"})
         assert response.status_code == 302
-    assert admin_client.get("/admin", headers={"Accept": "text/html"}).status_code == 200
+    assert refused["admin"].get("/admin", headers={"Accept": "text/html"}).status_code == 200
 
 
-def test_state_changing_admin_routes_need_the_csrf_token(people, admin_client):
-    raw = admin_client.raw
-    for path in (f"/api/admin/participants/{people['pid']}/withdraw", "/api/admin/consolidate-pending"):
+def test_state_changing_admin_routes_need_the_csrf_token(refused):
+    raw = refused["admin"].raw
+    for path in (f"/api/admin/participants/{refused['pid']}/withdraw", "/api/admin/consolidate-pending"):
         response = raw.post(path, json={"reason": "x"})
         assert response.status_code == 400
         assert response.get_json()["error"] == "csrf_failed"

@@ -53,6 +53,14 @@ def fuzz_target(tmp_path_factory, migrated_sqlite_template):
     runtime.db.dispose()
 
 
+@pytest.fixture(scope="module")
+def fuzz_schema(fuzz_target):
+    """The app's OpenAPI document loaded once: the loaded schema keeps the constants schemathesis draws examples
+    from, which it finds by parsing the app's modules (most of the module's time when loaded per operation)."""
+    app, _ = fuzz_target
+    return schemathesis.openapi.from_wsgi("/api/openapi.json", app)
+
+
 OPENAPI = json.loads((Path(__file__).resolve().parents[2] / "static" / "openapi.json").read_text(encoding="utf-8"))
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -73,9 +81,9 @@ def _cases() -> list:
 
 # The schemathesis pytest plugin does not run on this pytest; its Hypothesis strategies are used directly.
 @pytest.mark.parametrize(("mode", "method", "path"), _cases())
-def test_no_request_gets_a_server_error(fuzz_target, mode, method, path):
+def test_no_request_gets_a_server_error(fuzz_target, fuzz_schema, mode, method, path):
     app, clients = fuzz_target
-    operation = schemathesis.openapi.from_wsgi("/api/openapi.json", app)[path][method]
+    operation = fuzz_schema[path][method]
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],

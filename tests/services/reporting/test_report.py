@@ -152,9 +152,26 @@ def _with_columns(data: bytes, extra: dict[str, callable]) -> bytes:
     return out.getvalue()
 
 
-def test_latency_and_exposure_from_an_export_that_records_them(simulated):
-    """The pacing helper's columns (messages.csv model_first_token_ms ..., task_sessions.csv exposure_*):
-    a constructed export that has them gives per-condition figures and the parity test."""
+def _with_preflight(data: bytes, preflight: dict) -> bytes:
+    """The export with ``preflight`` as its manifest's pre-flight entry."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    manifest = json.loads(source.read("manifest.json"))
+    manifest["preflight"] = preflight
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for name in source.namelist():
+            target.writestr(name, json.dumps(manifest) if name == "manifest.json" else source.read(name))
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def recorded(simulated):
+    """The export with what the simulated study does not record, each read by its own test below: the pacing
+    helper's columns (messages.csv model_first_token_ms ..., task_sessions.csv exposure_*) and a failed
+    pre-flight in the manifest with judged targets (evidence.Verdict). One report is built from it (the mixed
+    models it fits again are most of the cost, and neither addition changes them)."""
+    from services.study.evidence import judge
+
     participants = simulated["tables"].rows("participants.csv")
     base = {"L1": 400.0, "L2": 500.0, "L3": 600.0, "L4": 900.0}
 
@@ -180,8 +197,23 @@ def test_latency_and_exposure_from_an_export_that_records_them(simulated):
                      exposure_profile_share="1" if earlier else "0", exposure_tokens_mean="120" if earlier else "0")
         return columns, rows
 
+    t3 = judge("zh T3 relevant recalled", 3, 40, 0.15)
+    unrelated = judge("en unrelated", 1, 60, 0.03, "at_most")
     data = _with_columns(simulated["export"], {"messages.csv": messages, "task_sessions.csv": sessions})
-    report = build_report(load_export(data), generated_at=simulated["clock"].now())
+    data = _with_preflight(data, {"state": "failed", "study_hash": "abc", "report": {
+        "id": 7, "created_at": "2026-03-01T08:00:00Z", "study_hash": "abc", "passed": False,
+        "embedder_model": "e5", "chat_model": "offline", "providers": {}, "duration_seconds": 12.0,
+        "checks": {"calibration": {"verdict": "passed", "passed": True,
+                                   "pooled": {"zh": [t3.as_dict()], "en": [unrelated.as_dict()]}},
+                   "manipulation": {"verdict": "failed", "passed": False, "failed_checks": ["L4 beyond L3 (zh)"]}}}})
+    return {"data": data, "report": build_report(load_export(data), generated_at=simulated["clock"].now()),
+            "targets": (t3, unrelated)}
+
+
+def test_latency_and_exposure_from_an_export_that_records_them(simulated, recorded):
+    """A constructed export that has the pacing helper's columns gives per-condition figures and the parity
+    test."""
+    data, report = recorded["data"], recorded["report"]
     latency = report["latency"]
     assert latency["recorded"] and latency["columns"] == list(analysis.LATENCY_COLUMNS)
     assert latency["by_condition"]["L4"]["replies"] == 3 * PER_CONDITION
@@ -303,14 +335,15 @@ def _r_ready() -> str | None:
 def test_the_bundle_r_script_gives_the_same_estimates(simulated, tmp_path):
     """analyse.R (lme4/lmerTest) on the unpacked export: the same estimates and effect sizes; its intervals are
     Satterthwaite t intervals, so only close to the Wald ones."""
-    reason = _r_ready()
-    if reason:
-        pytest.skip(reason)
+    if shutil.which("Rscript") is None:
+        pytest.skip(_r_ready())
     from services.reporting import prereg
 
     zipfile.ZipFile(io.BytesIO(simulated["export"])).extractall(tmp_path / "export")
     done = subprocess.run(["Rscript", str(prereg.HERE / "bundle" / "analyse.R"), str(tmp_path / "export"),
                            str(tmp_path / "r.csv")], capture_output=True, text=True, timeout=240)
+    if done.returncode != 0 and (reason := _r_ready()):  # R without its packages: a skip, not a failure
+        pytest.skip(reason)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader((tmp_path / "r.csv").open(encoding="utf-8")))
     expected = {(r["scale"], r["contrast"]): r for r in simulated["report"]["outcomes"]}
@@ -331,26 +364,12 @@ def test_an_unreadable_export_is_refused_with_what_is_missing(tmp_path):
         load_export(tmp_path / "nothing.zip")
 
 
-def test_the_latest_preflight_report_and_its_judged_targets_are_shown(simulated, tmp_path):
+def test_the_latest_preflight_report_and_its_judged_targets_are_shown(recorded, tmp_path):
     """The manifest's pre-flight entry: its state, each check's verdict and failures, and every judged target
     (evidence.Verdict) wherever the check keeps it, described in the report's language."""
-    from services.study.evidence import describe, judge
+    from services.study.evidence import describe
 
-    t3 = judge("zh T3 relevant recalled", 3, 40, 0.15)
-    unrelated = judge("en unrelated", 1, 60, 0.03, "at_most")
-    manifest = json.loads(zipfile.ZipFile(io.BytesIO(simulated["export"])).read("manifest.json"))
-    manifest["preflight"] = {"state": "failed", "study_hash": "abc", "report": {
-        "id": 7, "created_at": "2026-03-01T08:00:00Z", "study_hash": "abc", "passed": False,
-        "embedder_model": "e5", "chat_model": "offline", "providers": {}, "duration_seconds": 12.0,
-        "checks": {"calibration": {"verdict": "passed", "passed": True,
-                                   "pooled": {"zh": [t3.as_dict()], "en": [unrelated.as_dict()]}},
-                   "manipulation": {"verdict": "failed", "passed": False, "failed_checks": ["L4 beyond L3 (zh)"]}}}}
-    source = zipfile.ZipFile(io.BytesIO(simulated["export"]))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as target:
-        for name in source.namelist():
-            target.writestr(name, json.dumps(manifest) if name == "manifest.json" else source.read(name))
-    report = build_report(load_export(out.getvalue()), generated_at=simulated["clock"].now())
+    report, (t3, unrelated) = recorded["report"], recorded["targets"]
     pre = report["manipulation"]["preflight"]
     assert pre["state"] == "failed" and pre["report_id"] == 7 and pre["passed"] is False
     assert pre["checks"]["manipulation"] == {"verdict": "failed", "passed": False,
