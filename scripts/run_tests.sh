@@ -3,13 +3,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-# TEST_WORKERS: pytest-xdist worker processes of the SQLite pass (default: cores + 1; 0: no workers). A test file
+# TEST_WORKERS: pytest-xdist worker processes of the SQLite pass (default auto: one per core; 0: no workers). A test file
 # stays on one worker (--dist loadfile: its module fixtures are built once), and files are handed out in the
 # collection order (slow files first, then the browser tests: tests/conftest.py) rather than largest first,
 # which left the few long browser tests for the end; each worker has its own PostgreSQL database.
-# The default is one worker more than the cores: a third of the SQLite pass's time is its tests waiting (browsers,
-# servers, timers; docs/benchmarks.md, "Test suite time, session 13"), which a third worker fills on 2 cores.
-WORKERS=${TEST_WORKERS:-$(( $(nproc 2>/dev/null || echo 1) + 1 ))}
+# One worker per core: a third of the SQLite pass's time alone is its tests waiting, but with the PostgreSQL pass
+# and coverage beside it the cores are full, and a third worker on 2 cores gained nothing (docs/benchmarks.md,
+# "Test suite time, session 13").
+WORKERS=${TEST_WORKERS:-auto}
 parallel=()
 if [ "$WORKERS" != "0" ]; then parallel=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); fi
 status=0
