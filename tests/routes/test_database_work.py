@@ -162,6 +162,29 @@ L4_INDEX_LOAD = 4
 L4_CHECKOUTS = 3  # measured on both databases (an L1 message takes 2)
 
 
+def _counted_t2_messages(app, clock, study, username: str, messages: list[str]):
+    """Register ``username`` (English), walk T1 in pilot mode, open T2 two study days later, then send each of
+    ``messages`` there; yields (number, the response, counts, statements) for each, as ``_counted`` gives them."""
+    from tests.routes.test_l4_consolidation import DAY_SECONDS, PERSONAS, pilot_walk
+
+    api = ApiClient(app.test_client())
+    assert api.register(username, language="en").status_code == 201
+    pilot_walk(api, clock, study, "T1", PERSONAS["en"]["T1"])  # consolidated when it ends
+    clock.advance(2 * DAY_SECONDS + 1)
+    assert api.post("/api/tasks/T2/start").status_code == 201
+    for number, text in enumerate(messages):
+        clock.advance(0.1)  # pilot mode: a task lasts about a real second
+        answers = []
+
+        def send(text=text, number=number, answers=answers) -> None:
+            answers.append(api.post("/api/tasks/T2/messages", json={"content": text},
+                                    headers={"Idempotency-Key": f"{username}-{number}"}))
+
+        counts, statements = _counted(app, send)
+        assert answers[0].status_code == 201, answers[0].get_json()
+        yield number, counts, statements
+
+
 @pytest.fixture
 def served_l4_app(database, clock):
     from tests.routes.test_l4_consolidation import DAY_SECONDS
@@ -171,25 +194,9 @@ def served_l4_app(database, clock):
 
 
 def test_an_l4_reply_loads_its_memory_state_once_and_writes_its_recall_once(served_l4_app, clock, study):
-    from tests.routes.test_l4_consolidation import DAY_SECONDS, PERSONAS, pilot_walk
-
-    api = ApiClient(served_l4_app.test_client())
-    assert api.register("counted_l4", language="en").status_code == 201
-    pilot_walk(api, clock, study, "T1", PERSONAS["en"]["T1"])  # consolidated when it ends
-    clock.advance(2 * DAY_SECONDS + 1)
-    assert api.post("/api/tasks/T2/start").status_code == 201
     messages = ["Do you remember what I'm allergic to?", "Which food was it again that I have an allergy to?",
                 "And how are my tortoises Bert and Ernie doing in the garden?"]
-    for number, text in enumerate(messages):
-        clock.advance(0.1)  # pilot mode: a task lasts about a real second
-        answers = []
-
-        def send(text=text, number=number, answers=answers) -> None:
-            answers.append(api.post("/api/tasks/T2/messages", json={"content": text},
-                                    headers={"Idempotency-Key": f"counted-l4-{number}"}))
-
-        counts, statements = _counted(served_l4_app, send)
-        assert answers[0].status_code == 201, answers[0].get_json()
+    for number, counts, statements in _counted_t2_messages(served_l4_app, clock, study, "counted_l4", messages):
         stale = number == 0  # the index cached during T1 predates T1's consolidation
         assert counts["statements"] <= L4_STATEMENTS + (L4_INDEX_LOAD if stale else 0), statements
         assert counts["checkouts"] <= L4_CHECKOUTS, counts
@@ -219,23 +226,9 @@ def served_l2_app(database, clock):
 def test_an_l2_reply_reads_the_earlier_turns_with_the_task_so_far(served_l2_app, clock, study):
     from database.models import Message, TaskSession
     from services.memory.context import earlier_turns
-    from tests.routes.test_l4_consolidation import DAY_SECONDS, PERSONAS, pilot_walk
 
-    api = ApiClient(served_l2_app.test_client())
-    assert api.register("counted_l2", language="en").status_code == 201
-    pilot_walk(api, clock, study, "T1", PERSONAS["en"]["T1"])
-    clock.advance(2 * DAY_SECONDS + 1)
-    assert api.post("/api/tasks/T2/start").status_code == 201
-    for number, text in enumerate(["Do you remember what I told you last time?", "What else did I say?"]):
-        clock.advance(0.1)  # pilot mode: a task lasts about a real second
-        answers = []
-
-        def send(text=text, number=number, answers=answers) -> None:
-            answers.append(api.post("/api/tasks/T2/messages", json={"content": text},
-                                    headers={"Idempotency-Key": f"counted-l2-{number}"}))
-
-        counts, statements = _counted(served_l2_app, send)
-        assert answers[0].status_code == 201, answers[0].get_json()
+    messages = ["Do you remember what I told you last time?", "What else did I say?"]
+    for _, counts, statements in _counted_t2_messages(served_l2_app, clock, study, "counted_l2", messages):
         assert counts["statements"] <= L2_STATEMENTS, statements
         assert counts["checkouts"] <= CHECKOUTS, counts
         reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "FROM messages" in s]
