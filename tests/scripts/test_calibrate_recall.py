@@ -619,3 +619,21 @@ def test_replaying_every_cell_at_once_counts_what_replaying_each_cell_alone_coun
             assert np.array_equal(batched[c], np.array(alone)), (c, day_seconds)
             assert batched[c, ..., 0].sum() > 0  # every cell recalls
         assert batched[..., 2].sum() > 0  # and unrelated recalls happen
+
+
+def test_cells_that_do_not_share_one_grid_are_replayed_each_on_its_own(traces):
+    """``replay_counts`` walks a grid at once only when its cells share the time unit, threshold and salience
+    terms; otherwise (here: two thresholds) it replays each cell alone, and must count what ``replay`` counts."""
+    from dataclasses import replace
+
+    study = load_study()
+    configured = study.memory.recall
+    cells = [configured, replace(configured, threshold=configured.threshold * 0.5)]
+    group = traces[::12]
+    batched = rp.replay_counts(group, cells, study, day_seconds=86400.0, tasks=fit.TASKS)
+    assert batched.shape == (2, len(group), len(fit.TASKS), 4)
+    for c, params in enumerate(cells):
+        alone = [rp.counts_of(rp.replay(t, params, study, day_seconds=86400.0, events=False), fit.TASKS)
+                 for t in group]
+        assert np.array_equal(batched[c], np.array(alone)), c
+    assert batched[1, ..., 0].sum() > batched[0, ..., 0].sum()  # the lower threshold recalls more
