@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--server", choices=("run", "serve"), default="run",
                         help="start the platform as make run (SQLite) or make serve (PostgreSQL) does")
     parser.add_argument("--workers", type=int, default=4, help="--server serve: worker processes")
+    parser.add_argument("--platform-cpus",
+                        help="pin the platform's processes to these CPUs (e.g. 0 or 0,1), to measure what a smaller "
+                             "machine carries; start PostgreSQL under `taskset` to pin it too")
     parser.add_argument("--base-url", help="an already running platform on 127.0.0.1 instead")
     parser.add_argument("--database-url", help="required for --server serve; with --base-url, to count what is stored")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the run's wall time")
@@ -64,6 +68,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"at most {MAX_PARTICIPANTS} participants and {MAX_MESSAGES} messages each")
     if args.server == "serve" and not args.base_url and not (args.database_url or "").startswith("postgresql"):
         parser.error("--server serve needs --database-url postgresql+psycopg://... (an empty database)")
+    if args.platform_cpus is not None:
+        try:
+            cpus = {int(c) for c in args.platform_cpus.split(",")}
+        except ValueError:
+            cpus = set()
+        machine = set(range(os.cpu_count() or 1))  # not this process's own affinity: `taskset` may pin the bots apart
+        if not cpus or not cpus <= machine:
+            parser.error(f"--platform-cpus: a comma-separated list among this machine's CPUs {sorted(machine)}")
+        if args.base_url:
+            parser.error("--platform-cpus pins a platform this script starts, not one at --base-url")
+        args.platform_cpus = sorted(cpus)
     return args
 
 

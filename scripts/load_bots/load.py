@@ -44,6 +44,7 @@ def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict
     the report splits the overhead."""
     model = model or ModelServer(model_latency(args))
     proc = None
+    pinned: dict[str, Any] = {}
     chaos = Chaos(during_chat)
     workdir = Path(tempfile.mkdtemp(prefix="memory-lab-load-"))
     try:
@@ -52,6 +53,8 @@ def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict
             print(f"target {base}; the server must use the model at {model.url} (LLM_PROVIDERS=openai_compatible)")
         else:
             proc, base, db_url = start_platform(args, model.url, workdir)
+            # the CPUs the platform may run on, read back from the kernel (--platform-cpus pins them)
+            pinned["platform_cpus"] = sorted(os.sched_getaffinity(proc.pid))
         prefix = f"lt{secrets.token_hex(3)}x"
         results = Results()
         started = time.monotonic()
@@ -110,7 +113,7 @@ def run(args, model: ModelServer | None = None, during_chat: Any = None) -> dict
             print(f"the run's files (SQLite, server.log) are in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    return report(args, results, model_seconds, stored, load, wall, cpu) | chaos.report(
+    return report(args, results, model_seconds, stored, load, wall, cpu) | pinned | chaos.report(
         results.timeline, args.first_token + args.tokens / args.tokens_per_second)
 
 

@@ -66,7 +66,9 @@ def start_platform(args, model_url: str, workdir: Path) -> tuple[subprocess.Pope
         subprocess.run([sys.executable, "scripts/migrate.py"], cwd=ROOT, env=env, check=True, capture_output=True)
         command = [sys.executable, "app.py"]
     log = open(workdir / "server.log", "w+")  # noqa: SIM115 - kept open for the server's lifetime
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    cpus = getattr(args, "platform_cpus", None)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # inherited by the workers it forks
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:

@@ -71,10 +71,11 @@ def test_load_test_script_reports_a_small_class(tmp_path):
     result = subprocess.run(
         [sys.executable, "scripts/load_test.py", "--participants", "4", "--register-over", "1", "--messages", "2",
          "--think", "0.5", "--first-token", "0.2", "--tokens", "8", "--tokens-per-second", "40",
-         "--max-seconds", "120", "--json-out", str(out)],
+         "--max-seconds", "120", "--platform-cpus", "0", "--json-out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(out.read_text())
+    assert report["platform_cpus"] == [0]  # read back from the kernel: the server ran pinned
     assert report["error_count"] == 0
     assert report["messages"]["stored"]["user_messages"] == report["messages"]["sent"] == 8
     assert report["messages"]["lost"] == {"messages": 0, "replies": 0, "never_answered": 0}
