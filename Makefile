@@ -57,7 +57,9 @@ two-hosts-rolling: venv
 	bash scripts/two_hosts.sh rolling --participants 600 --register-over 200 --messages 4 --think 10
 
 ## make test: dev requirements, headless Chromium and PostgreSQL (Debian packages), then the whole suite
-test: dev system-test-deps
+# The venv (downloads from PyPI) and the Debian packages (apt) are set up side by side: neither needs the other.
+test:
+	$(MAKE) -j2 --output-sync=target dev system-test-deps
 	bash scripts/run_tests.sh
 
 system-test-deps:
