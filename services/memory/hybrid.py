@@ -19,12 +19,6 @@ transaction, so no write lock is held while the model answers and a failed reply
 leaves no recall behind; the candidates travel as ``RecallCandidate`` objects from
 the search to the write.
 
-Recall cues (``memory.recall.keep_recall_cues``, docs/recall_round11.md "Session 14"): a participant's message that
-recalled a memory becomes, once its task is consolidated, one of that memory's cues, and the retriever scores the
-memory by the best of its own exchange and its cues (``services.recall.retrieval``). The cues come with the index
-load, in the statement that reads the memories (``VectorStore.consolidated_vectors(with_cues=True)``); the
-reply's candidates say which cue reached them (``cue_message_id``) and its ``recall_params`` whether cues were on.
-
 Only memories that carry content are candidates (``RecallParams.candidates``,
 docs/recall_calibration.md): a message without content words and with low
 salience ("好的，谢谢", "OK thanks") is skipped, and a new message without
@@ -72,7 +66,7 @@ from services.memory.context import ROLE_LABELS, MemoryContext, note
 from services.memory.gist import add_gist
 from services.platform.clock import Clock
 from services.recall.candidates import forget_texts, recall_cue
-from services.recall.exchange_index import Exchange, ExchangeCue, ExchangeIndex
+from services.recall.exchange_index import Exchange, ExchangeIndex
 from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import ScoredMemory
 from services.recall.scoring import CandidateMemory, MemoryState, RecallCandidate, score_recall, stored_salience
@@ -271,9 +265,8 @@ class ForgettingCurveSearch:
         """The participant's matrix and index, and whether it came from the cache (then the caller checks
         it against the state it reads with the candidate rows)."""
         model = self.embedder.model
-        # the index bakes in the candidate rule, the retrieval settings and the recall cues: part of the key
-        key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval,
-               self.params.keep_recall_cues)
+        # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
+        key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
         if self.use_cache:
             self.drop_idle()
         if self.use_cache and not reload:
@@ -309,8 +302,7 @@ class ForgettingCurveSearch:
         logger.warning("%s: they are left out of recall until re-embedded", message)
 
     def _load_matrix(self, user_id: int, model: str, runs: tuple[Any, ...]) -> _ParticipantMatrix:
-        joined = self.store.consolidated_vectors(user_id, with_cues=self.params.keep_recall_cues)
-        rows = list({r.id: r for r in joined}.values())  # with cues, a message comes once per memory it recalled
+        rows = self.store.consolidated_vectors(user_id)
         own = [r for r in rows if r.embedding_model == model]
         foreign: dict[str, int] = {}
         for r in rows:
@@ -329,12 +321,6 @@ class ForgettingCurveSearch:
         exchanges = [Exchange(r.task_session_id, r.task_id, self.task_days.get(r.task_id), r.content, replies.get(r.id))
                      for r in own]
         admitted = np.asarray(self.params.candidates.admits(content_words, salience), dtype=bool).reshape(-1)
-        position = {r.id: i for i, r in enumerate(own)}
-        # a consolidated message that recalled a memory is one of its cues (both embedded by this model)
-        pairs = dict.fromkeys((r.cue_for, r.id) for r in joined
-                              if getattr(r, "cue_for", None) in position and r.id in position)
-        cues = [ExchangeCue(position[memory], cue, recall_cue(own[position[cue]].content), matrix[position[cue]])
-                for memory, cue in pairs]
         return _ParticipantMatrix(
             runs_state=runs,
             max_id=max((r.id for r in rows), default=0),
@@ -342,7 +328,7 @@ class ForgettingCurveSearch:
             message_ids=np.array([r.id for r in own], dtype=np.int64),
             matrix=matrix, blob_hashes=np.array([hash(bytes(r.embedding)) for r in own], dtype=np.int64),
             content_words=content_words, salience=salience,
-            index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval, cues),
+            index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
             replies=[e.reply for e in exchanges],
         )
 
@@ -354,7 +340,7 @@ def _candidate(row: Row, scored: ScoredMemory, reply: str | None) -> CandidateMe
         last_recall_at=row.last_recall_at, consolidation_g=row.consolidation_g,
         emotional_salience=row.emotional_salience, emotional_intensity=row.emotional_intensity,
         self_disclosure=row.self_disclosure, value_relevance=row.value_relevance, cosine=scored.cosine,
-        fused=scored.fused, lexical_z=scored.lexical_z, dense_z=scored.dense_z, cue_message_id=scored.cue_id)
+        fused=scored.fused, lexical_z=scored.lexical_z, dense_z=scored.dense_z)
 
 
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,
@@ -386,7 +372,6 @@ class RecallWrite:
 def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings) -> dict[str, Any]:
     return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
-            "keep_recall_cues": params.keep_recall_cues,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
             "retrieval": retrieval.to_dict(), "word_lists": word_list_hashes()}
 

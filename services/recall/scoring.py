@@ -110,7 +110,6 @@ class CandidateMemory:
     fused: float
     lexical_z: float
     dense_z: float
-    cue_message_id: int | None = None  # the recall cue the scores came from (None: the memory's own text)
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,6 @@ class RecallCandidate:
     fused: float | None = None  # the hybrid retriever's scores (services.recall.retrieval)
     lexical_z: float | None = None
     dense_z: float | None = None
-    cue_message_id: int | None = None  # the earlier message (a recall cue) it was reached through, if any
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -203,7 +201,6 @@ def score_recall(state: MemoryState, params: RecallParams, *, now: datetime, day
             p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
             rank=i + 1, at=now, reply=memory.reply, fused=float(fusion["fused"][i]),
             lexical_z=float(fusion["lexical_z"][i]), dense_z=float(fusion["dense_z"][i]),
-            cue_message_id=memory.cue_message_id,
         )
         for i, memory in enumerate(memories)
     ]

@@ -35,7 +35,7 @@ ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expecte
 # a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
 SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
-               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance", "keep_recall_cues")
+               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
 
 
 class StudyDefinitionError(ValueError):
@@ -735,8 +735,6 @@ def _recall_layer(path: str, raw: Any) -> None:
         for lang, budget in budgets.items():
             _choice(f"{path}.relevance.false_recall_budget_by_language", lang, LANGUAGES)
             _typed(f"{path}.relevance.false_recall_budget_by_language.{lang}", budget, float)
-    if "keep_recall_cues" in layer:
-        _typed(f"{path}.keep_recall_cues", layer["keep_recall_cues"], bool)
     if layer.get("candidates") is not None:
         _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
                  optional=("min_content_words", "min_salience", "recall_questions"))

@@ -210,20 +210,6 @@ def test_an_l4_reply_loads_its_memory_state_once_and_writes_its_recall_once(serv
         assert sum(s.lstrip().startswith("INSERT INTO recall_events") for s in statements) == 1, statements
 
 
-def test_an_l4_reply_that_keeps_recall_cues_stays_within_the_same_bounds(served_l4_app, clock, study):
-    # memory.recall.keep_recall_cues: the cues come with the index load, joined to the memories in its one statement
-    runtime = served_l4_app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides({"memory": {"recall": {"keep_recall_cues": True}}})
-    assert runtime.study.memory.recall.keep_recall_cues
-    messages = ["Do you remember what I'm allergic to?", "Which food was it again that I have an allergy to?"]
-    for number, counts, statements in _counted_t2_messages(served_l4_app, clock, study, "counted_cues", messages):
-        stale = number == 0
-        assert counts["statements"] <= L4_STATEMENTS + (L4_INDEX_LOAD if stale else 0), statements
-        assert counts["checkouts"] <= L4_CHECKOUTS, counts
-        assert sum("LEFT OUTER JOIN recall_events" in s for s in statements) == (1 if stale else 0), statements
-        assert sum(s.lstrip().startswith("SELECT state.") for s in statements) == (2 if stale else 1), statements
-
-
 # L2 and L3 (and L4 above) show verbatim turns of earlier tasks: storing the message reads them with the task so
 # far, in the same statement (memory.context.read_task_and_earlier_turns), so the reply's context reads none of its
 # own. L2 adds nothing else to L1's path: the same 8 statements and 2 check-outs.

@@ -29,7 +29,7 @@ from services.recall.formulas import (
 from services.recall.parameters import resolve_recall_params
 from services.recall.scoring import score_candidates, top_k_indices
 from services.recall.word_lists import load_word_lists
-from services.study.definition import StudyDefinitionError, load_study
+from services.study.definition import load_study
 
 # Hand-computed: (1 - e^-1) = 0.6321205588; p(r, t, g) = (1 - exp(-r e^{-t/g})) / 0.6321205588.
 HAND_P = [
@@ -304,20 +304,11 @@ def test_overrides_layer_on_top_of_the_preset():
     {"time_unit": "weeks"}, {"time_scale": 0}, {"threshold": 1.5}, {"top_k": 0},
     {"relevance": {"method": "linear", "floor": 0.9, "ceiling": 0.9}}, {"relevance": {"method": "cosine"}},
     {"relevance": {"model": {"default": {"intercept": 0.0, "coef": {"fused": -1.0}}}}},
-    {"candidates": {"min_content_words": -1}}, {"candidates": {"min_salience": 1.5}}, {"keep_recall_cues": "yes"},
+    {"candidates": {"min_content_words": -1}}, {"candidates": {"min_salience": 1.5}},
 ])
 def test_invalid_parameters_fail_clearly(override):
     with pytest.raises(ValueError):
         resolve_recall_params(load_study().memory.recall_config, overrides=override)
-
-
-def test_recall_cues_are_read_from_the_study_and_recorded_with_the_parameters():
-    config = load_study().memory.recall_config
-    assert resolve_recall_params(config, overrides={"keep_recall_cues": False}).keep_recall_cues is False
-    on = resolve_recall_params(config, overrides={"keep_recall_cues": True})
-    assert on.keep_recall_cues is True and on.to_dict()["keep_recall_cues"] is True
-    with pytest.raises(StudyDefinitionError, match="memory.recall.keep_recall_cues"):
-        load_study(overrides={"memory": {"recall": {"keep_recall_cues": 1}}})
 
 
 def test_unknown_preset_fails_clearly():

@@ -17,7 +17,6 @@ import pytest
 from services.recall.retrieval import (
     FusionWeights,
     HybridRetriever,
-    RetrievalCue,
     RetrievalDoc,
     exchange_text,
     neighbour_text,
@@ -61,41 +60,6 @@ def test_fusion_matches_the_hand_computed_example():
     assert [by_id[i].cosine for i in (10, 11, 12)] == pytest.approx([0.0, 1.0, 0.8], abs=1e-6)
     assert [by_id[i].dense_z for i in (10, 11, 12)] == pytest.approx([-1.388730, 0.925820, 0.462910], abs=1e-5)
     assert [by_id[i].fused for i in (10, 11, 12)] == pytest.approx([-0.033140, 1.661047, -1.627907], abs=1e-4)
-
-
-def test_a_recall_cue_is_another_way_into_its_memory():
-    # Dense only. The query (0, 1) against the traces: the memories' own vectors (cosines 0, 1, 0.8) and d0's
-    # cue (0, 1) (cosine 1); z over the four traces: mean 0.7, std 0.412311 -> (-1.697749, 0.727607, 0.242536,
-    # 0.727607). d0 scores by its cue and ties d1, which it precedes (the earlier memory first).
-    cue = RetrievalCue(memory_id=10, cue_id=99, text="", embedding=vec(0, 1))
-    dense_only = FusionWeights(lexical=0.0, dense=1.0)
-    ranked = HybridRetriever(three_docs(), dense_only, cues=[cue]).rank("coffee", vec(0, 1), k=3)
-    by_id = {m.memory_id: m for m in ranked}
-    assert [m.memory_id for m in ranked] == [10, 11, 12]
-    assert by_id[10].cue_id == 99 and by_id[10].cosine == pytest.approx(1.0)
-    assert by_id[10].dense_z == pytest.approx(0.727607, abs=1e-5) == by_id[10].fused
-    assert by_id[11].cue_id is None and by_id[11].dense_z == pytest.approx(0.727607, abs=1e-5)
-    assert by_id[12].cue_id is None and by_id[12].dense_z == pytest.approx(0.242536, abs=1e-5)
-    # a query closer to d0's own text than to its cue: the memory's own scores stand
-    own = HybridRetriever(three_docs(), dense_only, cues=[cue]).rank("coffee", vec(1, 0), k=1)[0]
-    assert own.memory_id == 10 and own.cue_id is None and own.cosine == pytest.approx(1.0)
-    # without cues, nothing changes
-    plain = HybridRetriever(three_docs(), dense_only).rank("coffee", vec(0, 1), k=3)
-    assert [m.dense_z for m in plain] == pytest.approx([0.925820, 0.462910, -1.388730], abs=1e-5)
-
-
-def test_a_recall_cue_is_matched_by_its_words():
-    # "allotment" is only in d2's cue (the message that recalled it), not in any memory's own text
-    cue = RetrievalCue(memory_id=12, cue_id=7, text="what should I plant on my allotment", embedding=vec(1, 0))
-    ranked = HybridRetriever(three_docs(), cues=[cue]).rank("allotment jobs for December", vec(1, 1), k=3)
-    assert ranked[0].memory_id == 12 and ranked[0].cue_id == 7 and ranked[0].lexical > 0
-    without = HybridRetriever(three_docs()).rank("allotment jobs for December", vec(1, 1), k=3)
-    assert all(m.lexical == 0 and m.cue_id is None for m in without)
-
-
-def test_a_recall_cue_of_an_unknown_memory_is_refused():
-    with pytest.raises(ValueError, match="not in the retriever"):
-        HybridRetriever(three_docs(), cues=[RetrievalCue(memory_id=42, cue_id=1, text="x", embedding=vec(1, 0))])
 
 
 def test_weights_change_the_ranking():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -57,16 +56,6 @@ def test_each_candidate_is_scored_by_hand_and_only_those_over_the_threshold_are_
     assert fresh.recalled and fresh.rank == 2
     assert fresh.g_after == pytest.approx(5.0 + math.tanh(0.5) * (1.0 + 0.5 * 0.4))
     assert (fresh.reply, fresh.fused, fresh.lexical_z, fresh.dense_z, fresh.at) == ("reply 2", 0.5, 0.25, 0.75, NOW)
-
-
-def test_a_memory_reached_through_a_recall_cue_is_scored_on_the_cues_scores_and_says_so():
-    # the retriever put the cue's scores on the memory (services.recall.retrieval); the curve is the same
-    reached = replace(memory(1, days_old=2.0, cosine=1.0), cue_message_id=41)
-    own = memory(2, days_old=2.0, cosine=1.0)
-    via_cue, direct = score_recall(MemoryState((reached, own)), params(), now=NOW, day_seconds=DAY, language="en")
-    assert via_cue.cue_message_id == 41 and via_cue.to_dict()["cue_message_id"] == 41
-    assert direct.cue_message_id is None
-    assert (via_cue.r, via_cue.p, via_cue.recalled) == (direct.r, direct.p, direct.recalled)
 
 
 def test_time_counts_from_the_last_recall_in_study_days():
