@@ -7,13 +7,14 @@ writes the result once, with the reply (``RecallWrite``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from services.recall.directed import DirectedRetrieval, memory_request
 from services.recall.formulas import (
     clamp_score,
     elapsed_time,
@@ -204,3 +205,33 @@ def score_recall(state: MemoryState, params: RecallParams, *, now: datetime, day
         )
         for i, memory in enumerate(memories)
     ]
+
+
+def direct_recall(candidates: list[RecallCandidate], rule: DirectedRetrieval, *, text: str, language: str | None,
+                  g_update_salience: float) -> tuple[list[RecallCandidate], dict[str, Any] | None]:
+    """The candidates after directed retrieval, and what was decided and why (None: the rule is off).
+
+    The decision records the request's words, the first two candidates' r, and ``recalled``: whether the
+    first candidate was brought back by the request (``reason`` says why or why not)."""
+    if not rule.enabled:
+        return candidates, None
+    request = memory_request(text, language)
+    decision: dict[str, Any] = {"request": request, "recalled": False}
+    if request is None:
+        return candidates, {**decision, "reason": "no_request"}
+    if not candidates:
+        return candidates, {**decision, "reason": "no_candidate"}
+    top = candidates[0]
+    second_r = candidates[1].r if len(candidates) > 1 else None
+    margin = top.r - second_r if second_r is not None else None
+    decision.update(message_id=top.message_id, top_r=top.r, second_r=second_r, margin=margin)
+    if top.recalled:
+        return candidates, {**decision, "reason": "already_recalled"}
+    if top.r < rule.min_r:
+        return candidates, {**decision, "reason": "below_min_r"}
+    if margin is not None and margin < rule.min_margin:
+        return candidates, {**decision, "reason": "below_min_margin"}
+    g_after = float(updated_g(top.g_before, top.spacing_days if top.spacing_days is not None else 0.0,
+                              top.salience, g_update_salience))
+    return ([replace(top, recalled=True, g_after=g_after), *candidates[1:]],
+            {**decision, "recalled": True, "reason": "clear_best_match"})
