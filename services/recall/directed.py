@@ -36,8 +36,8 @@ class DirectedRetrieval:
     """``memory.recall.directed_retrieval``: whether an explicit request to remember may bring back its clear
     best match below the decay bar, and how clear it must be (``min_r``, ``min_margin``: in r)."""
 
-    enabled: bool = False
-    min_r: float = 0.4
+    enabled: bool = False  # absent from a study file: off (the default study turns it on)
+    min_r: float = 0.6
     min_margin: float = 0.1
     word_lists: str = WORD_LISTS.sha256  # the request phrases decided with, recorded with each reply
 

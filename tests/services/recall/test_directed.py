@@ -16,7 +16,7 @@ from services.recall.word_lists import WORD_LIST_DIR, load_word_lists, word_list
 from services.study.definition import StudyDefinitionError, load_study
 from services.text.languages import detect
 
-ON = DirectedRetrieval(enabled=True, min_r=0.4, min_margin=0.1)
+ON = DirectedRetrieval(enabled=True, min_r=0.6, min_margin=0.1)
 
 
 def candidate(rank: int, r: float, *, recalled: bool = False) -> RecallCandidate:
@@ -51,18 +51,19 @@ def test_a_request_is_matched_in_the_message_s_own_language_only():
 
 
 def test_an_explicit_request_brings_back_its_clear_best_match_and_consolidates_it():
-    before = [candidate(1, 0.55), candidate(2, 0.30), candidate(3, 0.10)]
+    before = [candidate(1, 0.65), candidate(2, 0.30), candidate(3, 0.10)]
     after, decision = direct("Do you remember what kind of business I have?", before)
     assert after[0].recalled and not after[1].recalled and not after[2].recalled
     assert after[0].g_after == pytest.approx(float(updated_g(1.0, 20.0, 0.4, 0.5)))
     assert after[1:] == before[1:]
     assert decision == {"request": "Do you remember", "recalled": True, "reason": "clear_best_match",
-                        "message_id": 101, "top_r": 0.55, "second_r": 0.30, "margin": pytest.approx(0.25)}
+                        "message_id": 101, "top_r": 0.65, "second_r": 0.30, "margin": pytest.approx(0.35)}
 
 
 def test_the_same_candidates_without_a_request_are_left_as_the_curve_decided():
-    before = [candidate(1, 0.55), candidate(2, 0.30)]
+    before = [candidate(1, 0.65), candidate(2, 0.30)]
     after, decision = direct("Can you suggest a cake for my business's first birthday?", before)
+    assert decision["request"] is None
     assert after == before
     assert decision == {"request": None, "recalled": False, "reason": "no_request"}
 
@@ -72,14 +73,16 @@ def test_no_clear_best_match_no_directed_recall():
     after, decision = direct("你还记得我有什么病吗？", [candidate(1, 0.16), candidate(2, 0.01)])
     assert not any(c.recalled for c in after) and decision["reason"] == "below_min_r"
     # above the floor but level with the second: the request does not single one memory out
-    after, decision = direct("do you remember where it was?", [candidate(1, 0.60), candidate(2, 0.55)])
+    after, decision = direct("do you remember where it was?", [candidate(1, 0.70), candidate(2, 0.65)])
     assert not any(c.recalled for c in after) and decision["reason"] == "below_min_margin"
     # the second ranked higher in r than the first: no lead at all
-    after, decision = direct("do you remember where it was?", [candidate(1, 0.53), candidate(2, 0.86)])
-    assert decision["reason"] == "below_min_margin" and decision["margin"] == pytest.approx(-0.33)
+    after, decision = direct("do you remember where it was?", [candidate(1, 0.63), candidate(2, 0.86)])
+    assert decision["reason"] == "below_min_margin" and decision["margin"] == pytest.approx(-0.23)
     # a single candidate needs only the floor
-    after, decision = direct("do you remember where it was?", [candidate(1, 0.45)])
+    after, decision = direct("do you remember where it was?", [candidate(1, 0.61)])
     assert after[0].recalled and decision["margin"] is None
+    # the floor is inclusive, just below it is not enough
+    assert direct("do you remember where it was?", [candidate(1, 0.59)])[1]["reason"] == "below_min_r"
 
 
 def test_a_memory_the_curve_recalled_is_left_alone_and_the_rule_off_decides_nothing():
@@ -95,6 +98,9 @@ def test_a_memory_the_curve_recalled_is_left_alone_and_the_rule_off_decides_noth
 def test_the_study_setting_is_validated_and_recorded_with_the_request_phrases_hash():
     study = load_study()
     rule = study.memory.recall.directed_retrieval
+    assert (rule.enabled, rule.min_r, rule.min_margin) == (True, 0.6, 0.1)  # the default study's
+    assert not resolve_recall_params({k: v for k, v in study.memory.recall_config.items()
+                                      if k != "directed_retrieval"}).directed_retrieval.enabled
     assert rule.word_lists == load_word_lists("memory_requests").sha256 == word_list_hashes()["memory_requests"]
     assert resolve_recall_params(study.memory.recall_config).to_dict()["directed_retrieval"] == rule.to_dict()
     custom = resolve_recall_params({**study.memory.recall_config,
