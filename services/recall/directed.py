@@ -9,7 +9,8 @@ candidates, after the curve (``services.recall.scoring.direct_recall``):
 
 - the message is an explicit request to remember (``data/recall/memory_requests.json``, in the message's
   language as ``services.text.languages.detect`` says);
-- the best-ranked candidate was not recalled by the curve;
+- the best-ranked candidate was not recalled by the curve, and is not itself a request to remember (an
+  earlier "do you remember…?" resembles the new one by its frame, and says nothing about the person);
 - its relevance r is at least ``min_r`` (a question about something never said has no relevant memory:
   its best candidate is an unrelated one, of low r);
 - and it leads the second-ranked candidate by at least ``min_margin`` in r (the request must single out one

@@ -3,7 +3,8 @@ curve applied to a set of candidates. Pure: numpy and the formulas, no session.
 
 L4 recalls in three steps (``services.memory.hybrid``): it loads a participant's memory state once
 (``MemoryState``, a plain value), scores it here (``score_recall``, which never touches the database) and
-writes the result once, with the reply (``RecallWrite``)."""
+writes the result once, with the reply (``RecallWrite``). Between the two, ``direct_recall`` applies directed
+retrieval (``services.recall.directed``) to the scored candidates, as plain values too."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from services.recall.formulas import (
     updated_g,
 )
 from services.recall.parameters import RecallParams
+from services.text.languages import detect
 
 
 def top_k_indices(cosines: np.ndarray, k: int, exclude: np.ndarray | None = None) -> np.ndarray:
@@ -227,6 +229,10 @@ def direct_recall(candidates: list[RecallCandidate], rule: DirectedRetrieval, *,
     decision.update(message_id=top.message_id, top_r=top.r, second_r=second_r, margin=margin)
     if top.recalled:
         return candidates, {**decision, "reason": "already_recalled"}
+    # an earlier request to remember says nothing about the person (CandidateRule.recall_questions); its frame
+    # makes it resemble the new request, which is no reason to bring it back
+    if memory_request(top.text, detect(top.text)):
+        return candidates, {**decision, "reason": "top_is_request"}
     if top.r < rule.min_r:
         return candidates, {**decision, "reason": "below_min_r"}
     if margin is not None and margin < rule.min_margin:

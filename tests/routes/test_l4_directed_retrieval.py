@@ -1,6 +1,7 @@
-"""Directed retrieval through the chat path in pilot mode (memory.recall.directed_retrieval): at T4, a fact
-planted at T1 and never asked since is past the curve's decay bar (16 study days; r would need to exceed 1); an explicit request to remember brings it
-back when it is the clear best match, a control message and a question about something never said do not."""
+"""Directed retrieval through the chat path in pilot mode (memory.recall.directed_retrieval): at T4 (16 study
+days), a fact planted at T1 and never asked since is past the curve's decay bar (r would need to exceed 1); an
+explicit request to remember brings it back when it is the clear best match, a control message and a question
+about something never said do not."""
 import pytest
 from sqlalchemy import select
 

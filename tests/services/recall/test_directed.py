@@ -19,8 +19,8 @@ from services.text.languages import detect
 ON = DirectedRetrieval(enabled=True, min_r=0.6, min_margin=0.1)
 
 
-def candidate(rank: int, r: float, *, recalled: bool = False) -> RecallCandidate:
-    return RecallCandidate(message_id=100 + rank, task_id="T1", text=f"memory {rank}", cosine=0.8, r=r, t=0.5,
+def candidate(rank: int, r: float, *, recalled: bool = False, text: str | None = None) -> RecallCandidate:
+    return RecallCandidate(message_id=100 + rank, task_id="T1", text=text or f"memory {rank}", cosine=0.8, r=r, t=0.5,
                            g_before=1.0, g_after=1.0, p=0.5, p_final=0.5, salience=0.4, recalled=recalled,
                            rank=rank, at=datetime(2026, 3, 1), spacing_days=20.0)
 
@@ -83,6 +83,14 @@ def test_no_clear_best_match_no_directed_recall():
     assert after[0].recalled and decision["margin"] is None
     # the floor is inclusive, just below it is not enough
     assert direct("do you remember where it was?", [candidate(1, 0.59)])[1]["reason"] == "below_min_r"
+
+
+def test_an_earlier_request_to_remember_is_not_what_a_request_brings_back():
+    earlier = candidate(1, 0.88, text="Do you remember what I can't eat? Need a Christmas starter.")
+    after, decision = direct("Do you remember what kind of business I have?", [earlier, candidate(2, 0.47)])
+    assert not any(c.recalled for c in after) and decision["reason"] == "top_is_request"
+    earlier = candidate(1, 0.99, text="上次我提到我的腰有什么问题，您还记得吗？")
+    assert direct("您还记得我的腰是哪一节有问题吗？", [earlier])[1]["reason"] == "top_is_request"
 
 
 def test_a_memory_the_curve_recalled_is_left_alone_and_the_rule_off_decides_nothing():
