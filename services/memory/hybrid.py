@@ -69,7 +69,14 @@ from services.recall.candidates import forget_texts, recall_cue
 from services.recall.exchange_index import Exchange, ExchangeIndex
 from services.recall.parameters import RecallParams, RetrievalSettings
 from services.recall.retrieval import ScoredMemory
-from services.recall.scoring import CandidateMemory, MemoryState, RecallCandidate, score_recall, stored_salience
+from services.recall.scoring import (
+    CandidateMemory,
+    MemoryState,
+    RecallCandidate,
+    direct_recall,
+    score_recall,
+    stored_salience,
+)
 from services.recall.word_lists import word_list_hashes
 from services.text.languages import detect
 
@@ -130,6 +137,7 @@ class ForgettingCurveSearch:
         self.last_skipped_foreign = 0  # memories of other models left out by the latest recall
         self.last_excluded = 0  # memories of earlier tasks the candidate rule left out of the latest recall
         self.last_query_content_free = False  # the latest query had no content words, so recalled nothing
+        self.last_directed: dict[str, Any] | None = None  # the latest directed-retrieval decision (None: rule off)
         mismatch = (self.params.preset, self.params.relevance.embedder_model, embedder.model)
         if not self.params.relevance.measured_for(embedder.model) and mismatch not in _warned_mismatches:
             _warned_mismatches.add(mismatch)
@@ -150,13 +158,18 @@ class ForgettingCurveSearch:
             self.session.add(query_message)
             self.session.flush()
         self.last_excluded = 0
+        self.last_directed = None
         self.last_query_content_free = not self.params.candidates.admits_query(query_message.content)
         if self.last_query_content_free:
             return []
         now = self.clock.now()
         state = self.load(user_id=user_id, query_message=query_message, query_vector=query_vector, now=now)
+        language = detect(query_message.content)
         candidates = score_recall(state, self.params, now=now, day_seconds=self.day_seconds,
-                                  language=detect(query_message.content), salience_weights=self.salience_weights)
+                                  language=language, salience_weights=self.salience_weights)
+        candidates, self.last_directed = direct_recall(
+            candidates, self.params.directed_retrieval, text=query_message.content, language=language,
+            g_update_salience=self.params.g_update_salience)
         if apply and candidates:
             self.apply(candidates, user_id=user_id, query_message_id=query_message.id, task_id=task_id)
         return candidates
@@ -369,8 +382,11 @@ class RecallWrite:
                      task_id=self.task_id)
 
 
-def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings) -> dict[str, Any]:
-    return {"preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
+def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings,
+                        directed: dict[str, Any] | None) -> dict[str, Any]:
+    """What decided this reply's recall; ``directed_retrieval``: the rule and, when on, this message's decision."""
+    return {"directed_retrieval": {**params.directed_retrieval.to_dict(), "decision": directed},
+            "preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
             "retrieval": retrieval.to_dict(), "word_lists": word_list_hashes()}
@@ -419,7 +435,7 @@ class HybridCondition(MemoryCondition):
         recalled = [c.to_dict() for c in candidates if c.recalled]
         context.add_section("recalled", recalled, render_exchanges(recalled, context.language))
         context.add_section("recall_candidates", [c.to_dict() for c in candidates])
-        context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval))
+        context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval, search.last_directed))
         if search.last_query_content_free:
             context.notes.append(note("no_content_words"))
         elif search.last_excluded:

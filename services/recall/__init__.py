@@ -8,7 +8,9 @@ Public names:
 - ``relevance``: ``LogisticRelevance``, ``UnrelatedTail``, the ``anchored`` map;
 - ``formulas``: the forgetting curve, its consolidation update, salience, ``RelevanceMapping`` and ``elapsed_time``;
 - ``candidates``: ``CandidateRule`` (which memories may be recalled) and ``recall_cue``;
+- ``directed``: ``DirectedRetrieval`` (an explicit request to remember brings back its clear best match);
 - ``parameters``: ``RecallParams``, ``RetrievalSettings``, ``resolve_recall_params``;
-- ``scoring``: the curve applied to a set of candidates (``score_candidates``, ``top_k_indices``);
+- ``scoring``: the curve applied to a set of candidates (``score_candidates``, ``top_k_indices``), then
+  directed retrieval (``direct_recall``);
 - ``salience``: ``SalienceScores``; ``exchange_index``: a participant's consolidated exchanges as L4 and S1 search them.
 """

@@ -12,6 +12,7 @@ from typing import Any
 
 from services.platform.mappings import deep_merge
 from services.recall.candidates import CandidateRule, candidate_rule_from_config
+from services.recall.directed import DirectedRetrieval
 from services.recall.formulas import SPACING_UNIT, TIME_UNITS, RelevanceMapping, elapsed_time, required_relevance
 from services.recall.relevance import LogisticRelevance, UnrelatedTail
 from services.recall.retrieval import BM25_B, BM25_K1, FusionWeights
@@ -36,17 +37,20 @@ class RecallParams:
     relevance: RelevanceMapping
     candidates: CandidateRule = field(default_factory=CandidateRule)
     spacing_unit: str = SPACING_UNIT  # the spacing gain's t: study days since the last recall, never scaled
+    # an explicit request to remember may bring back its clear best match below the decay bar (services.recall.directed)
+    directed_retrieval: DirectedRetrieval = field(default_factory=DirectedRetrieval)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["relevance"] = self.relevance.to_dict()
         data["candidates"] = self.candidates.to_dict()
+        data["directed_retrieval"] = self.directed_retrieval.to_dict()
         return data
 
 
 _PARAM_KEYS = ("top_k", "threshold", "salience_bonus", "g0_base", "g0_salience", "g_update_salience",
                "time_unit", "time_scale", "relevance")
-_OPTIONAL_KEYS = ("candidates",)  # absent: the documented default CandidateRule
+_OPTIONAL_KEYS = ("candidates", "directed_retrieval")  # absent: the default CandidateRule; directed retrieval off
 
 
 def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
@@ -70,6 +74,26 @@ def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
         if not -1.0 <= f < c <= 1.0:
             raise ValueError(f"recall relevance bounds for {name}: need -1 ≤ floor < ceiling ≤ 1, got {f}, {c}")
     return RelevanceMapping("linear", floor, ceiling, by_language, raw.get("embedder_model"))
+
+
+def directed_retrieval_from_config(raw: Mapping[str, Any] | None) -> DirectedRetrieval:
+    """The rule from ``memory.recall.directed_retrieval`` (None: off), refusing bad values by name."""
+    if raw is None:
+        return DirectedRetrieval()
+    unknown = sorted(set(raw) - {"enabled", "min_r", "min_margin"})
+    if unknown:
+        raise ValueError(f"recall directed_retrieval: unknown keys {', '.join(unknown)}")
+    default = DirectedRetrieval()
+    enabled = raw.get("enabled", default.enabled)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"recall directed_retrieval.enabled must be true or false, got {enabled!r}")
+    rule = DirectedRetrieval(enabled=enabled, min_r=float(raw.get("min_r", default.min_r)),
+                             min_margin=float(raw.get("min_margin", default.min_margin)))
+    if not 0.0 <= rule.min_r <= 1.0:
+        raise ValueError(f"recall directed_retrieval.min_r must lie in [0, 1], got {rule.min_r}")
+    if not 0.0 <= rule.min_margin <= 1.0:
+        raise ValueError(f"recall directed_retrieval.min_margin must lie in [0, 1], got {rule.min_margin}")
+    return rule
 
 
 def _check_budget(name: str, budget: float, share: float, what: str) -> None:
@@ -162,6 +186,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
         time_scale=float(values["time_scale"]),
         relevance=_relevance_from_config(values["relevance"]),
         candidates=candidate_rule_from_config(values.get("candidates")),
+        directed_retrieval=directed_retrieval_from_config(values.get("directed_retrieval")),
     )
     if params.top_k < 1:
         raise ValueError("recall top_k must be at least 1")

@@ -3,17 +3,19 @@ curve applied to a set of candidates. Pure: numpy and the formulas, no session.
 
 L4 recalls in three steps (``services.memory.hybrid``): it loads a participant's memory state once
 (``MemoryState``, a plain value), scores it here (``score_recall``, which never touches the database) and
-writes the result once, with the reply (``RecallWrite``)."""
+writes the result once, with the reply (``RecallWrite``). Between the two, ``direct_recall`` applies directed
+retrieval (``services.recall.directed``) to the scored candidates, as plain values too."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from services.recall.directed import DirectedRetrieval, memory_request
 from services.recall.formulas import (
     clamp_score,
     elapsed_time,
@@ -25,6 +27,7 @@ from services.recall.formulas import (
     updated_g,
 )
 from services.recall.parameters import RecallParams
+from services.text.languages import detect
 
 
 def top_k_indices(cosines: np.ndarray, k: int, exclude: np.ndarray | None = None) -> np.ndarray:
@@ -204,3 +207,37 @@ def score_recall(state: MemoryState, params: RecallParams, *, now: datetime, day
         )
         for i, memory in enumerate(memories)
     ]
+
+
+def direct_recall(candidates: list[RecallCandidate], rule: DirectedRetrieval, *, text: str, language: str | None,
+                  g_update_salience: float) -> tuple[list[RecallCandidate], dict[str, Any] | None]:
+    """The candidates after directed retrieval, and what was decided and why (None: the rule is off).
+
+    The decision records the request's words, the first two candidates' r, and ``recalled``: whether the
+    first candidate was brought back by the request (``reason`` says why or why not)."""
+    if not rule.enabled:
+        return candidates, None
+    request = memory_request(text, language)
+    decision: dict[str, Any] = {"request": request, "recalled": False}
+    if request is None:
+        return candidates, {**decision, "reason": "no_request"}
+    if not candidates:
+        return candidates, {**decision, "reason": "no_candidate"}
+    top = candidates[0]
+    second_r = candidates[1].r if len(candidates) > 1 else None
+    margin = top.r - second_r if second_r is not None else None
+    decision.update(message_id=top.message_id, top_r=top.r, second_r=second_r, margin=margin)
+    if top.recalled:
+        return candidates, {**decision, "reason": "already_recalled"}
+    # an earlier request to remember says nothing about the person (CandidateRule.recall_questions); its frame
+    # makes it resemble the new request, which is no reason to bring it back
+    if memory_request(top.text, detect(top.text)):
+        return candidates, {**decision, "reason": "top_is_request"}
+    if top.r < rule.min_r:
+        return candidates, {**decision, "reason": "below_min_r"}
+    if margin is not None and margin < rule.min_margin:
+        return candidates, {**decision, "reason": "below_min_margin"}
+    g_after = float(updated_g(top.g_before, top.spacing_days if top.spacing_days is not None else 0.0,
+                              top.salience, g_update_salience))
+    return ([replace(top, recalled=True, g_after=g_after), *candidates[1:]],
+            {**decision, "recalled": True, "reason": "clear_best_match"})

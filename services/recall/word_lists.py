@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 WORD_LIST_DIR = Path(__file__).resolve().parents[2] / "data" / "recall"
-WORD_LIST_NAMES = ("candidate_words", "salience_lexicon")
+WORD_LIST_NAMES = ("candidate_words", "salience_lexicon", "memory_requests")
 # Prose about a list, not part of it: editing it changes no decision, so it is left out of the hash.
 _PROSE_KEYS = ("about", "notes")
 

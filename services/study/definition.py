@@ -35,7 +35,7 @@ ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expecte
 # a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
 SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
-               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance")
+               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance", "directed_retrieval")
 
 
 class StudyDefinitionError(ValueError):
@@ -735,6 +735,15 @@ def _recall_layer(path: str, raw: Any) -> None:
         for lang, budget in budgets.items():
             _choice(f"{path}.relevance.false_recall_budget_by_language", lang, LANGUAGES)
             _typed(f"{path}.relevance.false_recall_budget_by_language.{lang}", budget, float)
+    if layer.get("directed_retrieval") is not None:
+        _section(f"{path}.directed_retrieval", layer["directed_retrieval"], ["enabled", "min_r", "min_margin"],
+                 optional=("enabled", "min_r", "min_margin"))
+        directed = layer["directed_retrieval"]
+        if "enabled" in directed:
+            _typed(f"{path}.directed_retrieval.enabled", directed["enabled"], bool)
+        for key in ("min_r", "min_margin"):
+            if key in directed:
+                _typed(f"{path}.directed_retrieval.{key}", directed[key], float)
     if layer.get("candidates") is not None:
         _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
                  optional=("min_content_words", "min_salience", "recall_questions"))

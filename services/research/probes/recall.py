@@ -20,6 +20,10 @@ the pooled personas of each language by the rule of part 1 (met / within error /
 - facts asked before: >= 40 % at T3 and >= 30 % at T4;
 - controls (T2-T4 together) <= 5 %.
 
+Each miss also says why (``miss_reason``, from the fact's best stored candidate): the fact's T1 message was not
+among the top-k candidates; its r was below the bar of a neutral memory at T2's age ("r too low"); or r reached
+that bar and the memory's own age and consolidation kept it out ("decay bar").
+
 ``probe_recall_check`` is the pre-flight's third check. ``scripts/probe_recall.py`` prints the table.
 """
 from __future__ import annotations
@@ -95,9 +99,31 @@ class TurnOutcome:
     verbatim: bool  # any section carries such a T1 message by id (recalled, recent turns)
     leaked: tuple[str, ...]  # planted facts whose T1 message the recalled section holds (for controls: a leak)
     fact_r: float | None  # the best r of the facts' T1 messages among the recall candidates (None: not a candidate)
+    # that candidate as stored (r, t, g_before, salience, p_final, recalled, the recall cue it came through) and the
+    # bar of a neutral memory at the preset's anchor age (T2's): what ``miss_reason`` reads
+    fact_candidate: dict[str, Any] | None = None
+    anchor_r: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+CANDIDATE_KEYS = ("r", "t", "g_before", "salience", "p_final", "recalled", "rank", "cue_message_id")
+MISS_REASONS = ("not a candidate", "r too low", "decay bar")
+
+
+def miss_reason(outcome: dict[str, Any]) -> str | None:
+    """Why a probe missed (None for a hit or a control): its fact's T1 message was not among the top-k
+    candidates; or it was, with r below the bar a neutral memory faces at the preset's anchor age (T2's: no
+    consolidation or slower decay would have brought it back at T2 either), "r too low"; or r reached that
+    bar and the memory's own age and g still kept it out, "decay bar"."""
+    if outcome["kind"] not in ("explicit", "implicit") or outcome["hit"]:
+        return None
+    candidate = outcome.get("fact_candidate")
+    if candidate is None:
+        return MISS_REASONS[0]
+    bar = outcome.get("anchor_r")
+    return MISS_REASONS[1] if bar is None or candidate["r"] < bar else MISS_REASONS[2]
 
 
 def _referenced_ids(context: dict[str, Any]) -> tuple[set[int], set[int]]:
@@ -135,6 +161,8 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
             recalled, anywhere = _referenced_ids(context)
             wanted = set().union(*(fact_ids[f] for f in turn.facts)) if turn.facts else set()
             rs = [c["r"] for c in context.get("recall_candidates") or [] if c.get("message_id") in wanted]
+            best = max((c for c in context.get("recall_candidates") or [] if c.get("message_id") in wanted),
+                       key=lambda c: c["r"], default=None)
             hit = bool(wanted & recalled)
             outcomes.append(TurnOutcome(
                 persona=persona.id, language=persona.language, split=persona.split, condition=condition, task=task,
@@ -143,7 +171,9 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
                 recalled_before=turn.is_probe and any(f in brought_back for f in turn.facts),
                 hit=hit, verbatim=bool(wanted & anywhere),
                 leaked=tuple(sorted({f for mid in recalled & set(planted) for f in planted[mid]})),
-                fact_r=max(rs) if rs else None))
+                fact_r=max(rs) if rs else None,
+                fact_candidate=None if best is None else {k: best.get(k) for k in CANDIDATE_KEYS},
+                anchor_r=((context.get("recall_params") or {}).get("relevance") or {}).get("anchor_r")))
             if turn.is_probe:
                 asked_here |= set(turn.facts)
                 if hit:
@@ -227,6 +257,21 @@ def _rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def miss_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per language x task, how many probe misses had each ``miss_reason``: all, and the facts recalled before."""
+    counts: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for o in outcomes:
+        reason = miss_reason(o)
+        if reason is None:
+            continue
+        cell = counts.setdefault((o["language"], o["task"]), {"all": dict.fromkeys(MISS_REASONS, 0),
+                                                              "recalled_before": dict.fromkeys(MISS_REASONS, 0)})
+        cell["all"][reason] += 1
+        if o["recalled_before"]:
+            cell["recalled_before"][reason] += 1
+    return [{"language": lang, "task": task, **cell} for (lang, task), cell in sorted(counts.items())]
+
+
 def verdicts(outcomes: Sequence[dict[str, Any]], language: str) -> list[Verdict]:
     """The four targets judged on the pooled outcomes of one language (part 1's rule)."""
     mine = [o for o in outcomes if o["language"] == language]
@@ -249,7 +294,7 @@ def measure(run: dict[str, Any]) -> dict[str, Any]:
     languages = sorted({o["language"] for o in outcomes})
     judged = {lang: verdicts(outcomes, lang) for lang in languages}
     errors = run.get("errors") or []  # a persona that could not walk T1-T4 leaves the figures incomplete
-    return {"condition": run["condition"], "rows": _rows(outcomes),
+    return {"condition": run["condition"], "rows": _rows(outcomes), "misses": miss_rows(outcomes),
             "verdicts": {lang: [v.as_dict() for v in vs] for lang, vs in judged.items()},
             "passed": bool(judged) and not errors and all(passes(vs) for vs in judged.values()),
             "missed": [v.name for vs in judged.values() for v in vs if not v.ok]
@@ -276,6 +321,10 @@ def format_table(result: dict[str, Any], run: dict[str, Any] | None = None) -> s
                                         _fmt(row["asked_before"]), _fmt(row["recalled_before"]),
                                         _fmt(row["explicit"]), _fmt(row["implicit"]),
                                         _fmt(row["verbatim"]), _fmt(row["controls"])]))
+    lines += ["", "Why probes missed (all misses; of them, facts recalled before): " + ", ".join(MISS_REASONS)]
+    for row in result.get("misses") or []:
+        lines.append(f"  {row['language']} {row['task']}: " + ", ".join(
+            f"{row['all'][r]} ({row['recalled_before'][r]})" for r in MISS_REASONS))
     lines += ["", "Targets (pooled per language; met / within error / missed):"]
     for judged in result["verdicts"].values():
         lines += ["  " + describe(Verdict(**v), language="en") for v in judged]

@@ -96,6 +96,36 @@ def test_targets_are_judged_per_language_on_pooled_personas():
     assert nothing["missed"] == ["zh controls pulling in a planted fact (T2-T4)"]
 
 
+def test_a_miss_says_whether_the_fact_was_no_candidate_too_weakly_related_or_past_its_decay_bar():
+    def probe(hit=False, candidate=None, recalled_before=False, kind="implicit", task="T3"):
+        return {"language": "en", "task": task, "kind": kind, "hit": hit, "recalled_before": recalled_before,
+                "fact_candidate": candidate, "anchor_r": 0.82}
+
+    assert pr.miss_reason(probe(hit=True, candidate={"r": 0.95})) is None
+    assert pr.miss_reason(probe(kind="control")) is None
+    assert pr.miss_reason(probe()) == "not a candidate"
+    assert pr.miss_reason(probe(candidate={"r": 0.5})) == "r too low"  # below what a two-day-old memory needs
+    assert pr.miss_reason(probe(candidate={"r": 0.9})) == "decay bar"  # enough at T2's age, not at its own
+    rows = pr.miss_rows([probe(), probe(candidate={"r": 0.9}, recalled_before=True),
+                         probe(candidate={"r": 0.9}, task="T4"), probe(hit=True, candidate={"r": 0.95})])
+    assert rows == [
+        {"language": "en", "task": "T3", "all": {"not a candidate": 1, "r too low": 0, "decay bar": 1},
+         "recalled_before": {"not a candidate": 0, "r too low": 0, "decay bar": 1}},
+        {"language": "en", "task": "T4", "all": {"not a candidate": 0, "r too low": 0, "decay bar": 1},
+         "recalled_before": {"not a candidate": 0, "r too low": 0, "decay bar": 0}}]
+
+
+def test_the_outcome_keeps_the_facts_best_candidate_and_the_anchor_bar():
+    persona = load_probe_file(FIXTURE)[0]
+    bot, record = walked(persona, {("T2", 1): [2]})
+    for message in record["messages"]:
+        if message.get("memory_context"):
+            message["memory_context"]["recall_params"] = {"relevance": {"anchor_r": 0.82}}
+    out = {(o.task, o.index): o for o in pr.outcomes_of(persona, bot, record, "L4")}
+    assert out[("T2", 1)].fact_candidate["r"] == 0.9 and out[("T2", 1)].anchor_r == 0.82
+    assert out[("T2", 3)].fact_candidate is None
+
+
 def _script():
     spec = importlib.util.spec_from_file_location("probe_recall_script", Path("scripts/probe_recall.py"))
     module = importlib.util.module_from_spec(spec)
