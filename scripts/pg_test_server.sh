@@ -11,6 +11,9 @@ BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$BIN" ] || { echo "pg_test_server: PostgreSQL is not installed" >&2; exit 1; }
 # PostgreSQL refuses to run as root: run it as the 'postgres' system user the package creates.
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# A throwaway server: nothing it writes has to survive a crash (no fsync, no full-page images, commits not
+# waiting for the log, the least log a server can write), and no JIT compiling of the tests' small queries.
+SETTINGS="-c fsync=off -c full_page_writes=off -c synchronous_commit=off -c wal_level=minimal -c max_wal_senders=0 -c jit=off"
 case "${1:-start}" in
   start)
     if [ "$(id -u)" -eq 0 ]; then mkdir -p "$DIR"; chown postgres "$DIR"; else mkdir -p "$DIR"; fi
@@ -20,7 +23,7 @@ case "${1:-start}" in
     for try in 0 1 2 3 4; do
       port=$((PORT + try))
       if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-          -o "-h 127.0.0.1 -p $port -k $DIR -c fsync=off -c full_page_writes=off" start >/dev/null; then
+          -o "-h 127.0.0.1 -p $port -k $DIR $SETTINGS" start >/dev/null; then
         as_pg "$BIN/createdb" -h 127.0.0.1 -p "$port" -U memlab memlab_test
         echo "TEST_POSTGRES_URL=postgresql+psycopg://memlab@127.0.0.1:$port/memlab_test"
         exit 0

@@ -44,9 +44,11 @@ docs_and_js() {
 # idle while its tests wait on timers, servers and browsers (~1,250 s of CPU in ~890 s on 2 workers), and the
 # PostgreSQL pass fills that time on a worker of its own (PG_TEST_WORKERS, default 1). Its output comes after the
 # SQLite pass's, and its temporary files are its own (--basetemp), so the two sessions never clean up each other's.
+# One worker is the pytest process itself: under xdist (-n 1) a controller and a worker process both import the
+# app, ~8 s more of CPU for the same tests (docs/benchmarks.md, "Test suite time, session 14").
 PG_WORKERS=${PG_TEST_WORKERS:-1}
 pg_parallel=()
-if [ "$PG_WORKERS" != "0" ]; then pg_parallel=(-n "$PG_WORKERS" --dist loadfile --no-loadscope-reorder); fi
+if [ "$PG_WORKERS" -gt 1 ]; then pg_parallel=(-n "$PG_WORKERS" --dist loadfile --no-loadscope-reorder); fi
 pg_pass() {
   local url
   if ! url=$(bash scripts/pg_test_server.sh start | grep '^TEST_POSTGRES_URL='); then

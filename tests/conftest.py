@@ -7,6 +7,7 @@ Set ``TEST_DATABASE_URL`` to a PostgreSQL URL to run the suite against PostgreSQ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -166,8 +168,7 @@ def migrated_sqlite_template(tmp_path_factory):
 @pytest.fixture(scope="session")
 def migrated_postgres_template():
     """With a PostgreSQL ``TEST_DATABASE_URL``: the database ``<name>_template`` on its server, migrated to head
-    once per test run (per worker); the ``database`` fixture creates each test's database afresh from it:
-    copying it is much faster than running the migrations again."""
+    once per test run (per worker), and what the ``database`` fixture resets each test's database to."""
     url = os.environ.get("TEST_DATABASE_URL", "")
     if not url.startswith("postgresql"):
         return None
@@ -176,7 +177,7 @@ def migrated_postgres_template():
     db = Database(make_url(url).set(database=template).render_as_string(hide_password=False))
     db.upgrade()
     db.dispose()
-    return template
+    return PostgresTemplate.read(url, template)
 
 
 @pytest.fixture
@@ -184,7 +185,7 @@ def database(database_url, migrated_sqlite_template, migrated_postgres_template)
     if database_url.startswith("sqlite:///"):
         shutil.copyfile(migrated_sqlite_template, database_url.removeprefix("sqlite:///"))
     else:
-        _drop_and_create(database_url, make_url(database_url).database, template=migrated_postgres_template)
+        migrated_postgres_template.reset(database_url)
     db = Database(database_url)
     yield db
     db.dispose()
@@ -192,14 +193,131 @@ def database(database_url, migrated_sqlite_template, migrated_postgres_template)
 
 def _drop_and_create(url: str, name: str, template: str | None = None) -> None:
     """Drop the database ``name`` on ``url``'s PostgreSQL server (closing its connections) and create it again,
-    empty or as a copy of ``template``. Run from the server's ``postgres`` database."""
+    empty or as a copy of ``template``. Run from the server's ``postgres`` database. FILE_COPY copies the
+    template's files (PostgreSQL 15's default, WAL_LOG, writes every page of the copy to the write-ahead log)."""
     engine = sa.create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'
+                                 + (f' TEMPLATE "{template}" STRATEGY FILE_COPY' if template else "")))
     finally:
         engine.dispose()
+
+
+# What a database's schema is made of, as one text: the non-system schemas, every relation of them (tables,
+# indexes, sequences, views) by oid with its columns, the constraints, the functions, triggers and types, and
+# the Alembic revision. A copy of the template has the template's oids, and dropping and creating anything
+# again gives it new ones, so a database whose schema a test changed (a migration test, a schema reset, an ALTER)
+# differs from the template's here even when it was put back to the same shape.
+SCHEMA_FINGERPRINT = """
+SELECT md5(string_agg(part, E'\\n' ORDER BY part)) FROM (
+  SELECT format('schema %s %s %s', n.oid, n.nspname, n.nspowner) AS part FROM pg_namespace n
+   WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') AND n.nspname NOT LIKE 'pg_temp%'
+     AND n.nspname NOT LIKE 'pg_toast_temp%'
+  UNION ALL
+  SELECT format('rel %s %s.%s %s %s', c.oid, c.relnamespace, c.relname, c.relkind, string_agg(
+           format('%s:%s:%s:%s:%s', a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                  pg_get_expr(d.adbin, d.adrelid)), ',' ORDER BY a.attnum))
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+   WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') AND n.nspname NOT LIKE 'pg_temp%'
+     AND n.nspname NOT LIKE 'pg_toast_temp%'
+   GROUP BY c.oid, c.relnamespace, c.relname, c.relkind
+  UNION ALL
+  SELECT format('constraint %s %s %s %s', oid, conrelid, conname, pg_get_constraintdef(oid)) FROM pg_constraint
+   WHERE connamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+  UNION ALL
+  SELECT format('function %s %s', p.oid, p.proname) FROM pg_proc p
+   WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+  UNION ALL
+  SELECT format('trigger %s %s', t.oid, t.tgname) FROM pg_trigger t WHERE NOT t.tgisinternal
+  UNION ALL
+  SELECT format('type %s %s', t.oid, t.typname) FROM pg_type t
+   WHERE t.typnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace,
+                                'pg_toast'::regnamespace) AND t.typtype IN ('e', 'd', 'r', 'm')
+  UNION ALL
+  SELECT 'extension ' || extname || ' ' || extversion FROM pg_extension
+  UNION ALL
+  SELECT 'alembic ' || version_num FROM public.alembic_version
+) parts
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class PostgresTemplate:
+    """The migrated template database, read once: its tables, the rows the migrations put in some of them (the
+    slot counter's) as COPY text, its sequences' states and its schema's fingerprint.
+
+    ``reset`` makes a test's database equal to a fresh copy of the template, as far as the app and the tests
+    can see: when its schema is still the template's (SCHEMA_FINGERPRINT), every row is deleted, the template's
+    rows copied in and every sequence set back; otherwise (the first test, or after a test that changed the
+    schema) the database is dropped and copied from the template again. In place it costs the server ~40 ms of
+    CPU (~90 ms wall: connecting, ending the connections left, the fingerprint, the deletes); a drop and copy
+    cost ~350-480 ms of its CPU and ~1 s wall, as much as many of the tests themselves (docs/benchmarks.md,
+    "Test suite time, session 14")."""
+
+    name: str
+    tables: tuple[str, ...]
+    rows: dict[str, bytes]
+    sequences: dict[str, tuple[int, bool]]
+    fingerprint: str
+
+    @classmethod
+    def read(cls, url: str, name: str) -> PostgresTemplate:
+        with psycopg.connect(_libpq(url, name), autocommit=True) as conn:
+            tables = tuple(row[0] for row in conn.execute(
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables"
+                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1"))
+            rows = {}
+            for table in tables:
+                if conn.execute(f"SELECT EXISTS (SELECT FROM {table})").fetchone()[0]:
+                    with conn.cursor().copy(f"COPY {table} TO STDOUT") as copy:
+                        rows[table] = b"".join(bytes(block) for block in copy)
+            sequences = {row[0]: (row[1], row[2]) for row in conn.execute(
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename),"
+                " coalesce(last_value, start_value), last_value IS NOT NULL FROM pg_sequences")}
+            fingerprint = conn.execute(SCHEMA_FINGERPRINT).fetchone()[0]
+        return cls(name, tables, rows, sequences, fingerprint)
+
+    def reset(self, url: str) -> None:
+        if not self._empty_in_place(url):
+            _drop_and_create(url, make_url(url).database, template=self.name)
+
+    def _empty_in_place(self, url: str) -> bool:
+        """Bring ``url``'s database back to the template's rows and sequences if its schema is the template's;
+        False when it is not (or the database cannot be reached or locked), for the caller to copy it afresh."""
+        try:
+            with psycopg.connect(_libpq(url), autocommit=True) as conn:
+                # what DROP DATABASE ... WITH (FORCE) did: no connection left from an earlier test
+                conn.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+                             " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                if conn.execute(SCHEMA_FINGERPRINT).fetchone()[0] != self.fingerprint:
+                    return False
+                with conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '10s'")
+                    # replica: no foreign-key triggers, so the tables can be emptied in any order
+                    conn.execute("SET LOCAL session_replication_role = replica")
+                    conn.execute("; ".join(f"DELETE FROM {table}" for table in self.tables))
+                    for table, text in self.rows.items():
+                        with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+                            copy.write(text)
+                    if self.sequences:
+                        conn.execute("SELECT " + ", ".join(
+                            f"setval('{name}', {value}, {called})"
+                            for name, (value, called) in self.sequences.items()))
+            return True
+        except (psycopg.OperationalError, psycopg.errors.UndefinedTable, psycopg.errors.LockNotAvailable):
+            return False
+
+
+def _libpq(url: str, database: str | None = None) -> str:
+    """``url`` (SQLAlchemy's form) as a libpq connection string, for psycopg itself."""
+    parsed = make_url(url)
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from sqlalchemy import func, select
 from database.models import ReturnLink
 from tests.conftest import ApiClient, walk_task
 
-pytestmark = pytest.mark.postgres
-
 THREE = ["你好，我叫小林。", "我喜欢在周末爬山。", "下次再聊吧。"]
 
 
@@ -33,6 +31,7 @@ def _links(app) -> int:
         return session.scalar(select(func.count(ReturnLink.id)))
 
 
+@pytest.mark.postgres
 def test_a_foreign_host_header_gets_no_link(app, admin_client, clock):
     api, user_id = _ready(app, clock)
     before = _links(app)
@@ -48,6 +47,7 @@ def test_a_foreign_host_header_gets_no_link(app, admin_client, clock):
     assert api.get("/api/me/return-link").get_json()["url"].startswith("http://localhost/r/")  # a local run
 
 
+@pytest.mark.postgres
 def test_public_base_url_wins_over_the_host_header(app, clock):
     app.extensions["memory_lab"].settings.public_base_url = "https://study.example.org"
     api, _ = _ready(app, clock)
@@ -55,6 +55,7 @@ def test_public_base_url_wins_over_the_host_header(app, clock):
     assert link.startswith("https://study.example.org/r/")
 
 
+@pytest.mark.postgres
 def test_a_host_on_public_hosts_is_used(app, clock):
     app.extensions["memory_lab"].settings.public_hosts = ("study.example.org",)
     api, _ = _ready(app, clock)

@@ -9,8 +9,6 @@ from config import serving_from_env
 from database.db_manager import Database
 from services.hosting.drain import DRAIN, DrainFlag
 
-pytestmark = pytest.mark.postgres
-
 
 @pytest.fixture
 def flag():
@@ -18,6 +16,7 @@ def flag():
     DRAIN.reset()
 
 
+@pytest.mark.postgres
 def test_ready_when_the_database_answers(client):
     response = client.raw.get("/readyz")
     assert response.status_code == 200
@@ -25,6 +24,7 @@ def test_ready_when_the_database_answers(client):
     assert response.headers["Cache-Control"] == "no-store"
 
 
+@pytest.mark.postgres
 def test_not_ready_while_draining_but_still_alive(client, flag):
     flag.start()
     response = client.raw.get("/readyz")
@@ -36,6 +36,7 @@ def test_not_ready_while_draining_but_still_alive(client, flag):
     assert client.raw.get("/readyz").status_code == 200
 
 
+@pytest.mark.postgres
 def test_not_ready_when_the_database_is_unreachable(app, client):
     runtime = app.extensions["memory_lab"]
     # nothing listens on port 9 (discard) of 127.0.0.1: the connection is refused at once

@@ -12,8 +12,6 @@ from services.reporting import codebook
 from services.study.definition import StudyDefinitionError, find_problems, load_study, shown
 from services.study.questionnaire_service import draw_order, items_for_task, validate_answers
 
-pytestmark = pytest.mark.postgres
-
 FOLLOW_UP = {"id": "pu_why", "type": "text", "text": {"zh": "为什么？", "en": "Why?"}, "required": True,
              "show_if": {"item": "pu_1", "op": ">=", "value": 5}}
 
@@ -83,6 +81,7 @@ def test_orders_are_drawn_where_asked_and_kept(study):
         i["id"] for i in items_for_task(shuffled, task, "en")]
 
 
+@pytest.mark.postgres  # the drawn order is stored with the task session (JSON) and exported
 def test_the_order_is_recorded_per_participant_and_exported(app, settings, make_participant, admin_client, clock):
     from tests.conftest import answer_for
 
