@@ -36,6 +36,17 @@ def pytest_configure(config):
     if worker and url.startswith("postgresql"):
         os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
     _cheap_password_hashes()
+    _hypothesis_without_timing()
+
+
+def _hypothesis_without_timing() -> None:
+    """Property tests judge what a function returns, not how fast: no per-example deadline and no "too slow"
+    health check, which a loaded machine (two passes on two cores) trips for code that is correct. Tests that set
+    their own ``@settings`` keep them."""
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("memory-lab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("memory-lab")
 
 
 # scrypt with N = 128 instead of 2^15: the same algorithm through the same code, 1/256 of the work (werkzeug's
