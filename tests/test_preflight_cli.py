@@ -41,7 +41,10 @@ def test_preflight_runs_offline_on_a_fresh_database_and_stores_its_verdict(setti
     settings = replace(settings, study=settings.study.with_overrides(L3_AND_L4))
     app = create_app(settings, clock=clock, embedder=calibration_embedder)
     try:
-        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "1"])
+        # half-second pilot days: T4 opens 8 s after T1 rather than 16 s; (a) and (b) gave the same verdicts and
+        # figures as at 1-second days (docs/benchmarks.md, "Test suite time, session 14"), and a check's verdict is
+        # not what this test pins
+        result = app.test_cli_runner().invoke(args=["preflight", "--day-seconds", "0.5"])
         [report] = _reports(app)
         # exit 0 exactly when both checks passed; a failed check exits 1 and says which
         assert result.exit_code == (0 if report.passed else 1), result.output

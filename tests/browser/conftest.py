@@ -20,14 +20,17 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+from sqlalchemy import select
 from werkzeug.serving import make_server
 
 from config import Settings
+from database.models import TaskSession
 from services.llm.types import ChatRequest, ChatResult, ProviderError
 
 CHROMIUM = "/usr/bin/chromium"
@@ -288,6 +291,27 @@ def bot(live_server):
     """bot() -> a new HttpParticipant on the live server."""
     minimum = live_server.runtime.study.timing.min_active_seconds * TIME_SCALE
     return lambda: HttpParticipant(live_server.base_url, minimum)
+
+
+# beyond the minimum, so the finish that follows is not refused by a rounding of the credited time
+MINIMUM_MARGIN_SECONDS = 0.25
+
+
+def minimum_time_behind(runtime, user_id: int, task_id: str) -> float:
+    """Move the start and the last action of the participant's running ``task_id`` back by the study's minimum
+    task time in real seconds (on ``runtime``'s timer scale) and a margin, as if they had been chatting that long:
+    their next action is credited the minimum, the gap being under the idle-gap threshold. For a test that needs
+    the minimum behind a participant and does not test it, instead of waiting it out (3 real seconds on the shared
+    live server); the finish is still checked by the server's own timer. Returns the ``started`` from which
+    HttpParticipant.finish_chat counts the minimum, so that it does not wait either."""
+    seconds = runtime.study.timing.min_active_seconds * runtime.settings.timer_scale + MINIMUM_MARGIN_SECONDS
+    with runtime.db.Session() as session:
+        attempt = session.scalar(select(TaskSession).where(
+            TaskSession.user_id == user_id, TaskSession.task_id == task_id, TaskSession.status == "in_progress"))
+        attempt.started_at -= timedelta(seconds=seconds)
+        attempt.last_activity_at -= timedelta(seconds=seconds)
+        session.commit()
+    return time.monotonic() - seconds
 
 
 def sign_in(page, username: str, password: str = "bot-password-1") -> None:

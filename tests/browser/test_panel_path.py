@@ -4,14 +4,15 @@ link; open the return link (in a fresh browser, no password) once T2 has unlocke
 through the panel link in a browser that entered as them before and land in the same account, without the
 consent page; another browser with the same id gets the refusal page in its own language.
 
-Its own live server: one study day lasts DAY_SECONDS real seconds, so T2 unlocks a few seconds after T1,
-and PILOT_TIMER_SCALE with a 100 s minimum keeps each task's minimum chat time at one second.
+Its own live server: one study day lasts DAY_SECONDS real seconds, and PILOT_TIMER_SCALE with a 100 s minimum
+keeps each task's minimum chat time at one second. T2 unlocks two study days after T1: the test moves T1's
+completion back by those two days rather than waiting them out, so T2 has unlocked by the server's own rule
+when the return link is opened.
 """
 from __future__ import annotations
 
 import re
-import time
-from datetime import UTC
+from datetime import timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -23,7 +24,7 @@ from tests.browser.test_participant_page import answer_questionnaire, assert_con
 
 pytestmark = pytest.mark.browser
 
-DAY_SECONDS = 3.0  # T2 unlocks 2 study days = 6 real seconds after T1
+DAY_SECONDS = 3.0  # T2 would unlock 2 study days = 6 real seconds after T1
 TIMER_SCALE = 0.01  # a 900 s task lasts 9 real seconds, its 100 s minimum (set below) 1
 PANEL_ID = "PANEL5f1a2b3c"
 T1_CODE = "C1-WAVE-ONE"
@@ -112,17 +113,15 @@ def test_panel_participant_enters_returns_by_link_and_comes_back_by_the_panel_li
         user = session.scalar(select(User).where(User.external_id == PANEL_ID))
         code = user.participant_code
         t1 = session.scalar(select(TaskSession).where(TaskSession.user_id == user.id, TaskSession.task_id == "T1"))
-        unlock_at = t1.completed_at.timestamp() + 2 * DAY_SECONDS
+        # as if T1 was done T2's unlock offset (two study days) ago
+        t1.completed_at -= timedelta(days=runtime.study.task("T2").unlock_offset_days * runtime.settings.time_scale)
+        session.commit()
         typed = session.scalar(select(Message).where(Message.user_id == user.id, Message.role == "user"))
         # the page measured the typing: keys pressed, time from the first key to sending, nothing pasted
         assert typed.keystrokes >= len("Hello, I came from the panel and I like cycling.") and typed.typing_ms > 0
         assert typed.pasted_chars == 0 and typed.focus_losses is not None
 
     # 3. after T2 unlocks: the return link in a fresh browser (no cookies, no password) opens T2
-    from datetime import datetime
-
-    naive_now = datetime.now(UTC).replace(tzinfo=None).timestamp()
-    time.sleep(max(0.0, unlock_at - naive_now + 0.5))
     returning = open_page()
     returning.goto(return_url)
     expect(returning).to_have_url(re.compile(r"/#/task/T2$"))

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from database.models import Message, TaskSession, User
+from tests.browser.conftest import minimum_time_behind
 
 pytestmark = pytest.mark.browser
 
@@ -122,11 +123,10 @@ def test_reading_back_nothing_moves_and_a_second_tab_is_synced_with_a_button_to_
 def test_a_task_opening_within_the_second_is_shown_opening_and_opens_without_a_false_reason(new_page, bot,
                                                                                           live_server):
     participant = bot()
-    participant.register("unlock_watcher")
+    user_id = participant.register("unlock_watcher")["user"]["id"]
     participant.start("T1")
-    started = time.monotonic()
     participant.say("T1", "你好")
-    participant.finish_task("T1", started)
+    participant.finish_task("T1", minimum_time_behind(live_server.runtime, user_id, "T1"))
     page = new_page(*SIZES["phone"])
     log_in(page, "unlock_watcher")
 
@@ -136,7 +136,6 @@ def test_a_task_opening_within_the_second_is_shown_opening_and_opens_without_a_f
     now = runtime.clock.now()
     opens = now.replace(microsecond=900_000) + timedelta(seconds=4 if now.microsecond < 900_000 else 5)
     with runtime.db.Session() as session:
-        user_id = session.scalar(select(User.id).where(User.username == "unlock_watcher"))
         t1 = session.scalar(select(TaskSession).where(TaskSession.user_id == user_id, TaskSession.task_id == "T1"))
         t1.completed_at = opens - offset
         session.commit()
@@ -160,13 +159,12 @@ def test_a_task_opening_within_the_second_is_shown_opening_and_opens_without_a_f
     assert all("解锁时间" in text for text in seen if text.startswith("locked")), seen
 
 
-def test_an_empty_questionnaire_submit_focuses_the_first_item_on_the_page(new_page, bot):
+def test_an_empty_questionnaire_submit_focuses_the_first_item_on_the_page(new_page, bot, live_server):
     participant = bot()
-    participant.register("empty_submitter")
+    user_id = participant.register("empty_submitter")["user"]["id"]
     participant.start("T1")
-    started = time.monotonic()
     participant.say("T1", "你好")
-    participant.finish_chat("T1", started)
+    participant.finish_chat("T1", minimum_time_behind(live_server.runtime, user_id, "T1"))
 
     page = new_page(*SIZES["phone"])
     log_in(page, "empty_submitter")

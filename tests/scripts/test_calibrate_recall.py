@@ -53,6 +53,33 @@ def script():
     sys.modules.pop("calibrate_recall", None)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def traces_built_once():
+    """Within this module each distinct ``traces_for`` call is computed once: the traces are a pure function of
+    the study, the embedder (by identity, so another embedder, such as the DashScope one over the wire, builds its
+    own), the recall parameters, the retrieval settings, the day length and the participants, and nothing
+    changes them once built (the ``traces`` fixture already serves one list to many tests). The script's
+    ``main`` builds them again on every call (~10 s each: BM25 indexes and jieba); through this, the second
+    ``main`` of the default preset and the refit reuse the first's."""
+    real = rp.traces_for
+    built: dict[tuple, tuple[object, list]] = {}
+
+    def once(study, embedder, params, retrieval, *, day_seconds=rp.SECONDS_PER_DAY, participants=None):
+        key = (id(embedder), json.dumps(study.definition, sort_keys=True, default=str),
+               json.dumps(params.to_dict(), sort_keys=True, default=str),
+               json.dumps(retrieval.to_dict(), sort_keys=True, default=str), day_seconds,
+               None if participants is None else tuple(participants))
+        if key not in built:  # the embedder is kept with its traces, so its id cannot be reused meanwhile
+            built[key] = (embedder, real(study, embedder, params, retrieval, day_seconds=day_seconds,
+                                         participants=participants))
+        return built[key][1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rp, "traces_for", once)
+        patch.setattr(cal, "traces_for", once)
+        yield
+
+
 @pytest.fixture(scope="module")
 def embedder(calibration_embedder):
     # One embedder for the session (tests/conftest.py) so each sample sentence is embedded once.

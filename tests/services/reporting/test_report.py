@@ -66,6 +66,23 @@ def simulated(tmp_path_factory, migrated_sqlite_template):
     db.dispose()
 
 
+class _UndrawnCharts:
+    """Stands in for services.reporting.report_charts in report_html: every chart is the PNG signature alone."""
+
+    def __getattr__(self, name):
+        return lambda report, language: b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def charts_undrawn(monkeypatch):
+    """For a test that reads the report's words and figures, not its charts: a report's six charts cost ~2 s of
+    CPU to draw (most of writing report.html). test_report_html_and_json_in_each_language draws them in both
+    languages."""
+    from services.reporting import report_html
+
+    monkeypatch.setattr(report_html, "report_charts", _UndrawnCharts())
+
+
 def _row(report, scale, contrast):
     return next(r for r in report["outcomes"] if r["scale"] == scale and r["contrast"] == contrast)
 
@@ -254,7 +271,7 @@ def test_report_html_and_json_in_each_language(simulated, tmp_path, language):
 
 
 @pytest.mark.slow
-def test_the_cli_builds_the_report_from_the_study_database(simulated, tmp_path):
+def test_the_cli_builds_the_report_from_the_study_database(simulated, tmp_path, charts_undrawn):
     from app import create_app
 
     settings = Settings.from_env(database_url=simulated["url"], secret_key="report-test", testing=True,
@@ -364,7 +381,7 @@ def test_an_unreadable_export_is_refused_with_what_is_missing(tmp_path):
         load_export(tmp_path / "nothing.zip")
 
 
-def test_the_latest_preflight_report_and_its_judged_targets_are_shown(recorded, tmp_path):
+def test_the_latest_preflight_report_and_its_judged_targets_are_shown(recorded, tmp_path, charts_undrawn):
     """The manifest's pre-flight entry: its state, each check's verdict and failures, and every judged target
     (evidence.Verdict) wherever the check keeps it, described in the report's language."""
     from services.study.evidence import describe
