@@ -12,9 +12,11 @@ export PORT
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# The installer: uv (PyPI, pinned), which fetches and installs the locked packages in parallel and leaves the
-# bytecode to the first import: in a fresh venv with no cache, 23-39 s where pip took 112-252 s (docs/benchmarks.md),
-# one and a half to three and a half minutes off every fresh `make run` and CI run. pip stays in the venv (make lock uses pip-tools).
+# The installer: uv (PyPI, pinned), which fetches, installs and compiles the locked packages in parallel: in a
+# fresh venv with no cache, 41 s where pip took 112-252 s (docs/benchmarks.md). The bytecode is compiled at
+# install (--compile-bytecode), as pip does: where PYTHONDONTWRITEBYTECODE is set (as on the machines here) nothing is
+# compiled later, and every process would compile every package it imports again. pip stays in the venv (make
+# lock uses pip-tools).
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
 $(UV): $(VENV)/bin/python
@@ -25,12 +27,12 @@ $(UV): $(VENV)/bin/python
 # import app/config/database/services/routes from any directory. No build isolation: setuptools comes pinned from
 # the lock, nothing is downloaded.
 $(VENV)/.installed: requirements.lock pyproject.toml $(UV)
-	$(UV) pip install -q --python $(PY) -r requirements.lock
+	$(UV) pip install -q --compile-bytecode --python $(PY) -r requirements.lock
 	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV)/.dev-installed: requirements-dev.lock $(VENV)/.installed
-	$(UV) pip install -q --python $(PY) -r requirements-dev.lock
+	$(UV) pip install -q --compile-bytecode --python $(PY) -r requirements-dev.lock
 	touch $@
 
 venv: $(VENV)/.installed
