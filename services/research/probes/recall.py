@@ -160,7 +160,6 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
             context = messages[message.reply_id].get("memory_context") or {}
             recalled, anywhere = _referenced_ids(context)
             wanted = set().union(*(fact_ids[f] for f in turn.facts)) if turn.facts else set()
-            rs = [c["r"] for c in context.get("recall_candidates") or [] if c.get("message_id") in wanted]
             best = max((c for c in context.get("recall_candidates") or [] if c.get("message_id") in wanted),
                        key=lambda c: c["r"], default=None)
             hit = bool(wanted & recalled)
@@ -171,7 +170,7 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
                 recalled_before=turn.is_probe and any(f in brought_back for f in turn.facts),
                 hit=hit, verbatim=bool(wanted & anywhere),
                 leaked=tuple(sorted({f for mid in recalled & set(planted) for f in planted[mid]})),
-                fact_r=max(rs) if rs else None,
+                fact_r=None if best is None else best["r"],
                 fact_candidate=None if best is None else {k: best.get(k) for k in CANDIDATE_KEYS},
                 anchor_r=((context.get("recall_params") or {}).get("relevance") or {}).get("anchor_r")))
             if turn.is_probe:
