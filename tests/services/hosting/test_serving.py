@@ -104,3 +104,17 @@ def test_warm_up_loads_the_embedder_and_jieba_then_freezes_the_start_up_heap(set
     finally:
         gc.unfreeze()  # the rest of the test session collects as usual
         runtime.db.dispose()
+
+
+@pytest.mark.parametrize("argv", [["--platform-cpus", "x"], ["--platform-cpus", ""],
+                                  ["--platform-cpus", str(os.cpu_count() or 1)],
+                                  ["--platform-cpus", "0", "--base-url", "http://127.0.0.1:8000"]],
+                         ids=["not-a-number", "empty", "beyond-the-machine", "with-base-url"])
+def test_load_test_refuses_cpus_it_cannot_pin(argv, capsys):
+    """--platform-cpus takes this machine's CPU numbers, for a platform the script itself starts."""
+    from scripts import load_test
+
+    with pytest.raises(SystemExit) as refused:
+        load_test.parse_args(argv)
+    assert refused.value.code == 2 and "--platform-cpus" in capsys.readouterr().err
+    assert load_test.parse_args(["--platform-cpus", "0,0"]).platform_cpus == [0]
