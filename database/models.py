@@ -351,6 +351,10 @@ class RecallEvent(Base):
     p_final: Mapped[float] = mapped_column(Float)  # with salience bonus
     salience: Mapped[float] = mapped_column(Float)
     recalled: Mapped[bool] = mapped_column(Boolean)
+    # what recalled it: "curve", "directed" or "rehearsal" (services.recall); None when not recalled
+    recalled_by: Mapped[str | None] = mapped_column(String(16))
+    # the rehearsal route: the candidate message (of the same participant) the memory was reached through
+    via_message_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy import Row, and_, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from database.models import ConsolidationRun, Message, RecallEvent
@@ -95,13 +95,22 @@ class VectorStore:
         return RecallRows(runs_state=tuple(str(v) for v in first[:3]), newer=first[3] is not None,
                           rows={row.id: row for row in result if row.id is not None})
 
-    def consolidated_vectors(self, user_id: int) -> Sequence[Row]:
-        """Every consolidated user message of the participant with its embedding, oldest first."""
-        return self.session.execute(
-            select(Message.id, Message.task_session_id, Message.task_id, Message.embedding_model, Message.embedding,
+    def consolidated_vectors(self, user_id: int, *, with_links: bool = False) -> Sequence[Row]:
+        """Every consolidated user message of the participant with its embedding, oldest first.
+
+        ``with_links``: in the same statement, each row also names (``recalled_memory``) a memory that message
+        recalled (RecallEvent.recalled), one row per such memory and one with ``recalled_memory`` None for a
+        message that recalled nothing: L4's rehearsal route (services.recall.rehearsal) comes with the index load."""
+        columns = (Message.id, Message.task_session_id, Message.task_id, Message.embedding_model, Message.embedding,
                    Message.content, Message.emotional_salience, Message.emotional_intensity, Message.self_disclosure,
                    Message.value_relevance)
-            .where(*_consolidated(user_id)).order_by(Message.id)
+        if not with_links:
+            return self.session.execute(select(*columns).where(*_consolidated(user_id)).order_by(Message.id)).all()
+        recalled = and_(RecallEvent.query_message_id == Message.id, RecallEvent.recalled.is_(True))
+        return self.session.execute(
+            select(*columns, RecallEvent.memory_message_id.label("recalled_memory"))
+            .outerjoin(RecallEvent, recalled).where(*_consolidated(user_id))
+            .order_by(Message.id, RecallEvent.id)
         ).all()
 
     def replies(self, user_id: int) -> dict[int, str]:

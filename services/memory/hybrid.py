@@ -19,6 +19,14 @@ transaction, so no write lock is held while the model answers and a failed reply
 leaves no recall behind; the candidates travel as ``RecallCandidate`` objects from
 the search to the write.
 
+Two decisions follow the curve on the scored candidates, both pure: the rehearsal route
+(``services.recall.rehearsal``, ``memory.recall.rehearsal_route``): a memory among the candidates that another
+candidate had recalled may come back with that rehearsal's relevance on its own curve; the links (which
+consolidated message recalled which memory) are loaded with the index, in the same statement
+(``VectorStore.consolidated_vectors(with_links=True)``); then directed retrieval (``services.recall.directed``).
+Each recalled candidate says what recalled it (``recalled_by``), and the reply's ``recall_params`` both rules and
+their decisions.
+
 Only memories that carry content are candidates (``RecallParams.candidates``,
 docs/recall_calibration.md): a message without content words and with low
 salience ("好的，谢谢", "OK thanks") is skipped, and a new message without
@@ -68,6 +76,7 @@ from services.platform.clock import Clock
 from services.recall.candidates import forget_texts, recall_cue
 from services.recall.exchange_index import Exchange, ExchangeIndex
 from services.recall.parameters import RecallParams, RetrievalSettings
+from services.recall.rehearsal import recall_through_rehearsals
 from services.recall.retrieval import ScoredMemory
 from services.recall.scoring import (
     CandidateMemory,
@@ -102,6 +111,8 @@ class _ParticipantMatrix:
     salience: np.ndarray  # float64, emotional salience of each memory (missing -> 0)
     index: ExchangeIndex  # the hybrid retriever over the admitted exchanges
     replies: list[str | None]  # the reply of each memory
+    # message id -> the ids of the memories it recalled, both consolidated (loaded only with the rehearsal route on)
+    links: dict[int, frozenset[int]]
 
 
 class ForgettingCurveSearch:
@@ -138,6 +149,8 @@ class ForgettingCurveSearch:
         self.last_excluded = 0  # memories of earlier tasks the candidate rule left out of the latest recall
         self.last_query_content_free = False  # the latest query had no content words, so recalled nothing
         self.last_directed: dict[str, Any] | None = None  # the latest directed-retrieval decision (None: rule off)
+        self.last_rehearsal: list[dict[str, Any]] | None = None  # the latest rehearsal-route decisions (None: off)
+        self._links: dict[int, frozenset[int]] = {}  # of the participant whose candidates were loaded last
         mismatch = (self.params.preset, self.params.relevance.embedder_model, embedder.model)
         if not self.params.relevance.measured_for(embedder.model) and mismatch not in _warned_mismatches:
             _warned_mismatches.add(mismatch)
@@ -159,6 +172,7 @@ class ForgettingCurveSearch:
             self.session.flush()
         self.last_excluded = 0
         self.last_directed = None
+        self.last_rehearsal = None
         self.last_query_content_free = not self.params.candidates.admits_query(query_message.content)
         if self.last_query_content_free:
             return []
@@ -167,6 +181,9 @@ class ForgettingCurveSearch:
         language = detect(query_message.content)
         candidates = score_recall(state, self.params, now=now, day_seconds=self.day_seconds,
                                   language=language, salience_weights=self.salience_weights)
+        candidates, self.last_rehearsal = recall_through_rehearsals(
+            candidates, self._links, self.params.rehearsal_route, threshold=self.params.threshold,
+            salience_bonus=self.params.salience_bonus, g_update_salience=self.params.g_update_salience)
         candidates, self.last_directed = direct_recall(
             candidates, self.params.directed_retrieval, text=query_message.content, language=language,
             g_update_salience=self.params.g_update_salience)
@@ -235,6 +252,7 @@ class ForgettingCurveSearch:
         consolidation run, or a newer memory, since it was loaded) or a candidate row no longer matches
         it (deleted, re-embedded, or the database was rebuilt under the same URL): the caller reloads."""
         store, cached = self._participant_matrix(user_id, reload=reload)
+        self._links = store.links
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
             # the cue: the message without the words framing it as a question asking to remember
@@ -278,8 +296,9 @@ class ForgettingCurveSearch:
         """The participant's matrix and index, and whether it came from the cache (then the caller checks
         it against the state it reads with the candidate rows)."""
         model = self.embedder.model
-        # the index bakes in the candidate rule and the retrieval settings, so they are part of the key
-        key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval)
+        # the index bakes in the candidate rule, the retrieval settings and whether the recall links were loaded
+        key = (self.store.database_key(), user_id, model, self.params.candidates, self.retrieval,
+               self.params.rehearsal_route.enabled)
         if self.use_cache:
             self.drop_idle()
         if self.use_cache and not reload:
@@ -315,7 +334,8 @@ class ForgettingCurveSearch:
         logger.warning("%s: they are left out of recall until re-embedded", message)
 
     def _load_matrix(self, user_id: int, model: str, runs: tuple[Any, ...]) -> _ParticipantMatrix:
-        rows = self.store.consolidated_vectors(user_id)
+        joined = self.store.consolidated_vectors(user_id, with_links=self.params.rehearsal_route.enabled)
+        rows = list({r.id: r for r in joined}.values())  # with links, a message comes once per memory it recalled
         own = [r for r in rows if r.embedding_model == model]
         foreign: dict[str, int] = {}
         for r in rows:
@@ -334,6 +354,12 @@ class ForgettingCurveSearch:
         exchanges = [Exchange(r.task_session_id, r.task_id, self.task_days.get(r.task_id), r.content, replies.get(r.id))
                      for r in own]
         admitted = np.asarray(self.params.candidates.admits(content_words, salience), dtype=bool).reshape(-1)
+        kept = {r.id for r in own}
+        links: dict[int, set[int]] = {}
+        for r in joined:  # a consolidated message that recalled a consolidated memory, both embedded by this model
+            memory = getattr(r, "recalled_memory", None)
+            if memory in kept and r.id in kept and memory != r.id:
+                links.setdefault(r.id, set()).add(memory)
         return _ParticipantMatrix(
             runs_state=runs,
             max_id=max((r.id for r in rows), default=0),
@@ -343,6 +369,7 @@ class ForgettingCurveSearch:
             content_words=content_words, salience=salience,
             index=ExchangeIndex(exchanges, matrix, admitted, self.retrieval),
             replies=[e.reply for e in exchanges],
+            links={message: frozenset(memories) for message, memories in links.items()},
         )
 
 
@@ -365,7 +392,7 @@ def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id
         [{"user_id": user_id, "query_message_id": query_message_id, "memory_message_id": c.message_id,
           "task_id": task_id, "rank": c.rank, "cosine": c.cosine, "r": c.r, "t": c.t, "g_before": c.g_before,
           "g_after": c.g_after, "p": c.p, "p_final": c.p_final, "salience": c.salience, "recalled": c.recalled,
-          "created_at": c.at} for c in candidates])
+          "recalled_by": c.recalled_by, "via_message_id": c.via_message_id, "created_at": c.at} for c in candidates])
 
 
 @dataclass(frozen=True)
@@ -382,10 +409,12 @@ class RecallWrite:
                      task_id=self.task_id)
 
 
-def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings,
-                        directed: dict[str, Any] | None) -> dict[str, Any]:
-    """What decided this reply's recall; ``directed_retrieval``: the rule and, when on, this message's decision."""
+def _recall_params_audit(params: RecallParams, retrieval: RetrievalSettings, directed: dict[str, Any] | None,
+                        rehearsal: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """What decided this reply's recall; ``directed_retrieval``: the rule and, when on, this message's decision;
+    ``rehearsal_route``: the rule and, when on, a decision per candidate another candidate had recalled."""
     return {"directed_retrieval": {**params.directed_retrieval.to_dict(), "decision": directed},
+            "rehearsal_route": {**params.rehearsal_route.to_dict(), "decisions": rehearsal},
             "preset": params.preset, "top_k": params.top_k, "threshold": params.threshold,
             "time_unit": params.time_unit, "time_scale": params.time_scale, "spacing_unit": params.spacing_unit,
             "relevance": params.relevance.to_dict(), "candidates": params.candidates.to_dict(),
@@ -435,7 +464,8 @@ class HybridCondition(MemoryCondition):
         recalled = [c.to_dict() for c in candidates if c.recalled]
         context.add_section("recalled", recalled, render_exchanges(recalled, context.language))
         context.add_section("recall_candidates", [c.to_dict() for c in candidates])
-        context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval, search.last_directed))
+        context.add_section("recall_params", _recall_params_audit(params, study.memory.retrieval, search.last_directed,
+                                                                   search.last_rehearsal))
         if search.last_query_content_free:
             context.notes.append(note("no_content_words"))
         elif search.last_excluded:

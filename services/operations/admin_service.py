@@ -322,7 +322,8 @@ def participant_record(session: Session, tasks: TaskService, user_id: int) -> di
             "id": e.id, "query_message_id": e.query_message_id, "memory_message_id": e.memory_message_id,
             "task_id": e.task_id, "rank": e.rank, "cosine": e.cosine, "r": e.r, "t": e.t,
             "g_before": e.g_before, "g_after": e.g_after, "p": e.p, "p_final": e.p_final,
-            "salience": e.salience, "recalled": e.recalled, "created_at": utc_iso(e.created_at),
+            "salience": e.salience, "recalled": e.recalled, "recalled_by": e.recalled_by,
+            "via_message_id": e.via_message_id, "created_at": utc_iso(e.created_at),
         } for e in recalls],
         "questionnaires": [{
             "task_id": a.task_id, "instrument": a.instrument, "item_id": a.item_id, "value": a.value,

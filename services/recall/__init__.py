@@ -9,6 +9,7 @@ Public names:
 - ``formulas``: the forgetting curve, its consolidation update, salience, ``RelevanceMapping`` and ``elapsed_time``;
 - ``candidates``: ``CandidateRule`` (which memories may be recalled) and ``recall_cue``;
 - ``directed``: ``DirectedRetrieval`` (an explicit request to remember brings back its clear best match);
+- ``rehearsal``: ``RehearsalRoute`` (a memory reached directly and through an exchange that recalled it);
 - ``parameters``: ``RecallParams``, ``RetrievalSettings``, ``resolve_recall_params``;
 - ``scoring``: the curve applied to a set of candidates (``score_candidates``, ``top_k_indices``), then
   directed retrieval (``direct_recall``);

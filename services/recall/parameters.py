@@ -13,6 +13,7 @@ from typing import Any
 from services.platform.mappings import deep_merge
 from services.recall.candidates import CandidateRule, candidate_rule_from_config
 from services.recall.directed import DirectedRetrieval
+from services.recall.rehearsal import RehearsalRoute
 from services.recall.formulas import SPACING_UNIT, TIME_UNITS, RelevanceMapping, elapsed_time, required_relevance
 from services.recall.relevance import LogisticRelevance, UnrelatedTail
 from services.recall.retrieval import BM25_B, BM25_K1, FusionWeights
@@ -39,18 +40,22 @@ class RecallParams:
     spacing_unit: str = SPACING_UNIT  # the spacing gain's t: study days since the last recall, never scaled
     # an explicit request to remember may bring back its clear best match below the decay bar (services.recall.directed)
     directed_retrieval: DirectedRetrieval = field(default_factory=DirectedRetrieval)
+    # a memory reached directly and through an exchange that recalled it may come back (services.recall.rehearsal)
+    rehearsal_route: RehearsalRoute = field(default_factory=RehearsalRoute)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["relevance"] = self.relevance.to_dict()
         data["candidates"] = self.candidates.to_dict()
         data["directed_retrieval"] = self.directed_retrieval.to_dict()
+        data["rehearsal_route"] = self.rehearsal_route.to_dict()
         return data
 
 
 _PARAM_KEYS = ("top_k", "threshold", "salience_bonus", "g0_base", "g0_salience", "g_update_salience",
                "time_unit", "time_scale", "relevance")
-_OPTIONAL_KEYS = ("candidates", "directed_retrieval")  # absent: the default CandidateRule; directed retrieval off
+# absent: the default CandidateRule; directed retrieval and the rehearsal route off
+_OPTIONAL_KEYS = ("candidates", "directed_retrieval", "rehearsal_route")
 
 
 def _relevance_from_config(raw: Mapping[str, Any]) -> RelevanceMapping:
@@ -94,6 +99,21 @@ def directed_retrieval_from_config(raw: Mapping[str, Any] | None) -> DirectedRet
     if not 0.0 <= rule.min_margin <= 1.0:
         raise ValueError(f"recall directed_retrieval.min_margin must lie in [0, 1], got {rule.min_margin}")
     return rule
+
+
+def rehearsal_route_from_config(raw: Mapping[str, Any] | None) -> RehearsalRoute:
+    """The rule from ``memory.recall.rehearsal_route`` (None: off), refusing bad values by name."""
+    if raw is None:
+        return RehearsalRoute()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"recall rehearsal_route must be an object like {{\"enabled\": true}}, got {raw!r}")
+    unknown = sorted(set(raw) - {"enabled"})
+    if unknown:
+        raise ValueError(f"recall rehearsal_route: unknown keys {', '.join(unknown)}")
+    enabled = raw.get("enabled", RehearsalRoute().enabled)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"recall rehearsal_route.enabled must be true or false, got {enabled!r}")
+    return RehearsalRoute(enabled=enabled)
 
 
 def _check_budget(name: str, budget: float, share: float, what: str) -> None:
@@ -187,6 +207,7 @@ def resolve_recall_params(config: Mapping[str, Any], preset: str | None = None,
         relevance=_relevance_from_config(values["relevance"]),
         candidates=candidate_rule_from_config(values.get("candidates")),
         directed_retrieval=directed_retrieval_from_config(values.get("directed_retrieval")),
+        rehearsal_route=rehearsal_route_from_config(values.get("rehearsal_route")),
     )
     if params.top_k < 1:
         raise ValueError("recall top_k must be at least 1")

@@ -3,8 +3,9 @@ curve applied to a set of candidates. Pure: numpy and the formulas, no session.
 
 L4 recalls in three steps (``services.memory.hybrid``): it loads a participant's memory state once
 (``MemoryState``, a plain value), scores it here (``score_recall``, which never touches the database) and
-writes the result once, with the reply (``RecallWrite``). Between the two, ``direct_recall`` applies directed
-retrieval (``services.recall.directed``) to the scored candidates, as plain values too."""
+writes the result once, with the reply (``RecallWrite``). Between the two, the rehearsal route
+(``services.recall.rehearsal``) and then ``direct_recall``, directed retrieval (``services.recall.directed``), decide
+again on the scored candidates, as plain values too."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -148,6 +149,13 @@ class RecallCandidate:
     fused: float | None = None  # the hybrid retriever's scores (services.recall.retrieval)
     lexical_z: float | None = None
     dense_z: float | None = None
+    # what recalled it: "curve", "directed" (services.recall.directed) or "rehearsal" (services.recall.rehearsal);
+    # None when it was not recalled
+    recalled_by: str | None = None
+    # the rehearsal route: the candidate that had recalled this memory, its r and the curve's p_final with that r
+    via_message_id: int | None = None
+    via_r: float | None = None
+    via_p_final: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -202,7 +210,7 @@ def score_recall(state: MemoryState, params: RecallParams, *, now: datetime, day
             cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]), spacing_days=float(spacing[i]),
             g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
             p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
-            rank=i + 1, at=now, reply=memory.reply, fused=float(fusion["fused"][i]),
+            recalled_by="curve" if scores.recalled[i] else None, rank=i + 1, at=now, reply=memory.reply, fused=float(fusion["fused"][i]),
             lexical_z=float(fusion["lexical_z"][i]), dense_z=float(fusion["dense_z"][i]),
         )
         for i, memory in enumerate(memories)
@@ -239,5 +247,5 @@ def direct_recall(candidates: list[RecallCandidate], rule: DirectedRetrieval, *,
         return candidates, {**decision, "reason": "below_min_margin"}
     g_after = float(updated_g(top.g_before, top.spacing_days if top.spacing_days is not None else 0.0,
                               top.salience, g_update_salience))
-    return ([replace(top, recalled=True, g_after=g_after), *candidates[1:]],
+    return ([replace(top, recalled=True, g_after=g_after, recalled_by="directed"), *candidates[1:]],
             {**decision, "recalled": True, "reason": "clear_best_match"})

@@ -246,7 +246,14 @@ STATIC_COLUMNS: dict[str, list[Column]] = {
         _c("p", NUMBER, "Forgetting-curve recall probability (1 - exp(-r*exp(-t/g))) / (1 - exp(-1))."),
         _c("p_final", NUMBER, "p plus the salience bonus, capped at 1."),
         _c("salience", NUMBER, "Emotional salience of the memory."),
-        _c("recalled", BOOLEAN, "1 if p_final reached the threshold and the memory entered the context."),
+        _c("recalled", BOOLEAN, "1 if the memory entered the context: p_final reached the threshold (recalled_by "
+                                "curve), or directed retrieval or the rehearsal route brought it back."),
+        _c("recalled_by", STRING, "What recalled it: curve (the forgetting curve), directed (an explicit request "
+                                  "to remember, memory.recall.directed_retrieval) or rehearsal (reached through an "
+                                  "earlier exchange that recalled it, memory.recall.rehearsal_route); empty when not "
+                                  "recalled."),
+        _c("via_message_id", INTEGER, "Rehearsal route: the candidate message (messages.csv) that had recalled this "
+                                      "memory and through which it was reached; empty otherwise."),
         _c("created_at", DATETIME, "Time of the event."),
     ],
     "consolidation_runs.csv": [

@@ -336,7 +336,8 @@ def _recall_events(data: _Data) -> list[dict[str, Any]]:
         "query_message_id": e.query_message_id, "memory_message_id": e.memory_message_id,
         "memory_task_id": task_of.get(e.memory_message_id), "rank": e.rank, "cosine": e.cosine, "r": e.r,
         "t": e.t, "g_before": e.g_before, "g_after": e.g_after, "p": e.p, "p_final": e.p_final,
-        "salience": e.salience, "recalled": e.recalled, "created_at": e.created_at,
+        "salience": e.salience, "recalled": e.recalled, "recalled_by": e.recalled_by,
+        "via_message_id": e.via_message_id, "created_at": e.created_at,
     } for e in data.recalls]
 
 

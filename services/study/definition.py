@@ -35,7 +35,8 @@ ITEM_KEYS = ("id", "type", "text", "min", "max", "options", "required", "expecte
 # a display condition's comparisons: "show item B when item A >= 5" is {"item": "A", "op": ">=", "value": 5}
 SHOW_IF_OPS = ("==", "!=", ">=", "<=", ">", "<")
 RECALL_KEYS = ("preset", "presets", "overrides", "candidates", "top_k", "threshold", "salience_bonus", "g0_base",
-               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance", "directed_retrieval")
+               "g0_salience", "g_update_salience", "time_unit", "time_scale", "relevance", "directed_retrieval",
+               "rehearsal_route")
 
 
 class StudyDefinitionError(ValueError):
@@ -744,6 +745,10 @@ def _recall_layer(path: str, raw: Any) -> None:
         for key in ("min_r", "min_margin"):
             if key in directed:
                 _typed(f"{path}.directed_retrieval.{key}", directed[key], float)
+    if layer.get("rehearsal_route") is not None:
+        _section(f"{path}.rehearsal_route", layer["rehearsal_route"], ["enabled"], optional=("enabled",))
+        if "enabled" in layer["rehearsal_route"]:
+            _typed(f"{path}.rehearsal_route.enabled", layer["rehearsal_route"]["enabled"], bool)
     if layer.get("candidates") is not None:
         _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
                  optional=("min_content_words", "min_salience", "recall_questions"))

@@ -27,6 +27,12 @@ const state = {
 
 // -- helpers ------------------------------------------------------------------------------------
 
+/** How a recall event's memory came back: the curve, a request to remember, or through an earlier exchange. */
+function recalledBy(e) {
+  const how = e.recalled_by ? ` · ${term("admin.recalled_by", e.recalled_by)}` : "";
+  return `${t("admin.yes")}${how}${e.via_message_id ? ` #${e.via_message_id}` : ""}`;
+}
+
 function announce(text) {
   announcer.textContent = "";
   window.setTimeout(() => { announcer.textContent = text; }, 50);
@@ -530,7 +536,7 @@ async function showParticipant(id) {
         "salience", "recalled"),
         (record.recall_events || []).map((e) => [formatDateTime(e.created_at, { seconds: true }), e.task_id, `#${e.query_message_id}`,
           `#${e.memory_message_id}`, fmt(e.rank), fmt(e.cosine), fmt(e.r), fmt(e.t), fmt(e.p), fmt(e.p_final), fmt(e.g_before),
-          fmt(e.g_after), fmt(e.salience), e.recalled ? t("admin.yes") : t("admin.no")]),
+          fmt(e.g_after), fmt(e.salience), e.recalled ? recalledBy(e) : t("admin.no")]),
         { empty: t("admin.detail.no_recalls") }),
       h("h2", t("admin.detail.questionnaires")),
       answersByTask.size ? table(headers("task", "instrument", "answers", "submitted"), answerRows(answersByTask))
