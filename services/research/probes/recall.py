@@ -103,6 +103,9 @@ class TurnOutcome:
     # bar of a neutral memory at the preset's anchor age (T2's): what ``miss_reason`` reads
     fact_candidate: dict[str, Any] | None = None
     anchor_r: float | None = None
+    # what brought the probed fact's T1 message back (a hit) or a planted one (a control's leak): "curve",
+    # "directed" or "rehearsal" (the recalled entry's ``recalled_by``; "unknown" where a context predates it)
+    hit_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,6 +166,9 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
             best = max((c for c in context.get("recall_candidates") or [] if c.get("message_id") in wanted),
                        key=lambda c: c["r"], default=None)
             hit = bool(wanted & recalled)
+            counted = wanted if turn.facts else set(planted)
+            hit_by = tuple(sorted({m.get("recalled_by") or "unknown" for m in context.get("recalled") or []
+                                   if m.get("message_id") in counted}))
             outcomes.append(TurnOutcome(
                 persona=persona.id, language=persona.language, split=persona.split, condition=condition, task=task,
                 index=turn.index, kind=turn.kind, text=turn.text, facts=turn.facts,
@@ -172,7 +178,8 @@ def outcomes_of(persona: ProbePersona, bot: Bot, record: dict[str, Any], conditi
                 leaked=tuple(sorted({f for mid in recalled & set(planted) for f in planted[mid]})),
                 fact_r=None if best is None else best["r"],
                 fact_candidate=None if best is None else {k: best.get(k) for k in CANDIDATE_KEYS},
-                anchor_r=((context.get("recall_params") or {}).get("relevance") or {}).get("anchor_r")))
+                anchor_r=((context.get("recall_params") or {}).get("relevance") or {}).get("anchor_r"),
+                hit_by=hit_by))
             if turn.is_probe:
                 asked_here |= set(turn.facts)
                 if hit:
@@ -256,6 +263,24 @@ def _rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+RECALLED_BY = ("curve", "directed", "rehearsal", "unknown")
+
+
+def mechanism_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per language x task, what brought back the facts of the probes hit and the planted messages of the controls
+    that leaked (a hit through two mechanisms counts for each)."""
+    counts: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for o in outcomes:
+        counted = o["hit"] if o["kind"] in ("explicit", "implicit") else bool(o["leaked"])
+        if not counted:
+            continue
+        cell = counts.setdefault((o["language"], o["task"]), {"hits": dict.fromkeys(RECALLED_BY, 0),
+                                                              "leaks": dict.fromkeys(RECALLED_BY, 0)})
+        for by in o.get("hit_by") or ("unknown",):
+            cell["hits" if o["kind"] != "control" else "leaks"][by] += 1
+    return [{"language": lang, "task": task, **cell} for (lang, task), cell in sorted(counts.items())]
+
+
 def miss_rows(outcomes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per language x task, how many probe misses had each ``miss_reason``: all, and the facts recalled before."""
     counts: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
@@ -294,6 +319,7 @@ def measure(run: dict[str, Any]) -> dict[str, Any]:
     judged = {lang: verdicts(outcomes, lang) for lang in languages}
     errors = run.get("errors") or []  # a persona that could not walk T1-T4 leaves the figures incomplete
     return {"condition": run["condition"], "rows": _rows(outcomes), "misses": miss_rows(outcomes),
+            "mechanisms": mechanism_rows(outcomes),
             "verdicts": {lang: [v.as_dict() for v in vs] for lang, vs in judged.items()},
             "passed": bool(judged) and not errors and all(passes(vs) for vs in judged.values()),
             "missed": [v.name for vs in judged.values() for v in vs if not v.ok]
@@ -324,6 +350,12 @@ def format_table(result: dict[str, Any], run: dict[str, Any] | None = None) -> s
     for row in result.get("misses") or []:
         lines.append(f"  {row['language']} {row['task']}: " + ", ".join(
             f"{row['all'][r]} ({row['recalled_before'][r]})" for r in MISS_REASONS))
+    lines += ["", "What brought them back (hits; controls leaking): " + ", ".join(RECALLED_BY[:3])]
+    for row in result.get("mechanisms") or []:
+        lines.append(f"  {row['language']} {row['task']}: " + ", ".join(
+            f"{row['hits'][b]} ({row['leaks'][b]})" for b in RECALLED_BY[:3])
+            + (f"; unknown {row['hits']['unknown']} ({row['leaks']['unknown']})"
+               if row["hits"]["unknown"] or row["leaks"]["unknown"] else ""))
     lines += ["", "Targets (pooled per language; met / within error / missed):"]
     for judged in result["verdicts"].values():
         lines += ["  " + describe(Verdict(**v), language="en") for v in judged]

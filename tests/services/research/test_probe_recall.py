@@ -55,6 +55,27 @@ def test_hits_asked_before_and_leaks_are_read_from_the_stored_context():
     assert not out[("T4", 4)].asked_before and not out[("T4", 4)].hit
     # the last T1 message (a filler) sits in the recent turns: verbatim only for facts planted there
     assert not any(o.verbatim and not o.hit for o in out.values())
+    # a context written before recalls said what recalled them: the hit is counted, its mechanism unknown
+    assert out[("T2", 1)].hit_by == ("unknown",) and out[("T2", 2)].hit_by == ("unknown",)
+    assert out[("T2", 3)].hit_by == ()
+
+
+def test_each_hit_and_leak_says_what_brought_it_back():
+    persona = load_probe_file(FIXTURE)[0]
+    bot, record = walked(persona, {("T2", 1): [2], ("T2", 2): [4], ("T3", 1): [2], ("T4", 2): [4, 2]})
+    how = {("T2", 1): "curve", ("T2", 2): "rehearsal", ("T3", 1): "rehearsal", ("T4", 2): "directed"}
+    for message, turn in zip([m for m in record["messages"] if m["role"] == "assistant"], bot.turns, strict=True):
+        place = (turn.task_id, next(t.index for t in persona.script[turn.task_id] if t.text == turn.text))
+        for entry in message["memory_context"].get("recalled") or []:
+            entry["recalled_by"] = how[place]
+    outcomes = pr.outcomes_of(persona, bot, record, "L4")
+    out = {(o.task, o.index): o for o in outcomes}
+    assert out[("T2", 1)].hit_by == ("curve",) and out[("T2", 2)].hit_by == ("rehearsal",)
+    assert out[("T4", 2)].hit_by == ("directed",)
+    result = pr.measure({"condition": "L4", "outcomes": [o.to_dict() for o in outcomes]})
+    t2 = next(r for r in result["mechanisms"] if r["task"] == "T2")
+    assert t2["hits"]["curve"] == 1 and t2["leaks"]["rehearsal"] == 1 and t2["leaks"]["curve"] == 0
+    assert "What brought them back" in pr.format_table(result)
 
 
 def test_t3_and_t4_are_judged_on_the_facts_an_earlier_probe_brought_back():
