@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from database.models import Message, RecallEvent
-from tests.conftest import ApiClient
+from tests.conftest import ADMIN_PASSWORD, ApiClient
 from tests.routes.test_l4_consolidation import DAY_SECONDS, _second, pilot_walk
 
 PERSONAS = {
@@ -32,6 +32,7 @@ PERSONAS = {
 
 def walk(settings, clock, study, language, route):
     from app import create_app
+    from services.participants.account_service import create_admin
 
     settings.day_seconds = DAY_SECONDS
     app = create_app(settings, clock=clock)
@@ -40,7 +41,8 @@ def walk(settings, clock, study, language, route):
         {"enabled_conditions": ["L4"], "memory": {"recall": {"rehearsal_route": {"enabled": route}}}})
     persona = PERSONAS[language]
     api = ApiClient(app.test_client())
-    assert api.register(f"rehearsal_{language}_{route}", language=language).status_code == 201
+    registered = api.register(f"rehearsal_{language}_{route}", language=language)
+    assert registered.status_code == 201
     pilot_walk(api, clock, study, "T1", persona["T1"])
     t1_done = clock.now()
     clock.set(t1_done + 2 * DAY_SECONDS * _second())
@@ -54,14 +56,21 @@ def walk(settings, clock, study, language, route):
                     "T3": [session.get(Message, reply["reply"]["id"]).memory_context for reply in t3[1:]]}
         events = session.scalars(select(RecallEvent).where(RecallEvent.query_message_id == t3[1]["message"]["id"],
                                                            RecallEvent.memory_message_id == planted)).all()
+        create_admin(session, "labadmin", ADMIN_PASSWORD, runtime.clock)
+    admin = ApiClient(app.test_client())
+    assert admin.login("labadmin", ADMIN_PASSWORD).status_code == 200
+    record = admin.get(f"/api/admin/participants/{registered.get_json()['user']['id']}").get_json()
+    # what the admin's participant page shows of the T3 request's recall of the fact
+    shown = [e for e in record["recall_events"]
+             if e["query_message_id"] == t3[1]["message"]["id"] and e["memory_message_id"] == planted]
     runtime.background.shutdown()
     runtime.db.dispose()
-    return planted, asked_t2, contexts, events
+    return planted, asked_t2, contexts, events, shown
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
 def test_a_fact_recalled_at_t2_comes_back_at_t3_through_the_t2_exchange(settings, clock, database, study, language):
-    planted, asked_t2, contexts, events = walk(settings, clock, study, language, route=True)
+    planted, asked_t2, contexts, events, shown = walk(settings, clock, study, language, route=True)
     assert planted in [m["message_id"] for m in contexts["T2"]["recalled"]]  # the rehearsal
     request, control = contexts["T3"]
     fact = next(c for c in request["recall_candidates"] if c["message_id"] == planted)
@@ -73,18 +82,19 @@ def test_a_fact_recalled_at_t2_comes_back_at_t3_through_the_t2_exchange(settings
     assert planted in [m["message_id"] for m in request["recalled"]]
     decision = next(d for d in request["recall_params"]["rehearsal_route"]["decisions"] if d["message_id"] == planted)
     assert decision["reason"] == "reached" and decision["via_message_id"] == asked_t2
-    assert [e.recalled for e in events] == [True]
+    assert [(e.recalled, e.recalled_by, e.via_message_id) for e in events] == [(True, "rehearsal", asked_t2)]
+    assert [(e["recalled"], e["recalled_by"], e["via_message_id"]) for e in shown] == [(True, "rehearsal", asked_t2)]
     assert planted not in [m["message_id"] for m in control["recalled"]]
 
 
 def test_without_the_route_the_t3_request_leaves_the_fact_out(settings, clock, database, study):
     # one language: with the rule off no decision is taken, whatever the language
-    planted, asked_t2, contexts, events = walk(settings, clock, study, "en", route=False)
+    planted, asked_t2, contexts, events, shown = walk(settings, clock, study, "en", route=False)
     assert planted in [m["message_id"] for m in contexts["T2"]["recalled"]]
     request, control = contexts["T3"]
     assert planted not in [m["message_id"] for m in request["recalled"]]
     assert request["recall_params"]["rehearsal_route"] == {"enabled": False, "decisions": None}
-    assert [e.recalled for e in events] in ([], [False])
+    assert [(e.recalled, e.recalled_by, e.via_message_id) for e in events] in ([], [(False, None, None)])
     assert planted not in [m["message_id"] for m in control["recalled"]]
 
 
