@@ -290,6 +290,10 @@ function memorySection() {
   const presets = Object.keys(state.work.memory?.recall?.presets || {});
   return section("memory", tr("s_memory"), false,
     selectField(["memory", "recall", "preset"], "memory.recall.preset", tr("preset"), presets),
+    boolField(["memory", "recall", "directed_retrieval", "enabled"], "memory.recall.directed_retrieval.enabled",
+      tr("directed_retrieval")),
+    boolField(["memory", "recall", "rehearsal_route", "enabled"], "memory.recall.rehearsal_route.enabled",
+      tr("rehearsal_route")),
     numberField(["memory", "gist_max_chars"], "memory.gist_max_chars", tr("gist_max"), { integer: true }),
     h("div.grid", Object.keys(state.work.conditions || {}).map((c) => numberField(["conditions", c, "recent_turns"],
       `conditions.${c}.recent_turns`, tr("recent_turns", { c }), { integer: true }))));

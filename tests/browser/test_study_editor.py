@@ -103,6 +103,12 @@ def test_edit_validate_publish_and_a_newcomer_sees_it(pages, editor_server, lang
     _field(page, "instruments.perceived_understanding.items[0].text.en").fill(WORDING["en"])
     _field(page, "tasks.T1.title.zh").fill(TITLE["zh"])
     _field(page, "tasks.T1.title.en").fill(TITLE["en"])
+    # L4's two recall rules after the curve are switches of the memory section, on in the default study
+    page.click("#study-memory summary")
+    route = page.locator("input[data-key='memory.recall.rehearsal_route.enabled']")
+    expect(route).to_be_checked()
+    expect(page.locator("input[data-key='memory.recall.directed_retrieval.enabled']")).to_be_checked()
+    route.uncheck()
     page.click("#study-save")
     expect(page.locator("#study-status")).to_contain_text("d1")
     expect(page.locator("[data-problem-for='timing.min_active_seconds']")).to_have_text("")
@@ -119,6 +125,7 @@ def test_edit_validate_publish_and_a_newcomer_sees_it(pages, editor_server, lang
     page.click("#study-show-diff")
     expect(page.locator("#study-diff")).to_contain_text("tasks[0].title.en")
     expect(page.locator("#study-diff")).to_contain_text("instruments.perceived_understanding.items[0].text.zh")
+    expect(page.locator("#study-diff")).to_contain_text("memory.recall.rehearsal_route.enabled")
 
     # a participant who registers afterwards sees the new title and, in the questionnaire, the new wording
     newcomer = pages(locale="zh-CN" if lang == "zh" else "en-US")
