@@ -15,6 +15,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -36,6 +37,7 @@ def pytest_configure(config):
     if worker and url.startswith("postgresql"):
         os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
     _cheap_password_hashes()
+    _embeddings_once_per_process()
     _hypothesis_without_timing()
 
 
@@ -61,6 +63,29 @@ def _cheap_password_hashes() -> None:
     from services.participants import account_service
 
     account_service.PASSWORD_METHOD = TEST_PASSWORD_METHOD
+
+
+def _embeddings_once_per_process() -> None:
+    """The offline embedder (multilingual-e5-small on the CPU) embeds each text once per test process: the same
+    bot scripts, task messages and consolidated exchanges come back in test after test, through a new app (and a
+    new provider) each time, and each costs ~20-100 ms of the model's CPU (~47 s over tests/routes alone,
+    docs/benchmarks.md, "Test suite time, session 15"). A text still gets the vector the model gives it here, once:
+    the model is deterministic, and queries and passages (e5 prefixes them apart) are kept apart."""
+    from services.llm.providers.offline import OfflineEmbeddingProvider
+
+    encode = OfflineEmbeddingProvider._encode
+    vectors: dict[tuple[bool, str], np.ndarray] = {}
+
+    def encode_once(self, texts: list[str], is_query: bool) -> np.ndarray:
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if (is_query, t) not in vectors))
+        if missing:
+            vectors.update(zip(((is_query, t) for t in missing), encode(self, missing, is_query), strict=True))
+        if not texts:
+            return encode(self, texts, is_query)
+        return np.stack([vectors[(is_query, t)] for t in texts])
+
+    OfflineEmbeddingProvider._encode = encode_once
 
 
 def _worker_database(url: str, worker: str) -> str:
