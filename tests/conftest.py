@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import sys
@@ -155,9 +156,17 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@functools.cache
+def _default_study():
+    """The default study (data/study), built and validated once per test process: a ``Study`` is frozen, and
+    tests change theirs with ``with_overrides``, which builds a new one. Reading and validating it is ~5 ms,
+    twice for most tests (``study`` and ``settings``)."""
+    return load_study()
+
+
 @pytest.fixture
 def study():
-    return load_study()
+    return _default_study()
 
 
 @pytest.fixture
@@ -383,7 +392,10 @@ def _libpq(url: str, database: str | None = None) -> str:
 
 @pytest.fixture
 def settings(database_url, tmp_path):
+    # STUDY_CONFIG set: Settings.from_env loads that file, as the app does
+    default = {} if os.environ.get("STUDY_CONFIG") else {"study": _default_study()}
     return Settings.from_env(
+        **default,
         database_url=database_url,
         secret_key="test-secret",
         testing=True,
