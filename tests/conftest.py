@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import sys
@@ -15,6 +16,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -36,6 +38,8 @@ def pytest_configure(config):
     if worker and url.startswith("postgresql"):
         os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
     _cheap_password_hashes()
+    _embeddings_once_per_process()
+    _url_builders_on_first_use()
     _hypothesis_without_timing()
 
 
@@ -61,6 +65,53 @@ def _cheap_password_hashes() -> None:
     from services.participants import account_service
 
     account_service.PASSWORD_METHOD = TEST_PASSWORD_METHOD
+
+
+def _embeddings_once_per_process() -> None:
+    """The offline embedder (multilingual-e5-small on the CPU) embeds each text once per test process: the same
+    bot scripts, task messages and consolidated exchanges come back in test after test, through a new app (and a
+    new provider) each time, and each costs ~20-100 ms of the model's CPU (~47 s over tests/routes alone,
+    docs/benchmarks.md, "Test suite time, session 15"). A text still gets the vector the model gives it here, once:
+    the model is deterministic, and queries and passages (e5 prefixes them apart) are kept apart."""
+    from services.llm.providers.offline import OfflineEmbeddingProvider
+
+    encode = OfflineEmbeddingProvider._encode
+    vectors: dict[tuple[bool, str], np.ndarray] = {}
+
+    def encode_once(self, texts: list[str], is_query: bool) -> np.ndarray:
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if (is_query, t) not in vectors))
+        if missing:
+            vectors.update(zip(((is_query, t) for t in missing), encode(self, missing, is_query), strict=True))
+        if not texts:
+            return encode(self, texts, is_query)
+        return np.stack([vectors[(is_query, t)] for t in texts])
+
+    OfflineEmbeddingProvider._encode = encode_once
+
+
+def _url_builders_on_first_use() -> None:
+    """Each URL rule's two builder functions (what ``url_for`` runs) are compiled when first used, not when the rule
+    is added: werkzeug writes and compiles them for each of the app's ~80 rules, ~45 % of an app's creation
+    (~0.05 s of CPU), and the suite creates an app for most of its tests, which build a few URLs at most. The
+    functions compiled are werkzeug's own; only the moment they are compiled changes."""
+    import flask
+    from werkzeug.routing import Rule
+
+    class BuildersOnFirstUse(Rule):
+        def _compile_builder(self, append_unknown: bool = True):
+            compiled = None
+            compile_builder = super()._compile_builder
+
+            def build(rule: Rule, *args, **kwargs):
+                nonlocal compiled
+                if compiled is None:
+                    compiled = compile_builder(append_unknown).__get__(rule, None)
+                return compiled(*args, **kwargs)
+
+            return build
+
+    flask.Flask.url_rule_class = BuildersOnFirstUse
 
 
 def _worker_database(url: str, worker: str) -> str:
@@ -105,9 +156,17 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@functools.cache
+def _default_study():
+    """The default study (data/study), built and validated once per test process: a ``Study`` is frozen, and
+    tests change theirs with ``with_overrides``, which builds a new one. Reading and validating it is ~5 ms,
+    twice for most tests (``study`` and ``settings``)."""
+    return load_study()
+
+
 @pytest.fixture
 def study():
-    return load_study()
+    return _default_study()
 
 
 @pytest.fixture
@@ -333,7 +392,10 @@ def _libpq(url: str, database: str | None = None) -> str:
 
 @pytest.fixture
 def settings(database_url, tmp_path):
+    # STUDY_CONFIG set: Settings.from_env loads that file, as the app does
+    default = {} if os.environ.get("STUDY_CONFIG") else {"study": _default_study()}
     return Settings.from_env(
+        **default,
         database_url=database_url,
         secret_key="test-secret",
         testing=True,

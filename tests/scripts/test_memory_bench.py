@@ -3,9 +3,8 @@ cache and a smoke run of scripts/memory_bench.py on the real shared data (no emb
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -404,18 +403,16 @@ def test_memorybank_loads_every_user_with_questions(language):
 
 
 @needs_bench
-def test_cli_smoke_bm25_on_conversation_0(tmp_path):
+def test_cli_smoke_bm25_on_conversation_0(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--conversations", "0", "--limit-qa", "5", "--methods", "bm25",
-         "--json-out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert completed.returncode == 0, completed.stderr
-    assert "dev (conversations 0-4): evidence recall@k (%)" in completed.stdout
-    assert "| bm25 | 5 |" in completed.stdout and "| DRAGON (paper, conv 0-9) | 5 | 56.7 |" in completed.stdout
-    assert "dropped, evidence list empty in the data: 2" in completed.stdout
-    assert "'D8:6; D9:17' -> ['D8:6', 'D9:17']" in completed.stdout
-    assert "conversation 0 (conv-26): 419 turns, 5 QA items" in completed.stderr
+    assert _script().main(["--conversations", "0", "--limit-qa", "5", "--methods", "bm25",
+                           "--json-out", str(out)]) == 0
+    completed = capsys.readouterr()
+    assert "dev (conversations 0-4): evidence recall@k (%)" in completed.out
+    assert "| bm25 | 5 |" in completed.out and "| DRAGON (paper, conv 0-9) | 5 | 56.7 |" in completed.out
+    assert "dropped, evidence list empty in the data: 2" in completed.out
+    assert "'D8:6; D9:17' -> ['D8:6', 'D9:17']" in completed.out
+    assert "conversation 0 (conv-26): 419 turns, 5 QA items" in completed.err
     data = json.loads(out.read_text(encoding="utf-8"))
     assert [(i["conversation"], i["qa"]) for i in data["items"]] == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)]
     assert data["summary"]["dev"]["bm25"]["overall"]["n"] == 5
@@ -425,11 +422,20 @@ def test_cli_smoke_bm25_on_conversation_0(tmp_path):
     assert data["embedding_cache"] is None  # bm25 alone never loads the embedder
 
 
-def test_cli_rejects_unknown_methods(tmp_path):
-    completed = subprocess.run([sys.executable, str(SCRIPT), "--methods", "bm25,magic", "--data", str(tmp_path)],
-                               capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert completed.returncode == 2
-    assert "unknown methods ['magic']" in completed.stderr
+def _script():
+    """scripts/memory_bench.py as a module, for the tests that run its ``main`` in this process rather than in a
+    subprocess that imports everything again (1-3 s of CPU each); the entry point is ``sys.exit(main())``."""
+    spec = importlib.util.spec_from_file_location("memory_bench_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_rejects_unknown_methods(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        _script().main(["--methods", "bm25,magic", "--data", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "unknown methods ['magic']" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
@@ -496,26 +502,24 @@ def test_labelled_recall_per_method(tmp_path):
 
 
 @needs_bench
-def test_cli_memorybank_with_labelled_evidence_writes_the_contract(tmp_path):
+def test_cli_memorybank_with_labelled_evidence_writes_the_contract(tmp_path, capsys):
     out = tmp_path / "mb.json"
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dataset", "memorybank", "--language", "en", "--methods", "bm25",
-         "--evidence", str(Path(__file__).parent / "fixtures" / "memorybank_en_small.json"), "--k", "5,10",
-         "--json-out", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert completed.returncode == 0, completed.stderr
+    assert _script().main(["--dataset", "memorybank", "--language", "en", "--methods", "bm25",
+                           "--evidence", str(Path(__file__).parent / "fixtures" / "memorybank_en_small.json"),
+                           "--k", "5,10", "--json-out", str(out)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert set(data["methods"]) == {"bm25"} and data["questions"] == 3
     assert all(0.0 <= data["methods"]["bm25"][f"recall@{k}"] <= 1.0 for k in (5, 10))
     # Frank#0 ("how long did I run in the park") and Emily#3 (Green Wheat/Meadow Park) are lexical hits
     assert data["methods"]["bm25"]["recall@10"] >= 2 / 3
-    assert "deployed contexts skipped" in completed.stderr
+    assert "deployed contexts skipped" in capsys.readouterr().err
 
 
 @needs_bench
-def test_cli_memorybank_rejects_a_missing_evidence_file(tmp_path):
-    completed = subprocess.run([sys.executable, str(SCRIPT), "--dataset", "memorybank", "--evidence",
-                                str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert completed.returncode == 2 and "no such file" in completed.stderr
+def test_cli_memorybank_rejects_a_missing_evidence_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        _script().main(["--dataset", "memorybank", "--evidence", str(tmp_path / "none.json")])
+    assert exited.value.code == 2 and "no such file" in capsys.readouterr().err
 
 
 def test_cli_memorybank_json_contract_with_deployed_contexts(tmp_path):
@@ -535,11 +539,9 @@ def test_cli_memorybank_json_contract_with_deployed_contexts(tmp_path):
         {"user": "Mia", "qid": "Mia#0", "evidence": [{"date": "2023-05-01", "index": 1}]},
         {"user": "Mia", "qid": "Mia#1", "evidence": [{"date": "2023-05-02", "index": 0}]}])
     out = tmp_path / "out.json"
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--data", str(data), "--cache-dir", str(tmp_path / "cache"),
-         "--dataset", "memorybank", "--language", "en", "--methods", "bm25,dense,fused", "--k", "5,10",
-         "--evidence", str(evidence), "--json-out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert completed.returncode == 0, completed.stderr
+    assert _script().main(["--data", str(data), "--cache-dir", str(tmp_path / "cache"), "--dataset", "memorybank",
+                           "--language", "en", "--methods", "bm25,dense,fused", "--k", "5,10", "--evidence",
+                           str(evidence), "--json-out", str(out)]) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
     assert {"bm25", "dense", "fused"} <= set(result["methods"])
     # four memories only: every evidence exchange is within the first five
