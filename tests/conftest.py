@@ -26,6 +26,8 @@ from config import Settings
 from database.db_manager import Database
 from services.platform.clock import ManualClock
 from services.study.definition import load_study
+from tests.postgres_files import MARK as POSTGRES_MARK
+from tests.postgres_files import names_the_mark
 
 
 def pytest_configure(config):
@@ -133,7 +135,13 @@ def pytest_collection_modifyitems(config, items):
     """The files holding a test marked ``slow`` run first (each file's tests stay together and in order): with
     several workers (scripts/run_tests.sh) the long files then overlap the many short ones instead of running
     alone at the end while the other workers wait. The modules under UNTRACED_FOLDERS get the ``untraced``
-    marker."""
+    marker. A test marked ``postgres`` in a file the PostgreSQL pass would not collect (tests/postgres_files.py)
+    stops the run."""
+    marked_files = {item.path for item in items if item.get_closest_marker("postgres")}
+    unpicked = sorted(os.path.relpath(path, TESTS.parent) for path in marked_files if not names_the_mark(path))
+    if unpicked:
+        raise pytest.UsageError(f"tests marked postgres in files that do not name {POSTGRES_MARK}, which the "
+                                f"PostgreSQL pass of scripts/run_tests.sh would not collect: {', '.join(unpicked)}")
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
     for module in {item.getparent(pytest.Module) for item in items}:

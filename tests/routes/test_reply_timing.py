@@ -139,8 +139,9 @@ def _exposure_at_t2(app, clock, make_participant, study, group):
         return reply.memory_exposure, reply.memory_context, t1
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("group", ["L1", "L2", "L3", "L4"])
+# The PostgreSQL pass runs L4, whose exposure holds the recent turns, the profile and the recall; each condition's
+# memory is loaded and stored there by tests/routes/test_participant_flow.py's four bots.
+@pytest.mark.parametrize("group", ["L1", "L2", "L3", pytest.param("L4", marks=pytest.mark.postgres)])
 def test_memory_exposure_at_the_start_of_t2(app, clock, make_participant, study, group):
     exposure, context, t1 = _exposure_at_t2(app, clock, make_participant, study, group)
     assert exposure == memory_exposure(context, "T2")

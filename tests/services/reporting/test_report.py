@@ -4,6 +4,9 @@
 questionnaire service; L4 answers the ``closeness`` items one point higher than everyone else, ``trust_cognitive``
 carries no effect, each answer has a person effect and item noise and is rounded to the 1-7 scale; 10 % stop after
 T2 and two fail an attention item. The report runs on the real export of those rows.
+
+The report is built from the export alone, so the module runs on SQLite; the PostgreSQL pass runs the last test,
+which stores a smaller study in both databases and finds the same export.
 """
 from __future__ import annotations
 
@@ -30,8 +33,6 @@ from services.reporting.report import ExportUnreadable, build_report, load_expor
 from services.study.definition import load_study
 from tests.conftest import _reset_schema
 from tests.study_factory import add_recall_events, populate
-
-pytestmark = pytest.mark.postgres
 
 EFFECT_SCALE, NULL_SCALE = "closeness", "trust_cognitive"
 PER_CONDITION = 25
@@ -395,3 +396,43 @@ def test_the_latest_preflight_report_and_its_judged_targets_are_shown(recorded, 
     html = write_report(report, tmp_path, language="zh")["html"].read_text(encoding="utf-8")
     assert describe(t3, "zh") in html.replace("&gt;", ">") and "L4 beyond L3 (zh)" in html
     assert "报告 7" in html
+
+
+def _export_files(db: Database, study, per_condition: int) -> dict[str, bytes]:
+    """The export of a simulated study (the module's recipe, ``per_condition`` participants a condition) stored
+    in ``db``, file by file."""
+    clock = ManualClock(datetime(2026, 3, 2, 9, 0, 0))
+    treated = study.enabled_conditions[-1]
+    with db.session() as session:
+        users = populate(session, study, clock, per_condition=per_condition, effects={(EFFECT_SCALE, treated): 1.0},
+                         seed=11)
+        groups = {a.user_id: a.memory_group for a in session.scalars(select(Assignment))}
+        add_recall_events(session, users, groups, treated, clock)
+    with db.session() as session:
+        export = build_export(session, study, options=ExportOptions(), generated_at=clock.now())
+    files = zipfile.ZipFile(io.BytesIO(export.data))
+    return {name: files.read(name) for name in files.namelist()}
+
+
+@pytest.mark.postgres
+def test_the_export_the_report_reads_is_the_same_from_this_database_as_from_sqlite(database, migrated_sqlite_template,
+                                                                                  tmp_path):
+    """What the tests above show on SQLite holds on PostgreSQL when the same rows export to the same files there:
+    the report reads nothing else (report_runtime, the CLI's and the admin's report, builds it from an export).
+    A smaller simulated study (12 participants: one stops after T2, two fail the attention item, the treated
+    condition's recall events) stored in the test's database, PostgreSQL in the PostgreSQL pass, and in a SQLite
+    copy gives the same files byte for byte. The admin's report on PostgreSQL (tests/routes/test_admin_report.py)
+    runs report_runtime there."""
+    study = load_study()
+    shutil.copyfile(migrated_sqlite_template, tmp_path / "sqlite.db")
+    sqlite = Database(f"sqlite:///{tmp_path / 'sqlite.db'}")
+    try:
+        expected = _export_files(sqlite, study, per_condition=3)
+    finally:
+        sqlite.dispose()
+    exported = _export_files(database, study, per_condition=3)
+    assert list(exported) == list(expected)
+    assert [name for name in exported if exported[name] != expected[name]] == []
+    participants = list(csv.DictReader(io.StringIO(exported["participants.csv"].decode("utf-8-sig"))))
+    assert len(participants) == 12 and [p["status"] for p in participants].count("withdrawn") == 1
+    assert len(exported["recall_events.csv"].decode("utf-8-sig").splitlines()) == 1 + 2 * 3
