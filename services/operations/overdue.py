@@ -23,7 +23,8 @@ OVERDUE_ACTION = "participant_overdue"
 
 def task_service(session: Session, runtime: Runtime) -> TaskService:
     if runtime.studies is not None:  # a process running only jobs sees newly published versions too
-        runtime.studies.refresh()
+        # through the pool of the runtime the job runs with (the background pool): the request pool may be used up
+        runtime.studies.refresh(session_factory=runtime.db.Session)
     return TaskService(session, runtime.study, time_scale=runtime.settings.time_scale,
                        timer_scale=runtime.settings.timer_scale, clock=runtime.clock)
 

@@ -106,19 +106,22 @@ class StudyVersions:
         self.refresh(force=True)
         return self.current() or file_study
 
-    def refresh(self, *, force: bool = False) -> None:
-        """Look up the newest version number (at most every ``refresh_seconds``) and switch to it."""
+    def refresh(self, *, force: bool = False, session_factory: Callable[[], Session] | None = None) -> None:
+        """Look up the newest version number (at most every ``refresh_seconds``) and switch to it.
+
+        ``session_factory``: the caller's pool (a scheduler job passes the background pool's, so a sweep never
+        waits on a request pool that requests have used up); default, the pool this object was made with."""
         if not self.enabled:
             return
         now = time.monotonic()
         if not force and now - self._checked_at < self.refresh_seconds:
             return
-        with self._session_factory() as session:
+        with (session_factory or self._session_factory)() as session:
             oldest, newest = session.execute(select(func.min(StudyVersion.version),
                                                     func.max(StudyVersion.version))).one()
         self._checked_at = now
         if newest is not None and newest != self.live_version:
-            study = self.study(newest)
+            study = self.study(newest, session_factory=session_factory)
             with self._lock:
                 self.live_version = newest
                 self.oldest_version = oldest
@@ -132,13 +135,14 @@ class StudyVersions:
     def current(self) -> Study | None:
         return self.study(self.live_version) if self.live_version is not None else None
 
-    def study(self, version: int) -> Study:
-        """The published version ``version``, built (validated) once per process."""
+    def study(self, version: int, *, session_factory: Callable[[], Session] | None = None) -> Study:
+        """The published version ``version``, built (validated) once per process (read through
+        ``session_factory``, default the pool this object was made with)."""
         with self._lock:
             cached = self._built.get(version)
         if cached is not None:
             return cached
-        with self._session_factory() as session:
+        with (session_factory or self._session_factory)() as session:
             row = session.scalar(select(StudyVersion).where(StudyVersion.version == version))
         if row is None:
             raise NotFound(f"no published study version {version}", code="unknown_study_version")
