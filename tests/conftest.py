@@ -41,6 +41,7 @@ def pytest_configure(config):
         os.environ["TEST_DATABASE_URL"] = _worker_database(url, worker)
     _cheap_password_hashes()
     _embeddings_once_per_process()
+    _chinese_segmented_once_per_process()
     _url_builders_on_first_use()
     _hypothesis_without_timing()
 
@@ -67,6 +68,18 @@ def _cheap_password_hashes() -> None:
     from services.participants import account_service
 
     account_service.PASSWORD_METHOD = TEST_PASSWORD_METHOD
+
+
+def _chinese_segmented_once_per_process() -> None:
+    """jieba segments each Chinese run once per test process: retrieval indexes and the calibration replays
+    tokenize the same memories in test after test (~0.1 ms a run; the calibration sample's traces 3.6 s -> ~1.8 s
+    when built again, docs/benchmarks.md, "Test suite time, session 15"). A run's words depend on the run alone.
+    The platform does not cache them (services/text/keywords.py: erased words must not stay in a process)."""
+    import functools
+
+    from services.text import keywords
+
+    keywords._segment_chinese = functools.lru_cache(maxsize=None)(keywords._segment_chinese)
 
 
 def _embeddings_once_per_process() -> None:

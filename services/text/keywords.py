@@ -10,7 +10,6 @@ than on "我" or "the".
 """
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import threading
@@ -67,11 +66,9 @@ def _ensure_jieba() -> None:
                 _jieba_ready = True
 
 
-# A run's words depend on the run alone (jieba's default dictionary, which nothing here changes), and the same runs
-# come back all the time: every reply's retrieval index tokenizes the participant's memories again, and the
-# calibration replays tokenize the sample's messages once per trace. jieba takes ~0.1 ms a run; the cache holds
-# the last 65,536 runs (a few MB).
-@functools.lru_cache(maxsize=65_536)
+# Not cached in the platform: a cache of runs would keep pieces of participants' words in the process after an
+# erasure (the recall index's cache drops a participant's texts after 30 idle minutes, services/memory/hybrid.py).
+# The test process memoises it (tests/conftest.py), where the same runs come back in test after test.
 def _segment_chinese(run: str) -> tuple[str, ...]:
     _ensure_jieba()
     words: list[str] = []
