@@ -13,8 +13,8 @@ from typing import Any
 from services.platform.mappings import deep_merge
 from services.recall.candidates import CandidateRule, candidate_rule_from_config
 from services.recall.directed import DirectedRetrieval
-from services.recall.rehearsal import RehearsalRoute
 from services.recall.formulas import SPACING_UNIT, TIME_UNITS, RelevanceMapping, elapsed_time, required_relevance
+from services.recall.rehearsal import RehearsalRoute
 from services.recall.relevance import LogisticRelevance, UnrelatedTail
 from services.recall.retrieval import BM25_B, BM25_K1, FusionWeights
 

@@ -210,8 +210,9 @@ def score_recall(state: MemoryState, params: RecallParams, *, now: datetime, day
             cosine=float(cosines[i]), r=float(scores.r[i]), t=float(t[i]), spacing_days=float(spacing[i]),
             g_before=float(g_before[i]), g_after=float(scores.g_after[i]), p=float(scores.p[i]),
             p_final=float(scores.p_final[i]), salience=float(salience[i]), recalled=bool(scores.recalled[i]),
-            recalled_by="curve" if scores.recalled[i] else None, rank=i + 1, at=now, reply=memory.reply, fused=float(fusion["fused"][i]),
-            lexical_z=float(fusion["lexical_z"][i]), dense_z=float(fusion["dense_z"][i]),
+            recalled_by="curve" if scores.recalled[i] else None, rank=i + 1, at=now, reply=memory.reply,
+            fused=float(fusion["fused"][i]), lexical_z=float(fusion["lexical_z"][i]),
+            dense_z=float(fusion["dense_z"][i]),
         )
         for i, memory in enumerate(memories)
     ]

@@ -736,6 +736,14 @@ def _recall_layer(path: str, raw: Any) -> None:
         for lang, budget in budgets.items():
             _choice(f"{path}.relevance.false_recall_budget_by_language", lang, LANGUAGES)
             _typed(f"{path}.relevance.false_recall_budget_by_language.{lang}", budget, float)
+    _rules_after_the_curve(path, layer)
+    if layer.get("candidates") is not None:
+        _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
+                 optional=("min_content_words", "min_salience", "recall_questions"))
+
+
+def _rules_after_the_curve(path: str, layer: Mapping[str, Any]) -> None:
+    """The two recall rules that decide again after the forgetting curve: directed retrieval, the rehearsal route."""
     if layer.get("directed_retrieval") is not None:
         _section(f"{path}.directed_retrieval", layer["directed_retrieval"], ["enabled", "min_r", "min_margin"],
                  optional=("enabled", "min_r", "min_margin"))
@@ -749,9 +757,6 @@ def _recall_layer(path: str, raw: Any) -> None:
         _section(f"{path}.rehearsal_route", layer["rehearsal_route"], ["enabled"], optional=("enabled",))
         if "enabled" in layer["rehearsal_route"]:
             _typed(f"{path}.rehearsal_route.enabled", layer["rehearsal_route"]["enabled"], bool)
-    if layer.get("candidates") is not None:
-        _section(f"{path}.candidates", layer["candidates"], ["min_content_words", "min_salience", "recall_questions"],
-                 optional=("min_content_words", "min_salience", "recall_questions"))
 
 
 def _s1(raw: Any) -> dict[str, Any]:
