@@ -150,7 +150,6 @@ class ForgettingCurveSearch:
         self.last_query_content_free = False  # the latest query had no content words, so recalled nothing
         self.last_directed: dict[str, Any] | None = None  # the latest directed-retrieval decision (None: rule off)
         self.last_rehearsal: list[dict[str, Any]] | None = None  # the latest rehearsal-route decisions (None: off)
-        self._links: dict[int, frozenset[int]] = {}  # of the participant whose candidates were loaded last
         mismatch = (self.params.preset, self.params.relevance.embedder_model, embedder.model)
         if not self.params.relevance.measured_for(embedder.model) and mismatch not in _warned_mismatches:
             _warned_mismatches.add(mismatch)
@@ -181,8 +180,9 @@ class ForgettingCurveSearch:
         language = detect(query_message.content)
         candidates = score_recall(state, self.params, now=now, day_seconds=self.day_seconds,
                                   language=language, salience_weights=self.salience_weights)
+        links = {m.message_id: m.recalled_memories for m in state.candidates if m.recalled_memories}
         candidates, self.last_rehearsal = recall_through_rehearsals(
-            candidates, self._links, self.params.rehearsal_route, threshold=self.params.threshold,
+            candidates, links, self.params.rehearsal_route, threshold=self.params.threshold,
             salience_bonus=self.params.salience_bonus, g_update_salience=self.params.g_update_salience)
         candidates, self.last_directed = direct_recall(
             candidates, self.params.directed_retrieval, text=query_message.content, language=language,
@@ -252,7 +252,6 @@ class ForgettingCurveSearch:
         consolidation run, or a newer memory, since it was loaded) or a candidate row no longer matches
         it (deleted, re-embedded, or the database was rebuilt under the same URL): the caller reloads."""
         store, cached = self._participant_matrix(user_id, reload=reload)
-        self._links = store.links
         ranked: list[ScoredMemory] = []
         if store.matrix.shape[0]:
             # the cue: the message without the words framing it as a question asking to remember
@@ -270,7 +269,8 @@ class ForgettingCurveSearch:
         for message_id, index in zip(ids, chosen, strict=True):
             if not self._matches(found.rows.get(message_id), user_id, store, index):
                 return None
-        return [_candidate(found.rows[message_id], scored, store.replies[index])
+        return [_candidate(found.rows[message_id], scored, store.replies[index],
+                           store.links.get(message_id, frozenset()))
                 for message_id, index, scored in zip(ids, chosen, ranked, strict=True)]
 
     def _matches(self, row: Row | None, user_id: int, store: _ParticipantMatrix, index: int) -> bool:
@@ -373,14 +373,14 @@ class ForgettingCurveSearch:
         )
 
 
-def _candidate(row: Row, scored: ScoredMemory, reply: str | None) -> CandidateMemory:
-    """A candidate memory as a plain value: the row read for it and the ranking's scores."""
+def _candidate(row: Row, scored: ScoredMemory, reply: str | None, recalled: frozenset[int]) -> CandidateMemory:
+    """A candidate memory as a plain value: the row read for it, the ranking's scores and the memories it recalled."""
     return CandidateMemory(
         message_id=row.id, task_id=row.task_id, text=row.content, reply=reply, created_at=row.created_at,
         last_recall_at=row.last_recall_at, consolidation_g=row.consolidation_g,
         emotional_salience=row.emotional_salience, emotional_intensity=row.emotional_intensity,
         self_disclosure=row.self_disclosure, value_relevance=row.value_relevance, cosine=scored.cosine,
-        fused=scored.fused, lexical_z=scored.lexical_z, dense_z=scored.dense_z)
+        fused=scored.fused, lexical_z=scored.lexical_z, dense_z=scored.dense_z, recalled_memories=recalled)
 
 
 def write_recall(session: Session, candidates: list[RecallCandidate], *, user_id: int, query_message_id: int,

@@ -114,6 +114,8 @@ class CandidateMemory:
     fused: float
     lexical_z: float
     dense_z: float
+    # the memories this one recalled when it was the message (the rehearsal route's links; loaded with the route on)
+    recalled_memories: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
