@@ -37,6 +37,31 @@ def _second():
     return timedelta(seconds=1)
 
 
+def l4_app(settings, clock, recall=None):
+    """An app in pilot mode (DAY_SECONDS) whose study assigns L4 only, with ``recall`` merged into
+    ``memory.recall``; returns the app and its runtime."""
+    from app import create_app
+
+    settings.day_seconds = DAY_SECONDS
+    app = create_app(settings, clock=clock)
+    runtime = app.extensions["memory_lab"]
+    overrides = {"enabled_conditions": ["L4"], **({"memory": {"recall": recall}} if recall else {})}
+    runtime.settings.study = runtime.study.with_overrides(overrides)
+    return app, runtime
+
+
+def pilot_tasks(api, clock, study, script):
+    """T1 and then each later task of ``script`` when it unlocks (its offset in study days after T1 ends), in pilot
+    mode; returns each task's replies."""
+    replies = {"T1": pilot_walk(api, clock, study, "T1", script["T1"])}
+    t1_done = clock.now()
+    for task in study.tasks:
+        if task.id != "T1" and task.id in script:
+            clock.set(t1_done + task.unlock_offset_days * DAY_SECONDS * _second())
+            replies[task.id] = pilot_walk(api, clock, study, task.id, script[task.id])
+    return replies
+
+
 PERSONAS = {
     "en": {
         "T1": ["Hi, first time using this.", "I'm Tom, I work as a nurse on night shifts at a hospital in Leeds.",
@@ -65,23 +90,14 @@ PERSONAS = {
 @pytest.mark.parametrize("language", ["zh", pytest.param("en", marks=pytest.mark.postgres)])
 def test_a_fact_recalled_at_t2_is_recalled_again_when_asked_in_other_words_at_t3(settings, clock, database,
                                                                                   study, language):
-    from app import create_app
-
-    settings.day_seconds = DAY_SECONDS
-    app = create_app(settings, clock=clock)
-    runtime = app.extensions["memory_lab"]
+    app, runtime = l4_app(settings, clock)
     try:
-        runtime.settings.study = runtime.study.with_overrides({"enabled_conditions": ["L4"]})
         assert runtime.study.memory.recall.preset == "anchored"  # the default preset, unchanged
         persona = PERSONAS[language]
         api = ApiClient(app.test_client())
         assert api.register(f"spacing_{language}", language=language).status_code == 201
-        pilot_walk(api, clock, study, "T1", persona["T1"])
-        t1_done = clock.now()  # later tasks unlock their offset in study days after T1
-        clock.set(t1_done + 2 * DAY_SECONDS * _second())
-        t2 = pilot_walk(api, clock, study, "T2", persona["T2"])
-        clock.set(t1_done + 9 * DAY_SECONDS * _second())
-        t3 = pilot_walk(api, clock, study, "T3", persona["T3"])
+        replies = pilot_tasks(api, clock, study, {t: persona[t] for t in ("T1", "T2", "T3")})
+        t2, t3 = replies["T2"], replies["T3"]
         with runtime.db.Session() as session:
             planted = session.scalar(select(Message).where(Message.content == persona["T1"][persona["fact"]]))
 

@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from database.models import Message
 from tests.conftest import ApiClient
-from tests.routes.test_l4_consolidation import DAY_SECONDS, _second, pilot_walk
+from tests.routes.test_l4_consolidation import l4_app, pilot_tasks
 
 PERSONAS = {
     "en": {
@@ -33,24 +33,11 @@ PERSONAS = {
 
 
 def walk(settings, clock, study, language, directed):
-    from app import create_app
-
-    settings.day_seconds = DAY_SECONDS
-    app = create_app(settings, clock=clock)
-    runtime = app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides(
-        {"enabled_conditions": ["L4"], "memory": {"recall": {"directed_retrieval": {"enabled": directed}}}})
+    app, runtime = l4_app(settings, clock, {"directed_retrieval": {"enabled": directed}})
     persona = PERSONAS[language]
     api = ApiClient(app.test_client())
     assert api.register(f"directed_{language}_{directed}", language=language).status_code == 201
-    pilot_walk(api, clock, study, "T1", persona["T1"])
-    t1_done = clock.now()
-    clock.set(t1_done + 2 * DAY_SECONDS * _second())
-    pilot_walk(api, clock, study, "T2", persona["T2"])
-    clock.set(t1_done + 9 * DAY_SECONDS * _second())
-    pilot_walk(api, clock, study, "T3", persona["T3"])
-    clock.set(t1_done + 16 * DAY_SECONDS * _second())
-    t4 = pilot_walk(api, clock, study, "T4", persona["T4"])
+    t4 = pilot_tasks(api, clock, study, {t: persona[t] for t in ("T1", "T2", "T3", "T4")})["T4"]
     with runtime.db.Session() as session:
         planted = session.scalar(select(Message).where(Message.content == persona["T1"][persona["fact"]])).id
         contexts = [session.get(Message, reply["reply"]["id"]).memory_context for reply in t4]

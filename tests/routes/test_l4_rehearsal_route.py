@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from database.models import Message, RecallEvent
 from tests.conftest import ADMIN_PASSWORD, ApiClient
-from tests.routes.test_l4_consolidation import DAY_SECONDS, _second, pilot_walk
+from tests.routes.test_l4_consolidation import l4_app, pilot_tasks
 
 PERSONAS = {
     "en": {
@@ -32,24 +32,15 @@ PERSONAS = {
 
 
 def walk(settings, clock, study, language, route):
-    from app import create_app
     from services.participants.account_service import create_admin
 
-    settings.day_seconds = DAY_SECONDS
-    app = create_app(settings, clock=clock)
-    runtime = app.extensions["memory_lab"]
-    runtime.settings.study = runtime.study.with_overrides(
-        {"enabled_conditions": ["L4"], "memory": {"recall": {"rehearsal_route": {"enabled": route}}}})
+    app, runtime = l4_app(settings, clock, {"rehearsal_route": {"enabled": route}})
     persona = PERSONAS[language]
     api = ApiClient(app.test_client())
     registered = api.register(f"rehearsal_{language}_{route}", language=language)
     assert registered.status_code == 201
-    pilot_walk(api, clock, study, "T1", persona["T1"])
-    t1_done = clock.now()
-    clock.set(t1_done + 2 * DAY_SECONDS * _second())
-    t2 = pilot_walk(api, clock, study, "T2", persona["T2"])
-    clock.set(t1_done + 9 * DAY_SECONDS * _second())
-    t3 = pilot_walk(api, clock, study, "T3", persona["T3"])
+    replies = pilot_tasks(api, clock, study, {t: persona[t] for t in ("T1", "T2", "T3")})
+    t2, t3 = replies["T2"], replies["T3"]
     with runtime.db.Session() as session:
         planted = session.scalar(select(Message).where(Message.content == persona["T1"][persona["fact"]])).id
         asked_t2 = t2[1]["message"]["id"]
